@@ -1,0 +1,42 @@
+# hma developer entry points. `make test` and `make demo` set everything up themselves.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+
+.PHONY: all setup test unit integration lint compat demo bench clean
+
+all: test
+
+setup:
+	scripts/bootstrap $(VENV)
+
+lint: setup
+	$(VENV)/bin/ruff check hma probes tests bench scripts
+	$(VENV)/bin/ruff format --check hma probes tests bench
+	$(VENV)/bin/mypy
+
+unit: setup
+	$(PY) -m pytest -q tests/unit
+
+integration: setup
+	$(PY) -m pytest -q tests/integration
+
+# Unit tests under the oldest supported Pythons (RHEL 9 / Ubuntu 22.04 ship 3.9 / 3.10).
+compat:
+	scripts/bootstrap .venv39 "$$(scripts/find-python 3.9)" test-min
+	scripts/bootstrap .venv310 "$$(scripts/find-python 3.10)" test-min
+	.venv39/bin/python -m pytest -q -p no:cacheprovider tests/unit
+	.venv310/bin/python -m pytest -q -p no:cacheprovider tests/unit
+
+test: setup lint
+	$(PY) -m pytest -q tests
+	$(MAKE) compat
+
+demo: setup
+	$(PY) -m hma.demo
+
+bench: setup
+	for b in bench/bench_*.py; do $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) .venv39 .venv310 build dist *.egg-info

@@ -1,0 +1,7 @@
+"""``python -m hma`` is ``hma``."""
+
+import sys
+
+from hma.cli import main
+
+sys.exit(main())

@@ -1,0 +1,130 @@
+"""Run external commands as argv lists with a timeout, an output cap and process-group kill."""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from typing import Mapping, Optional, Sequence
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What a command did. ``rc`` is None when it was killed on timeout or could not start."""
+
+    argv: tuple[str, ...]
+    rc: Optional[int]
+    stdout: str
+    stderr: str
+    duration_s: float
+    timed_out: bool = False
+    truncated: bool = False
+    error: str = ""  # set when the command could not be started
+
+    @property
+    def ok(self) -> bool:
+        """Exited 0 within the timeout."""
+        return self.rc == 0 and not self.timed_out
+
+
+class CommandRunner:
+    """Runs argv lists (never a shell). Replace it in tests to serve canned results."""
+
+    def __init__(self, output_cap: int = 1 << 20) -> None:
+        self.output_cap = output_cap
+
+    def run(
+        self,
+        argv: Sequence[str],
+        timeout: float,
+        env: Optional[Mapping[str, str]] = None,
+        stdin: Optional[bytes] = None,
+    ) -> CommandResult:
+        """Run ``argv``; on timeout kill its whole process group. Never raises for the command."""
+        start = time.monotonic()
+        try:
+            proc = subprocess.Popen(  # noqa: S603 - argv list, no shell
+                list(argv),
+                stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=dict(env) if env is not None else None,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            return CommandResult(tuple(argv), None, "", "", 0.0, error=f"{argv[0]}: {exc.strerror}")
+        out, err, truncated, timed_out = _collect(proc, stdin, timeout, self.output_cap)
+        return CommandResult(
+            tuple(argv),
+            None if timed_out else proc.returncode,
+            out.decode("utf-8", "replace"),
+            err.decode("utf-8", "replace"),
+            time.monotonic() - start,
+            timed_out=timed_out,
+            truncated=truncated,
+        )
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the process group a ``start_new_session`` child leads."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _collect(
+    proc: subprocess.Popen, stdin: Optional[bytes], timeout: float, cap: int
+) -> tuple[bytes, bytes, bool, bool]:
+    deadline = time.monotonic() + timeout
+    if stdin is not None and proc.stdin is not None:
+        try:
+            proc.stdin.write(stdin)
+            proc.stdin.close()
+        except BrokenPipeError:
+            pass
+    assert proc.stdout is not None and proc.stderr is not None
+    bufs = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
+    truncated = False
+    timed_out = False
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        sel.register(proc.stderr, selectors.EVENT_READ)
+        while sel.get_map():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                timed_out = True
+                break
+            for key, _ in sel.select(min(remaining, 1.0)):
+                chunk = os.read(key.fd, 65536)
+                if not chunk:
+                    sel.unregister(key.fileobj)
+                    continue
+                buf = bufs[key.fd]
+                room = cap - len(buf)
+                if room > 0:
+                    buf += chunk[:room]
+                if len(chunk) > room:
+                    truncated = True
+    if not timed_out:
+        try:
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+    if timed_out:
+        kill_group(proc)
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            pass
+    proc.stdout.close()
+    proc.stderr.close()
+    return (
+        bytes(bufs[proc.stdout.fileno()]),
+        bytes(bufs[proc.stderr.fileno()]),
+        truncated,
+        timed_out,
+    )

@@ -1,0 +1,64 @@
+"""Reads of sysfs/procfs under an injectable root (as node_exporter's --path.sysfs)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional
+
+
+class ReadError(Exception):
+    """A file under the root is missing, unreadable or malformed; the message names the path."""
+
+
+class RootReader:
+    """Read small text files below ``root``; paths are given relative to it (``class/net``)."""
+
+    def __init__(self, root: str) -> None:
+        self.root = Path(root)
+
+    def path(self, rel: str) -> Path:
+        """Absolute path of ``rel`` under the root."""
+        return self.root / rel.lstrip("/")
+
+    def text(self, rel: str, limit: int = 65536) -> str:
+        """File content stripped of surrounding whitespace (a missing newline is fine)."""
+        target = self.path(rel)
+        try:
+            with open(target, "rb") as handle:
+                data = handle.read(limit)
+        except OSError as exc:
+            raise ReadError(f"{target}: {exc.strerror or exc}") from None
+        return data.decode("utf-8", "replace").strip()
+
+    def text_or_none(self, rel: str) -> Optional[str]:
+        """Like ``text`` but None when the file does not exist (other errors still raise)."""
+        if not self.path(rel).exists():
+            return None
+        return self.text(rel)
+
+    def integer(self, rel: str) -> int:
+        """File content as an int (decimal or 0x hex)."""
+        raw = self.text(rel)
+        try:
+            return int(raw, 0) if raw.lower().startswith("0x") else int(raw)
+        except ValueError:
+            raise ReadError(f"{self.path(rel)}: not an integer: {raw[:40]!r}") from None
+
+    def listdir(self, rel: str) -> list[str]:
+        """Sorted entries of a folder; empty when it does not exist."""
+        target = self.path(rel)
+        try:
+            return sorted(os.listdir(target))
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise ReadError(f"{target}: {exc.strerror or exc}") from None
+
+    def exists(self, rel: str) -> bool:
+        """Whether ``rel`` exists under the root."""
+        return self.path(rel).exists()
+
+    def realname(self, rel: str) -> str:
+        """Last component of the resolved symlink target (e.g. the PCI address of a device link)."""
+        return os.path.basename(os.path.realpath(self.path(rel)))

@@ -1,0 +1,123 @@
+"""Wiring: discover probes and reporters, build the config schema, load the config, make contexts.
+
+Shared by every command (``check``, ``run``, ``config check``) so each piece of wiring lives once.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, field
+from typing import Optional
+
+from hma import catalogue as catalogue_mod
+from hma import config as config_mod
+from hma import reporters
+from hma.adapters.command import CommandRunner
+from hma.adapters.files import ReadError, RootReader
+from hma.catalogue import Catalogue
+from hma.config import CORE_SECTIONS, Config, Schema
+from hma.model import Finding
+from hma.probe import NodeFacts, Probe, ProbeContext
+from hma.registry import Broken, broken_finding, discover, exec_probes
+
+EXTRA_SECTIONS: dict = {}
+
+
+@dataclass
+class Setup:
+    """Everything loaded once per (re)configuration."""
+
+    config: Config
+    catalogue: Catalogue
+    probes: dict[str, Probe]  # enabled or not; see ``enabled``
+    broken: list[Broken] = field(default_factory=list)
+
+    def enabled(self) -> list[str]:
+        """Names of the enabled probes, sorted."""
+        return sorted(n for n in self.probes if self.config.probe(n)["enabled"])
+
+    def load_findings(self) -> list[Finding]:
+        """Findings about plugins that failed to load."""
+        return [broken_finding(b) for b in self.broken]
+
+    @property
+    def node_name(self) -> str:
+        """``[agent] node_name`` or the short hostname."""
+        return self.config.section("agent")["node_name"] or socket.gethostname().split(".")[0]
+
+    def instance_type(self) -> Optional[str]:
+        """``[agent] instance_type``, else DMI product_name under the sysfs root."""
+        configured = self.config.section("agent")["instance_type"]
+        if configured:
+            return str(configured)
+        try:
+            return (
+                RootReader(self.config.section("paths")["sysfs"]).text("class/dmi/id/product_name")
+                or None
+            )
+        except ReadError:
+            return None
+
+    def context(
+        self, name: str, facts: Optional[NodeFacts] = None, oneshot: bool = False, boot_id: str = ""
+    ) -> ProbeContext:
+        """A fresh context for one run of probe ``name``."""
+        paths = self.config.section("paths")
+        return ProbeContext(
+            options=self.config.probe(name),
+            sysfs=RootReader(paths["sysfs"]),
+            procfs=RootReader(paths["procfs"]),
+            runner=CommandRunner(int(self.config.section("agent")["exec_output_cap"])),
+            instance_type=self.instance_type(),
+            facts=facts or NodeFacts(node_name=self.node_name),
+            oneshot=oneshot,
+            boot_id=boot_id,
+        )
+
+
+def schema_for(classes: dict[str, type[Probe]], broken: list[Broken], cat: Catalogue) -> Schema:
+    """The config schema for this set of probes and reporters."""
+    probes = {
+        name: config_mod.probe_options(
+            cls.options, cls.default_interval, cls.default_timeout, cls.default_enabled
+        )
+        for name, cls in classes.items()
+    }
+    for item in broken:  # a broken plugin's section must not make the config invalid
+        probes.setdefault(item.name, dict(config_mod.PROBE_COMMON))
+    return Schema(
+        sections={**CORE_SECTIONS, **EXTRA_SECTIONS},
+        probes=probes,
+        reporters=reporters.schemas(),
+        catalogue=cat,
+    )
+
+
+def probes_dir_of(raw_path: Optional[str]) -> str:
+    """probes_dir as configured (read before validation, since it decides the probe set)."""
+    raw, _files, _errors = config_mod.read_raw(config_mod.config_path(raw_path))
+    agent = raw.get("agent") if isinstance(raw.get("agent"), dict) else {}
+    value = agent.get("probes_dir") if isinstance(agent, dict) else None
+    default = str(CORE_SECTIONS["agent"]["probes_dir"].default)
+    return value if isinstance(value, str) and value.startswith("/") else default
+
+
+def load(config_file: Optional[str] = None) -> Setup:
+    """Discover everything and load the configuration; raises ``config.ConfigError``."""
+    cat = catalogue_mod.load_builtin()
+    classes, broken = discover()
+    for name, cls in exec_probes(probes_dir_of(config_file)).items():
+        if name in classes:
+            broken.append(
+                Broken(name, f"executable probe {name} shadows a built-in probe; skipped")
+            )
+        else:
+            classes[name] = cls
+    schema = schema_for(classes, broken, cat)
+    cfg = config_mod.load(schema, config_file)
+    return Setup(
+        config=cfg,
+        catalogue=cat.with_overrides(cfg.codes),
+        probes={name: cls() for name, cls in classes.items()},
+        broken=broken,
+    )

@@ -1,0 +1,193 @@
+"""The finding catalogue: every code the agent can emit, declared once as data.
+
+Each ``*.toml`` file in this package holds one table per code (files are split by domain only to
+keep them readable). Codes are never renamed. A test checks that every code the program can emit is
+declared here and that every declared code is emitted somewhere.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from importlib import resources
+from typing import Any, Iterable, Mapping, Optional
+
+from hma import tomlcompat
+from hma.model import Action, Clears, Finding, Severity
+
+CODE_RE = re.compile(r"^(GPU|NEURON|EFA|SYS|KERNEL|HMA|SLURM|SITE)_[A-Z0-9_]+$")
+FAMILIES = ("GPU", "NEURON", "EFA", "SYS", "KERNEL", "HMA", "SLURM", "SITE")
+
+_DEFAULT_FAIL_AFTER = 2
+_DEFAULT_CLEAR_AFTER = 2
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One catalogue entry (see docs/catalogue.md for the meaning of each field)."""
+
+    code: str
+    summary: str
+    remedy: str
+    severity: Severity
+    action: Action
+    clears: Clears
+    drains: bool
+    fatal: bool = False
+    fail_after: int = _DEFAULT_FAIL_AFTER
+    clear_after: int = _DEFAULT_CLEAR_AFTER
+    window_s: float = 0.0
+    enabled: bool = True
+
+    @property
+    def family(self) -> str:
+        """Code family (prefix), which selects the journald MESSAGE_ID."""
+        return self.code.split("_", 1)[0]
+
+
+_FIELDS: dict[str, Any] = {
+    "summary": str,
+    "remedy": str,
+    "severity": str,
+    "action": str,
+    "clears": str,
+    "drains": bool,
+    "fatal": bool,
+    "fail_after": int,
+    "clear_after": int,
+    "window_s": (int, float),
+    "enabled": bool,
+}
+
+
+class CatalogueError(ValueError):
+    """A catalogue file is malformed."""
+
+
+def parse_entry(code: str, raw: Mapping[str, Any]) -> Entry:
+    """Build an entry from its TOML table; raises ``CatalogueError`` naming the problem."""
+    if not CODE_RE.match(code):
+        raise CatalogueError(f"{code}: code must be UPPER_SNAKE with a known domain prefix")
+    for key, value in raw.items():
+        kind = _FIELDS.get(key)
+        if kind is None:
+            raise CatalogueError(f"{code}.{key}: unknown field")
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise CatalogueError(f"{code}.{key}: wrong type {type(value).__name__}")
+    for key in ("summary", "remedy", "severity", "action", "clears"):
+        if key not in raw:
+            raise CatalogueError(f"{code}.{key}: missing")
+    try:
+        entry = Entry(
+            code=code,
+            summary=raw["summary"],
+            remedy=raw["remedy"],
+            severity=Severity.parse(raw["severity"]),
+            action=Action.parse(raw["action"]),
+            clears=Clears(raw["clears"]),
+            drains=bool(raw.get("drains", code.split("_", 1)[0] != "HMA")),
+            fatal=bool(raw.get("fatal", False)),
+            fail_after=int(raw.get("fail_after", _DEFAULT_FAIL_AFTER)),
+            clear_after=int(raw.get("clear_after", _DEFAULT_CLEAR_AFTER)),
+            window_s=float(raw.get("window_s", 0.0)),
+            enabled=bool(raw.get("enabled", True)),
+        )
+    except ValueError as exc:
+        raise CatalogueError(f"{code}: {exc}") from None
+    if entry.family == "HMA" and entry.drains:
+        raise CatalogueError(f"{code}: agent codes never drain")
+    if entry.clears is Clears.WINDOW and entry.window_s <= 0:
+        raise CatalogueError(f"{code}.window_s: required when clears = 'window'")
+    if entry.fail_after < 1 or entry.clear_after < 1:
+        raise CatalogueError(f"{code}: fail_after and clear_after must be >= 1")
+    return entry
+
+
+OVERRIDABLE = ("severity", "action", "fail_after", "clear_after", "enabled", "window_s")
+
+
+class Catalogue:
+    """All entries, with the operator's ``[codes.<CODE>]`` overrides applied."""
+
+    def __init__(
+        self, entries: Iterable[Entry], overridden: Optional[Mapping[str, frozenset[str]]] = None
+    ) -> None:
+        self._overridden = dict(overridden or {})
+        self._entries: dict[str, Entry] = {}
+        for entry in entries:
+            if entry.code in self._entries:
+                raise CatalogueError(f"{entry.code}: declared twice")
+            self._entries[entry.code] = entry
+
+    def __contains__(self, code: object) -> bool:
+        return code in self._entries
+
+    def __iter__(self) -> Any:
+        return iter(sorted(self._entries.values(), key=lambda e: e.code))
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, code: str) -> Optional[Entry]:
+        """The entry for ``code``, or None."""
+        return self._entries.get(code)
+
+    def entry(self, code: str) -> Entry:
+        """The entry for ``code``; codes outside the catalogue fall back to ``HMA_UNCATALOGUED``."""
+        found = self._entries.get(code)
+        if found is not None:
+            return found
+        return self._entries["HMA_UNCATALOGUED"]
+
+    def with_overrides(self, overrides: Mapping[str, Mapping[str, Any]]) -> Catalogue:
+        """A new catalogue with ``[codes.<CODE>]`` tables applied (validated by the config)."""
+        entries = []
+        overridden: dict[str, frozenset[str]] = {}
+        for entry in self._entries.values():
+            raw = overrides.get(entry.code)
+            if raw:
+                overridden[entry.code] = frozenset(raw)
+                changes: dict[str, Any] = {}
+                for key, value in raw.items():
+                    if key == "severity":
+                        value = Severity.parse(value)
+                    elif key == "action":
+                        value = Action.parse(value)
+                    changes[key] = value
+                entry = replace(entry, **changes)
+            entries.append(entry)
+        return Catalogue(entries, overridden)
+
+    def resolve(self, finding: Finding) -> Finding:
+        """The finding with severity and action filled from the catalogue.
+
+        A probe may set a severity itself (e.g. ``unknown`` when it could not measure); an
+        operator override of the code's severity always wins over both.
+        """
+        entry = self.entry(finding.code)
+        fields = self._overridden.get(entry.code, frozenset())
+        severity = finding.severity
+        if severity is None or ("severity" in fields and severity is not Severity.UNKNOWN):
+            severity = entry.severity
+        action = finding.action
+        if action is None or "action" in fields:
+            action = entry.action
+        return finding.with_(severity=severity, action=action)
+
+
+def load_builtin() -> Catalogue:
+    """Read every ``*.toml`` shipped in this package."""
+    entries: list[Entry] = []
+    folder = resources.files(__name__)
+    for item in sorted(folder.iterdir(), key=lambda p: p.name):
+        if not item.name.endswith(".toml"):
+            continue
+        try:
+            data = tomlcompat.loads(item.read_text(encoding="utf-8"))
+        except tomlcompat.TOMLDecodeError as exc:
+            raise CatalogueError(f"{item.name}: {exc}") from None
+        for code, raw in data.items():
+            if not isinstance(raw, dict):
+                raise CatalogueError(f"{item.name}: {code} is not a table")
+            entries.append(parse_entry(code, raw))
+    return Catalogue(entries)

@@ -1,0 +1,119 @@
+"""``hma check``: run probes once in the foreground. No remediation and no state writes."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Optional, Sequence
+
+from hma.assembly import Setup
+from hma.catalogue import Catalogue
+from hma.model import Finding, ProbeRun, RunStatus, Severity, worst
+from hma.runner import make_slot, run_probe
+
+
+def resolve(findings: Sequence[Finding], cat: Catalogue) -> list[Finding]:
+    """Fill severity/action from the catalogue and drop codes the operator disabled."""
+    out = []
+    for finding in findings:
+        if cat.entry(finding.code).enabled:
+            resolved = cat.resolve(finding)
+            if finding.code not in cat:
+                resolved = resolved.with_(
+                    details={**resolved.details, "uncatalogued_code": finding.code},
+                    code="HMA_UNCATALOGUED",
+                )
+            out.append(resolved)
+    return out
+
+
+def run_once(setup: Setup, names: Sequence[str], boot_id: str = "") -> list[ProbeRun]:
+    """Run the named probes concurrently, each under its own timeout; results in name order."""
+    results: dict[str, ProbeRun] = {}
+
+    def one(name: str) -> None:
+        opts = setup.config.probe(name)
+        now = time.time()
+        if not opts["enabled"]:
+            results[name] = ProbeRun(name, RunStatus.DISABLED, now, 0.0)
+            return
+        slot = make_slot(setup.probes[name])
+        try:
+            ctx = setup.context(name, oneshot=True, boot_id=boot_id)
+            run = run_probe(slot, ctx, float(opts["timeout"]), now)
+        finally:
+            slot.close()
+        results[name] = ProbeRun(
+            run.probe,
+            run.status,
+            run.started,
+            run.duration_s,
+            tuple(resolve(run.findings, setup.catalogue)),
+            run.error,
+        )
+
+    threads = [threading.Thread(target=one, args=(n,), daemon=True) for n in names]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return [results[n] for n in names]
+
+
+def document(node: str, runs: Sequence[ProbeRun], extra: Sequence[Finding] = ()) -> dict[str, Any]:
+    """The ``hma check --json`` document (docs/cli.md)."""
+    severities = [f.severity or Severity.UNKNOWN for r in runs for f in r.findings]
+    severities += [f.severity or Severity.UNKNOWN for f in extra]
+    return {
+        "node": node,
+        "severity": str(worst(severities)),
+        "probes": [
+            {
+                "name": r.probe,
+                "status": str(r.status),
+                "duration_s": round(r.duration_s, 4),
+                **({"error": r.error} if r.error else {}),
+                "findings": [_finding_json(f) for f in r.findings],
+            }
+            for r in runs
+        ],
+        **({"agent_findings": [_finding_json(f) for f in extra]} if extra else {}),
+    }
+
+
+def _finding_json(f: Finding) -> dict[str, Any]:
+    data = f.to_json()
+    return {k: data[k] for k in ("code", "severity", "component", "action", "message", "details")}
+
+
+def render_text(doc: dict[str, Any]) -> str:
+    """Human-readable form of the check document."""
+    lines = [f"{doc['node']}: {doc['severity'].upper()}"]
+    for probe in doc["probes"]:
+        lines.append(
+            f"  {probe['name']:<12} {probe['status']:<11} {probe['duration_s'] * 1000:7.0f} ms"
+            + (f"  {probe['error']}" if probe.get("error") else "")
+        )
+        for f in probe["findings"]:
+            lines.append(f"    [{f['severity']}] {f['code']} {f['component']}: {f['message']}")
+    for f in doc.get("agent_findings", []):
+        lines.append(f"  [{f['severity']}] {f['code']} {f['component']}: {f['message']}")
+    return "\n".join(lines)
+
+
+def exit_code(doc: dict[str, Any]) -> int:
+    """Nagios exit code of a document's severity."""
+    return int(Severity.parse(doc["severity"]))
+
+
+def select(setup: Setup, wanted: Sequence[str]) -> tuple[list[str], Optional[str]]:
+    """Probe names to run (default: all enabled) or an error for an unknown name."""
+    if not wanted:
+        return setup.enabled(), None
+    unknown = [n for n in wanted if n not in setup.probes]
+    if unknown:
+        return (
+            [],
+            f"unknown probe(s): {', '.join(unknown)} (known: {', '.join(sorted(setup.probes))})",
+        )
+    return list(wanted), None

@@ -1,0 +1,162 @@
+"""The ``hma`` command line. Subcommands stay thin: each calls one module."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Callable, Optional, Sequence
+
+from hma import __version__
+from hma import config as config_mod
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _load(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from hma import assembly
+
+    return assembly.load(args.config)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """Run probes once and print the result."""
+    from hma import check
+
+    try:
+        setup = _load(args)
+    except config_mod.ConfigError as exc:
+        return _config_failed(exc, 3)
+    names, error = check.select(setup, args.probes)
+    if error:
+        print(f"hma check: {error}", file=sys.stderr)
+        return 3
+    runs = check.run_once(setup, names)
+    doc = check.document(
+        setup.node_name, runs, check.resolve(setup.load_findings(), setup.catalogue)
+    )
+    print(json.dumps(doc, indent=2) if args.json else check.render_text(doc))
+    return check.exit_code(doc)
+
+
+def cmd_config_check(args: argparse.Namespace) -> int:
+    """Validate the configuration: exit 0, or 2 with one ``key.path: problem`` line per error."""
+    try:
+        setup = _load(args)
+    except config_mod.ConfigError as exc:
+        return _config_failed(exc, 2)
+    files = ", ".join(setup.config.files) or "no file (all defaults)"
+    print(f"configuration OK ({files})")
+    return 0
+
+
+def cmd_config_defaults(args: argparse.Namespace) -> int:
+    """Print every key with its default and documentation, as a commented TOML file."""
+    from hma import assembly, catalogue, registry
+
+    classes, broken = registry.discover()
+    print(
+        config_mod.render_defaults(assembly.schema_for(classes, broken, catalogue.load_builtin()))
+    )
+    return 0
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    """Print a catalogue entry."""
+    from hma import catalogue
+
+    cat = catalogue.load_builtin()
+    entry = cat.get(args.code.upper())
+    if entry is None:
+        print(
+            f"hma explain: unknown code {args.code!r}; `hma explain --list` lists them",
+            file=sys.stderr,
+        )
+        return 2
+    drains = "yes" if entry.drains else "no"
+    if entry.severity.name != "CRITICAL":
+        drains += " (only critical faults drain)" if entry.drains else ""
+    clears = {
+        "observation": f"after {entry.clear_after} consecutive good observations",
+        "reboot": "after a reboot (new boot id)",
+        "operator": f"when an operator runs `hma ack {entry.code}`",
+        "window": f"when it has not recurred for {entry.window_s:g} s",
+    }[entry.clears.value]
+    print(f"{entry.code}\n  {entry.summary}\n")
+    print(f"  severity:  {entry.severity}\n  action:    {entry.action}\n  drains:    {drains}")
+    onset = (
+        "first observation (fatal)"
+        if entry.fatal
+        else f"{entry.fail_after} consecutive bad observations"
+    )
+    print(f"  raised:    after {onset}\n  clears:    {clears}\n\n  What to do: {entry.remedy}")
+    return 0
+
+
+def cmd_explain_list(args: argparse.Namespace) -> int:
+    """List every catalogue code with its severity and summary."""
+    from hma import catalogue
+
+    for entry in catalogue.load_builtin():
+        print(f"{entry.code:<28} {str(entry.severity):<9} {str(entry.action):<8} {entry.summary}")
+    return 0
+
+
+def _config_failed(exc: config_mod.ConfigError, code: int) -> int:
+    for line in exc.errors:
+        print(line, file=sys.stderr)
+    return code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    parser = argparse.ArgumentParser(prog="hma", description="node health monitoring agent")
+    parser.add_argument("--version", action="version", version=f"hma {__version__}")
+    parser.add_argument(
+        "--config", help="main configuration file (default $HMA_CONFIG or /etc/hma/hma.toml)"
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    p = sub.add_parser("check", help="run probes once in the foreground (no remediation)")
+    p.add_argument("probes", nargs="*", metavar="PROBE")
+    p.add_argument("--json", action="store_true", help="print the JSON document")
+    p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("config", help="configuration tools")
+    csub = p.add_subparsers(dest="config_command", metavar="ACTION")
+    csub.required = True
+    csub.add_parser("check", help="validate the configuration").set_defaults(func=cmd_config_check)
+    csub.add_parser("defaults", help="print every key with its default").set_defaults(
+        func=cmd_config_defaults
+    )
+
+    p = sub.add_parser("explain", help="explain a finding code")
+    p.add_argument("code", nargs="?")
+    p.add_argument("--list", action="store_true", help="list every code")
+    p.set_defaults(func=lambda a: cmd_explain_list(a) if a.list or not a.code else cmd_explain(a))
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of the ``hma`` console script."""
+    parser = build_parser()
+    # `--config` may also follow the subcommand (`hma check --config X`).
+    args, rest = parser.parse_known_args(argv)
+    if rest:
+        extra = argparse.ArgumentParser(add_help=False)
+        extra.add_argument("--config")
+        more, unknown = extra.parse_known_args(rest)
+        if unknown:
+            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+        args.config = more.config or args.config
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,274 @@
+"""Configuration: ``/etc/hma/hma.toml`` plus drop-ins, validated against one schema.
+
+Every key is declared once as an ``Option`` (kind, default, doc): the core sections here, each
+probe's and reporter's own keys on its class. ``hma config check`` prints every error as
+``key.path: problem``; ``hma config defaults`` prints the documented defaults (docs/configuration.md
+is generated from it and a test keeps it in sync).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence
+
+from hma import tomlcompat
+from hma.catalogue import OVERRIDABLE, Catalogue
+from hma.options import Option, positive
+
+DEFAULT_PATH = "/etc/hma/hma.toml"
+EX_CONFIG = 78
+
+CORE_SECTIONS: dict[str, dict[str, Option]] = {
+    "agent": {
+        "state_dir": Option("path", "/var/lib/hma", "Folder of the SQLite state database."),
+        "run_dir": Option("path", "/run/hma", "Folder of status.json (read by `hma status`)."),
+        "probes_dir": Option(
+            "path", "/etc/hma/probes.d", "Executable probes (Nagios plugin protocol), root-owned."
+        ),
+        "instance_type": Option(
+            "str", None, "Instance type for expected device counts; unset: DMI product_name."
+        ),
+        "node_name": Option("str", None, "Node name used in status and alerts; unset: hostname."),
+        "history_days": Option(
+            "float", 30.0, "Days of findings history kept in the state database.", check=positive
+        ),
+        "exec_output_cap": Option(
+            "int", 65536, "Bytes of output kept from an executable probe.", minimum=256
+        ),
+    },
+    "paths": {
+        "sysfs": Option("path", "/sys", "Root of sysfs (tests and containers point it elsewhere)."),
+        "procfs": Option("path", "/proc", "Root of procfs."),
+    },
+}
+
+PROBE_COMMON: dict[str, Option] = {
+    "enabled": Option("bool", True, "Run this probe."),
+    "interval": Option("float", 60.0, "Seconds between runs.", check=positive),
+    "timeout": Option(
+        "float", 30.0, "Seconds before a run is abandoned (unknown).", check=positive
+    ),
+}
+
+CODE_OPTIONS: dict[str, Option] = {
+    "severity": Option(
+        "choice", None, "Severity.", choices=("ok", "warning", "critical", "unknown")
+    ),
+    "action": Option("choice", None, "Recommended action.", choices=("none", "reboot", "replace")),
+    "fail_after": Option("int", None, "Consecutive bad observations before a fault.", minimum=1),
+    "clear_after": Option("int", None, "Consecutive good observations to clear.", minimum=1),
+    "enabled": Option("bool", None, "false: the code is dropped (tune false positives)."),
+    "window_s": Option("float", None, "Window of window-cleared codes.", check=positive),
+}
+assert set(CODE_OPTIONS) == set(OVERRIDABLE)
+
+
+@dataclass(frozen=True)
+class Schema:
+    """Everything a valid configuration may contain."""
+
+    sections: Mapping[str, Mapping[str, Option]]
+    probes: Mapping[str, Mapping[str, Option]]  # probe name -> its options (common ones included)
+    reporters: Mapping[str, Mapping[str, Option]]
+    catalogue: Catalogue
+
+
+def probe_options(
+    own: Mapping[str, Option], interval: float, timeout: float, enabled: bool
+) -> dict:
+    """A probe's full option set: the common keys with the probe's defaults, then its own keys."""
+    common = dict(PROBE_COMMON)
+    common["interval"] = Option("float", interval, PROBE_COMMON["interval"].doc, check=positive)
+    common["timeout"] = Option("float", timeout, PROBE_COMMON["timeout"].doc, check=positive)
+    common["enabled"] = Option("bool", enabled, PROBE_COMMON["enabled"].doc)
+    return {**common, **own}
+
+
+@dataclass
+class Config:
+    """A validated configuration with every default filled in."""
+
+    sections: dict[str, dict[str, Any]]
+    probes: dict[str, dict[str, Any]]
+    reporters: dict[str, dict[str, Any]]
+    codes: dict[str, dict[str, Any]]
+    files: list[str] = field(default_factory=list)
+
+    def section(self, name: str) -> dict[str, Any]:
+        """Values of a top-level section such as ``agent`` or ``paths``."""
+        return self.sections[name]
+
+    def probe(self, name: str) -> dict[str, Any]:
+        """Values of ``[probes.<name>]`` (defaults when the section is absent)."""
+        return self.probes[name]
+
+
+class ConfigError(Exception):
+    """Configuration problems, each ``key.path: problem``."""
+
+    def __init__(self, errors: Sequence[str]) -> None:
+        super().__init__("\n".join(errors))
+        self.errors = list(errors)
+
+
+def config_path(explicit: Optional[str] = None) -> Path:
+    """The main file: ``--config``, else ``$HMA_CONFIG``, else /etc/hma/hma.toml."""
+    return Path(explicit or os.environ.get("HMA_CONFIG") or DEFAULT_PATH)
+
+
+def read_raw(path: Path) -> tuple[dict[str, Any], list[str], list[str]]:
+    """Merge the main file and ``<dir>/hma.d/*.toml`` (name order); returns (raw, files, errors).
+
+    A missing main file is not an error (every key has a default); an explicitly named one that
+    cannot be read is.
+    """
+    errors: list[str] = []
+    files: list[str] = []
+    merged: dict[str, Any] = {}
+    candidates = [path]
+    dropins = path.parent / "hma.d"
+    if dropins.is_dir():
+        candidates += sorted(dropins.glob("*.toml"))
+    for candidate in candidates:
+        try:
+            text = candidate.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            if candidate != path or "HMA_CONFIG" in os.environ or str(path) != DEFAULT_PATH:
+                errors.append(f"{candidate}: file not found")
+            continue
+        except (OSError, UnicodeDecodeError) as exc:
+            errors.append(f"{candidate}: cannot read: {exc}")
+            continue
+        try:
+            data = tomlcompat.loads(text)
+        except tomlcompat.TOMLDecodeError as exc:
+            errors.append(f"{candidate}: invalid TOML: {exc}")
+            continue
+        files.append(str(candidate))
+        _merge(merged, data)
+    return merged, files, errors
+
+
+def _merge(into: dict[str, Any], new: Mapping[str, Any]) -> None:
+    for key, value in new.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = value
+
+
+def _fill(prefix: str, raw: Any, options: Mapping[str, Option], errors: list[str]) -> dict:
+    values = {key: opt.default for key, opt in options.items()}
+    if not isinstance(raw, dict):
+        errors.append(f"{prefix}: expected a table")
+        return values
+    for key, value in raw.items():
+        opt = options.get(key)
+        if opt is None:
+            errors.append(f"{prefix}.{key}: unknown key{_hint(key, options)}")
+            continue
+        problem = opt.validate(value)
+        if problem:
+            errors.append(f"{prefix}.{key}: {problem}")
+        else:
+            values[key] = value
+    return values
+
+
+def _hint(key: str, known: Any) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(key, list(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def validate(raw: Mapping[str, Any], schema: Schema, files: Sequence[str] = ()) -> Config:
+    """Apply defaults and check every key; raises ``ConfigError`` with all problems at once."""
+    errors: list[str] = []
+    sections: dict[str, dict[str, Any]] = {}
+    for name, options in schema.sections.items():
+        sections[name] = _fill(name, raw.get(name, {}), options, errors)
+    probes = _fill_group("probes", raw.get("probes", {}), schema.probes, errors)
+    reporters = _fill_group("reporters", raw.get("reporters", {}), schema.reporters, errors)
+    codes: dict[str, dict[str, Any]] = {}
+    raw_codes = raw.get("codes", {})
+    if not isinstance(raw_codes, dict):
+        errors.append("codes: expected a table")
+        raw_codes = {}
+    for code, table in raw_codes.items():
+        if code not in schema.catalogue:
+            errors.append(
+                f"codes.{code}: unknown code{_hint(code, [e.code for e in schema.catalogue])}"
+            )
+            continue
+        filled = _fill(f"codes.{code}", table, CODE_OPTIONS, errors)
+        codes[code] = {k: v for k, v in filled.items() if v is not None}
+    known = [*schema.sections, "probes", "reporters", "codes"]
+    for key in raw:
+        if key not in known:
+            errors.append(f"{key}: unknown section{_hint(key, known)}")
+    if errors:
+        raise ConfigError(errors)
+    return Config(sections, probes, reporters, codes, list(files))
+
+
+def _fill_group(
+    group: str, raw: Any, schemas: Mapping[str, Mapping[str, Option]], errors: list[str]
+) -> dict[str, dict[str, Any]]:
+    if not isinstance(raw, dict):
+        errors.append(f"{group}: expected a table")
+        raw = {}
+    out: dict[str, dict[str, Any]] = {}
+    for name, options in schemas.items():
+        out[name] = _fill(f"{group}.{name}", raw.get(name, {}), options, errors)
+    for name in raw:
+        if name not in schemas:
+            errors.append(f"{group}.{name}: no such {group[:-1]}{_hint(name, schemas)}")
+    return out
+
+
+def load(schema: Schema, explicit: Optional[str] = None) -> Config:
+    """Read, merge and validate; raises ``ConfigError``."""
+    raw, files, errors = read_raw(config_path(explicit))
+    if errors:
+        raise ConfigError(errors)
+    return validate(raw, schema, files)
+
+
+def render_defaults(schema: Schema) -> str:
+    """The documented defaults as a commented TOML file (the packaged /etc/hma/hma.toml)."""
+    lines = ["# hma configuration. Every key is shown with its default, commented out.", ""]
+
+    def table(header: str, options: Mapping[str, Option]) -> None:
+        lines.append(f"# [{header}]")
+        for key, opt in options.items():
+            lines.append(f"# {opt.doc}")
+            if opt.kind == "choice":
+                lines.append(f"#   one of: {', '.join(opt.choices)}")
+            lines.append(f"# {key} = {_toml_value(opt.default)}")
+        lines.append("")
+
+    for name, options in schema.sections.items():
+        table(name, options)
+    for name, options in sorted(schema.probes.items()):
+        table(f"probes.{name}", options)
+    for name, options in sorted(schema.reporters.items()):
+        table(f"reporters.{name}", options)
+    table("codes.<CODE>", CODE_OPTIONS)
+    return "\n".join(lines)
+
+
+def _toml_value(value: Any) -> str:
+    if value is None:
+        return "<unset>"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + " }"
+    return repr(value)

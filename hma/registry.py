@@ -1,0 +1,175 @@
+"""Probe discovery: entry points (``hma.probes``) and executables in ``[agent] probes_dir``.
+
+Built-in probes register through the same entry point group as third-party ones, so the core
+never imports a probe module by name. A plugin that fails to load is reported, never fatal.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Iterable, Mapping, Optional
+
+from hma.model import Finding, Severity
+from hma.options import Option
+from hma.probe import Probe, ProbeContext
+
+GROUP = "hma.probes"
+
+
+@dataclass(frozen=True)
+class Broken:
+    """A probe that could not be loaded, with the reason."""
+
+    name: str
+    error: str
+
+
+def _entry_points(group: str) -> Iterable[Any]:
+    from importlib import metadata
+
+    if sys.version_info >= (3, 10):
+        return metadata.entry_points(group=group)
+    return metadata.entry_points().get(group, [])  # pragma: no cover - Python 3.9
+
+
+def discover(group: str = GROUP) -> tuple[dict[str, type[Probe]], list[Broken]]:
+    """Load every probe class of the entry point group."""
+    found: dict[str, type[Probe]] = {}
+    broken: list[Broken] = []
+    for ep in sorted(_entry_points(group), key=lambda e: e.name):
+        try:
+            cls = ep.load()
+            if not (isinstance(cls, type) and issubclass(cls, Probe)):
+                raise TypeError(f"{ep.value} is not a hma.probe.Probe subclass")
+            if cls.name != ep.name:
+                raise TypeError(f"entry point {ep.name!r} names a probe called {cls.name!r}")
+        except Exception as exc:  # noqa: BLE001 - any plugin failure is reported, not fatal
+            broken.append(Broken(ep.name, f"{type(exc).__name__}: {exc}"))
+            continue
+        found[ep.name] = cls
+    return found, broken
+
+
+def broken_finding(item: Broken) -> Finding:
+    """The finding that reports a plugin that failed to load."""
+    return Finding(
+        "HMA_PLUGIN_BROKEN",
+        f"probe:{item.name}",
+        f"probe plugin {item.name!r} failed to load: {item.error}",
+        {"error": item.error},
+    )
+
+
+# --- executable probes (Nagios plugin protocol) --------------------------------------------------
+
+NAGIOS_CODES = {
+    0: Severity.OK,
+    1: Severity.WARNING,
+    2: Severity.CRITICAL,
+    3: Severity.UNKNOWN,
+}
+_SITE_CODE = {
+    Severity.WARNING: "SITE_PROBE_WARNING",
+    Severity.CRITICAL: "SITE_PROBE_CRITICAL",
+    Severity.UNKNOWN: "SITE_PROBE_UNKNOWN",
+}
+
+
+def unsafe_reason(path: Path) -> Optional[str]:
+    """Why an executable probe must not run (not root-owned, or writable by group/others)."""
+    for target in (path, path.parent):
+        try:
+            st = os.stat(target)
+        except OSError as exc:
+            return f"{target}: {exc.strerror}"
+        if st.st_uid != 0:
+            return f"{target} is owned by uid {st.st_uid}, not root"
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return f"{target} is writable by group or others (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
+def exec_probe_class(path: Path) -> type[Probe]:
+    """A probe class that runs one executable file of probes_dir."""
+    probe_name = path.name.split(".")[0]
+
+    class ExecProbe(Probe):
+        name = probe_name
+        description = f"executable probe {path}"
+        options: ClassVar[Mapping[str, Option]] = {
+            "args": Option("strlist", [], "Arguments passed to the executable."),
+        }
+        default_interval = 300.0
+        default_timeout = 30.0
+
+        def collect(self, ctx: ProbeContext) -> Any:
+            reason = unsafe_reason(path)
+            if reason:
+                return {"refused": reason}
+            result = ctx.runner.run(
+                [str(path), *ctx.options.get("args", [])], timeout=float(ctx.options["timeout"])
+            )
+            return {
+                "rc": result.rc,
+                "stdout": result.stdout,
+                "timed_out": result.timed_out,
+                "truncated": result.truncated,
+                "error": result.error,
+            }
+
+        def evaluate(self, snapshot: Any, ctx: ProbeContext) -> list[Finding]:
+            return evaluate_exec(self.name, str(path), snapshot)
+
+    ExecProbe.__name__ = f"ExecProbe[{probe_name}]"
+    return ExecProbe
+
+
+def evaluate_exec(name: str, path: str, snap: Mapping[str, Any]) -> list[Finding]:
+    """Nagios protocol: exit 0/1/2/3, first line of stdout is the message."""
+    component = f"site:{name}"
+    if "refused" in snap:
+        return [
+            Finding(
+                "HMA_PROBE_REFUSED",
+                f"probe:{name}",
+                f"refused to run {path}: {snap['refused']}",
+                {"path": path, "reason": snap["refused"]},
+            )
+        ]
+    lines = (snap.get("stdout") or "").splitlines()
+    message = lines[0].strip()[:400] if lines else ""
+    details = {"path": path, "rc": snap.get("rc"), "output": "\n".join(lines[:20])[:4000]}
+    if snap.get("truncated"):
+        details["truncated"] = True
+    if snap.get("error") or snap.get("timed_out"):
+        why = snap.get("error") or "timed out (killed with its process group)"
+        return [
+            Finding("SITE_PROBE_UNKNOWN", component, f"{name}: {why}", details, Severity.UNKNOWN)
+        ]
+    rc = snap.get("rc")
+    severity = NAGIOS_CODES.get(rc, Severity.UNKNOWN) if isinstance(rc, int) else Severity.UNKNOWN
+    if severity is Severity.OK:
+        return []
+    if snap.get("rc") not in NAGIOS_CODES:
+        message = f"exit status {snap.get('rc')} is not a Nagios code; {message}".rstrip("; ")
+    return [Finding(_SITE_CODE[severity], component, message or f"{name}: {severity}", details)]
+
+
+def exec_probes(folder: str) -> dict[str, type[Probe]]:
+    """Probe classes for the executable files of ``folder`` (hidden and backup files skipped)."""
+    out: dict[str, type[Probe]] = {}
+    try:
+        entries = sorted(Path(folder).iterdir())
+    except OSError:
+        return out
+    for path in entries:
+        if path.name.startswith(".") or path.name.endswith(("~", ".dpkg-old", ".rpmsave")):
+            continue
+        if path.is_file() and os.access(path, os.X_OK):
+            cls = exec_probe_class(path)
+            out.setdefault(cls.name, cls)
+    return out

@@ -1,0 +1,62 @@
+"""Worker process for ``isolation = "process"`` probes: JSON request lines in, answers out.
+
+Started by ``hma.runner.ProcessSlot`` as ``python -m hma.worker PROBE``; it loads the probe through
+the entry point group (never by module name) and serves requests until its stdin closes.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from hma.adapters.command import CommandRunner
+from hma.adapters.files import RootReader
+from hma.model import RunStatus
+from hma.probe import NodeFacts, ProbeContext
+from hma.registry import discover
+from hma.runner import Collected, collect_guarded, encode_answer
+
+
+def main(argv: list[str]) -> int:
+    """Serve collect requests for the probe named in ``argv[0]``."""
+    classes, broken = discover()
+    name = argv[0] if argv else ""
+    cls = classes.get(name)
+    for line in sys.stdin:
+        if cls is None:
+            why = next((b.error for b in broken if b.name == name), f"no probe named {name!r}")
+            answer = Collected(RunStatus.FAILED, error=why)
+        else:
+            try:
+                req = json.loads(line)
+                facts = req.get("facts") or {}
+                ctx = ProbeContext(
+                    options=req["options"],
+                    sysfs=RootReader(req["sysfs"]),
+                    procfs=RootReader(req["procfs"]),
+                    runner=CommandRunner(),
+                    instance_type=req.get("instance_type"),
+                    facts=NodeFacts(
+                        node_name=facts.get("node_name", ""),
+                        job_running=facts.get("job_running"),
+                        job_ids=tuple(facts.get("job_ids", ())),
+                        slurm_configured=bool(facts.get("slurm_configured")),
+                    ),
+                    oneshot=bool(req.get("oneshot")),
+                    boot_id=req.get("boot_id", ""),
+                )
+                answer = collect_guarded(cls(), ctx)
+            except (ValueError, KeyError, TypeError) as exc:
+                answer = Collected(RunStatus.FAILED, error=f"bad request: {exc}")
+        try:
+            sys.stdout.write(encode_answer(answer) + "\n")
+        except (TypeError, ValueError) as exc:
+            sys.stdout.write(
+                encode_answer(Collected(RunStatus.FAILED, error=f"snapshot not JSON: {exc}")) + "\n"
+            )
+        sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

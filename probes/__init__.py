@@ -1,0 +1,1 @@
+"""Built-in probes, installed as the subpackage ``hma.probes``."""
