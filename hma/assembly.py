@@ -17,8 +17,11 @@ from hma.adapters.files import ReadError, RootReader
 from hma.catalogue import Catalogue
 from hma.config import CORE_SECTIONS, Config, Schema
 from hma.model import Finding
+from hma.options import Option
 from hma.probe import NodeFacts, Probe, ProbeContext
 from hma.registry import Broken, broken_finding, discover, exec_probes
+from hma.source import GROUP as SOURCE_GROUP
+from hma.source import EventSource, KeyValue, MemoryKV, SourceContext
 
 EXTRA_SECTIONS: dict = {}
 
@@ -30,6 +33,7 @@ class Setup:
     config: Config
     catalogue: Catalogue
     probes: dict[str, Probe]  # enabled or not; see ``enabled``
+    sources: dict[str, EventSource] = field(default_factory=dict)
     broken: list[Broken] = field(default_factory=list)
 
     def enabled(self) -> list[str]:
@@ -74,9 +78,28 @@ class Setup:
             boot_id=boot_id,
         )
 
+    def source_context(
+        self, name: str, boot_id: str, kv: Optional[KeyValue] = None
+    ) -> SourceContext:
+        """Context for event source ``name``."""
+        paths = self.config.section("paths")
+        return SourceContext(
+            options=self.config.sources[name],
+            sysfs=RootReader(paths["sysfs"]),
+            procfs=RootReader(paths["procfs"]),
+            runner=CommandRunner(int(self.config.section("agent")["exec_output_cap"])),
+            boot_id=boot_id,
+            kv=kv or MemoryKV(),
+        )
 
-def schema_for(classes: dict[str, type[Probe]], broken: list[Broken], cat: Catalogue) -> Schema:
-    """The config schema for this set of probes and reporters."""
+
+def schema_for(
+    classes: dict[str, type[Probe]],
+    broken: list[Broken],
+    cat: Catalogue,
+    sources: Optional[dict[str, type[EventSource]]] = None,
+) -> Schema:
+    """The config schema for this set of probes, event sources and reporters."""
     probes = {
         name: config_mod.probe_options(
             cls.options, cls.default_interval, cls.default_timeout, cls.default_enabled
@@ -90,6 +113,13 @@ def schema_for(classes: dict[str, type[Probe]], broken: list[Broken], cat: Catal
         probes=probes,
         reporters=reporters.schemas(),
         catalogue=cat,
+        sources={
+            name: {
+                "enabled": Option("bool", cls.default_enabled, "Run this event source."),
+                **cls.options,
+            }
+            for name, cls in (sources or {}).items()
+        },
     )
 
 
@@ -106,6 +136,8 @@ def load(config_file: Optional[str] = None) -> Setup:
     """Discover everything and load the configuration; raises ``config.ConfigError``."""
     cat = catalogue_mod.load_builtin()
     classes, broken = discover()
+    source_classes, source_broken = discover(SOURCE_GROUP, EventSource)
+    broken += source_broken
     for name, cls in exec_probes(probes_dir_of(config_file)).items():
         if name in classes:
             broken.append(
@@ -113,11 +145,12 @@ def load(config_file: Optional[str] = None) -> Setup:
             )
         else:
             classes[name] = cls
-    schema = schema_for(classes, broken, cat)
+    schema = schema_for(classes, broken, cat, source_classes)
     cfg = config_mod.load(schema, config_file)
     return Setup(
         config=cfg,
         catalogue=cat.with_overrides(cfg.codes),
         probes={name: cls() for name, cls in classes.items()},
+        sources={name: cls() for name, cls in source_classes.items()},
         broken=broken,
     )

@@ -73,6 +73,7 @@ class Schema:
     probes: Mapping[str, Mapping[str, Option]]  # probe name -> its options (common ones included)
     reporters: Mapping[str, Mapping[str, Option]]
     catalogue: Catalogue
+    sources: Mapping[str, Mapping[str, Option]] = field(default_factory=dict)
 
 
 def probe_options(
@@ -95,6 +96,7 @@ class Config:
     reporters: dict[str, dict[str, Any]]
     codes: dict[str, dict[str, Any]]
     files: list[str] = field(default_factory=list)
+    sources: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def section(self, name: str) -> dict[str, Any]:
         """Values of a top-level section such as ``agent`` or ``paths``."""
@@ -192,6 +194,7 @@ def validate(raw: Mapping[str, Any], schema: Schema, files: Sequence[str] = ()) 
         sections[name] = _fill(name, raw.get(name, {}), options, errors)
     probes = _fill_group("probes", raw.get("probes", {}), schema.probes, errors)
     reporters = _fill_group("reporters", raw.get("reporters", {}), schema.reporters, errors)
+    sources = _fill_group("sources", raw.get("sources", {}), schema.sources, errors)
     codes: dict[str, dict[str, Any]] = {}
     raw_codes = raw.get("codes", {})
     if not isinstance(raw_codes, dict):
@@ -205,13 +208,13 @@ def validate(raw: Mapping[str, Any], schema: Schema, files: Sequence[str] = ()) 
             continue
         filled = _fill(f"codes.{code}", table, CODE_OPTIONS, errors)
         codes[code] = {k: v for k, v in filled.items() if v is not None}
-    known = [*schema.sections, "probes", "reporters", "codes"]
+    known = [*schema.sections, "probes", "sources", "reporters", "codes"]
     for key in raw:
         if key not in known:
             errors.append(f"{key}: unknown section{_hint(key, known)}")
     if errors:
         raise ConfigError(errors)
-    return Config(sections, probes, reporters, codes, list(files))
+    return Config(sections, probes, reporters, codes, list(files), sources)
 
 
 def _fill_group(
@@ -254,6 +257,8 @@ def render_defaults(schema: Schema) -> str:
         table(name, options)
     for name, options in sorted(schema.probes.items()):
         table(f"probes.{name}", options)
+    for name, options in sorted(schema.sources.items()):
+        table(f"sources.{name}", options)
     for name, options in sorted(schema.reporters.items()):
         table(f"reporters.{name}", options)
     table("codes.<CODE>", CODE_OPTIONS)

@@ -36,17 +36,17 @@ def _entry_points(group: str) -> Iterable[Any]:
     return metadata.entry_points().get(group, [])  # pragma: no cover - Python 3.9
 
 
-def discover(group: str = GROUP) -> tuple[dict[str, type[Probe]], list[Broken]]:
-    """Load every probe class of the entry point group."""
-    found: dict[str, type[Probe]] = {}
+def discover(group: str = GROUP, base: Any = Probe) -> tuple[dict[str, Any], list[Broken]]:
+    """Load every class of an entry point group (probes by default; event sources too)."""
+    found: dict[str, Any] = {}
     broken: list[Broken] = []
     for ep in sorted(_entry_points(group), key=lambda e: e.name):
         try:
             cls = ep.load()
-            if not (isinstance(cls, type) and issubclass(cls, Probe)):
-                raise TypeError(f"{ep.value} is not a hma.probe.Probe subclass")
-            if cls.name != ep.name:
-                raise TypeError(f"entry point {ep.name!r} names a probe called {cls.name!r}")
+            if not (isinstance(cls, type) and issubclass(cls, base)):
+                raise TypeError(f"{ep.value} is not a {base.__module__}.{base.__name__} subclass")
+            if getattr(cls, "name", None) != ep.name:
+                raise TypeError(f"entry point {ep.name!r} names a class whose name differs")
         except Exception as exc:  # noqa: BLE001 - any plugin failure is reported, not fatal
             broken.append(Broken(ep.name, f"{type(exc).__name__}: {exc}"))
             continue
