@@ -1,27 +1,81 @@
-"""Reporters: where verdicts and transitions go (journald, Prometheus textfile, ...).
+"""Reporters: where alerts and the node's status go (journald, Prometheus textfile, ...).
 
-Reporters are pluggable like probes (entry point group ``hma.reporters``); each declares its
-options. A failing reporter is logged and never stops the loop.
+Reporters are pluggable like probes: classes registered under the entry point group
+``hma.reporters``, configured in ``[reporters.<name>]`` (each declares its options; ``enabled``
+is always there). The daemon calls ``alert`` once per transition and ``publish`` with the full
+status document (docs/status.md) after every change. A reporter that raises is logged and skipped;
+it never stops the loop.
 """
 
 from __future__ import annotations
 
-from typing import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Mapping
 
+from hma.model import Action, Severity
 from hma.options import Option
 
 GROUP = "hma.reporters"
 
+ALERT_KINDS = (
+    "raised",  # a fault became active
+    "escalated",  # an active fault's severity or action rose
+    "cleared",  # an active fault went away
+    "action_requested",  # remediation decided an action (written to the outbox)
+    "action_applied",  # the action took effect in Slurm / the cluster hook
+    "action_held",  # the action is held back (breaker, rate limit, policy none, dry run)
+    "action_failed",  # an attempt failed (will be retried)
+    "acknowledged",  # an operator ran `hma ack`
+    "agent",  # about the agent itself (started, config reload failed, state reset)
+)
+
+
+@dataclass(frozen=True)
+class Alert:
+    """One state change worth telling people about."""
+
+    kind: str
+    code: str
+    component: str
+    severity: Severity
+    message: str
+    action: Action = Action.NONE
+    probe: str = ""
+    details: Mapping[str, Any] = field(default_factory=dict)
+    ts: float = 0.0
+
+
+class Reporter:
+    """Base class of reporters."""
+
+    name: ClassVar[str] = ""
+    options: ClassVar[Mapping[str, Option]] = {}
+    default_enabled: ClassVar[bool] = False
+
+    def __init__(self, options: Mapping[str, Any]) -> None:
+        self.config = options
+
+    def alert(self, alert: Alert) -> None:
+        """Deliver one alert."""
+
+    def publish(self, status: Mapping[str, Any]) -> None:
+        """Publish the full status document after a change."""
+
+    def close(self) -> None:
+        """Release resources at shutdown."""
+
+
+def discover() -> tuple[dict[str, type[Reporter]], list[Any]]:
+    """Reporter classes of the entry point group (and the ones that failed to load)."""
+    from hma.registry import discover as discover_group
+
+    return discover_group(GROUP, Reporter)
+
 
 def schemas() -> dict[str, Mapping[str, Option]]:
-    """Option sets of the known reporters, keyed by reporter name."""
-    from hma.registry import _entry_points
-
-    out: dict[str, Mapping[str, Option]] = {}
-    for ep in _entry_points(GROUP):
-        try:
-            cls = ep.load()
-            out[ep.name] = dict(getattr(cls, "options", {}))
-        except Exception:  # noqa: BLE001 - a broken reporter plugin only loses its section
-            continue
-    return out
+    """Option sets of the known reporters (``enabled`` first), keyed by reporter name."""
+    classes, _broken = discover()
+    return {
+        name: {"enabled": Option("bool", cls.default_enabled, "Use this reporter."), **cls.options}
+        for name, cls in classes.items()
+    }
