@@ -16,6 +16,7 @@ from typing import Any, Mapping, Optional, Sequence
 from hma import tomlcompat
 from hma.catalogue import OVERRIDABLE, Catalogue
 from hma.options import Option, positive
+from hma.remediation import options as remediation_options
 
 DEFAULT_PATH = "/etc/hma/hma.toml"
 EX_CONFIG = 78
@@ -42,6 +43,8 @@ CORE_SECTIONS: dict[str, dict[str, Option]] = {
         "sysfs": Option("path", "/sys", "Root of sysfs (tests and containers point it elsewhere)."),
         "procfs": Option("path", "/proc", "Root of procfs."),
     },
+    "recovery": remediation_options.RECOVERY,
+    "slurm": remediation_options.SLURM,
 }
 
 PROBE_COMMON: dict[str, Option] = {

@@ -206,7 +206,7 @@ class Daemon:
         if self.remediator is not None:
             _quietly(self.remediator.close)
         try:
-            from hma import remediation  # type: ignore[attr-defined]
+            from hma import remediation
         except ImportError:
             return None
         return remediation.Remediator(self.setup, self.store, self.clock)

@@ -1,0 +1,96 @@
+"""Circuit breaker: no single bug may drain a fleet.
+
+Pure functions over one ``sinfo`` listing. The nodes that count are those of this node's partitions
+that hma holds out of scheduling: a reason starting ``HMA:``, or a HyperPod ``Action:Reboot`` /
+``Action:Replace`` FAIL on a node that carries an hma label. The limit is ``max_drained_percent``
+of those nodes and ``max_drained_nodes``, never below one node.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+from hma.remediation import label as label_mod
+from hma.remediation.slurm import HYPERPOD_REBOOT, HYPERPOD_REPLACE, NodeState
+
+
+@dataclass(frozen=True)
+class Count:
+    """What the breaker saw."""
+
+    held: tuple[str, ...]  # nodes hma holds, in (drain time, name) order
+    total: int  # nodes in the partitions
+    limit: int
+    partitions: tuple[str, ...]
+
+    def others(self, node: str) -> int:
+        """Held nodes other than ``node``."""
+        return sum(1 for n in self.held if n != node)
+
+    def blocks(self, node: str) -> bool:
+        """A new drain/reboot/replace of ``node`` must be held."""
+        return self.others(node) >= self.limit
+
+    def beyond(self, node: str) -> bool:
+        """``node`` is held by hma but not among the first ``limit`` (it must undo itself)."""
+        return node in self.held and self.held.index(node) >= self.limit
+
+    def to_json(self) -> dict:
+        """Status form."""
+        return {
+            "held_nodes": list(self.held),
+            "total": self.total,
+            "limit": self.limit,
+            "open": len(self.held) >= self.limit,
+            "partitions": list(self.partitions),
+        }
+
+
+def limit_for(total: int, percent: float, max_nodes: Optional[int]) -> int:
+    """Nodes hma may hold among ``total``: ``percent`` of them and ``max_nodes``, at least one."""
+    value = math.floor(total * percent / 100.0 + 1e-9)
+    if max_nodes is not None:
+        value = min(value, max_nodes)
+    return max(1, value)
+
+
+def held_by_hma(node: NodeState, field: str) -> bool:
+    """hma holds this node out of scheduling."""
+    if node.owned and node.out_of_service:
+        return True
+    if node.fail and node.reason in (HYPERPOD_REBOOT, HYPERPOD_REPLACE):
+        found = label_mod.find(node.field(field))
+        return found is not None and found.state == "unhealthy" and not found.held
+    return False
+
+
+def drain_time(node: NodeState, field: str) -> float:
+    """When hma drained the node: the label's ``d`` (ms), else Slurm's reason time (s)."""
+    found = label_mod.find(node.field(field))
+    if found is not None and found.drained:
+        return found.drained
+    return node.reason_time
+
+
+def count(
+    nodes: Sequence[NodeState],
+    me: str,
+    field: str,
+    percent: float,
+    max_nodes: Optional[int],
+) -> Count:
+    """Count hma-held nodes in the partitions of ``me`` (all nodes when ``me`` has none)."""
+    mine = next((n for n in nodes if n.name == me), None)
+    parts = set(mine.partitions) if mine is not None and mine.partitions else set()
+    scope = [n for n in nodes if not parts or parts & set(n.partitions)]
+    held = sorted(
+        (n for n in scope if held_by_hma(n, field)), key=lambda n: (drain_time(n, field), n.name)
+    )
+    return Count(
+        tuple(n.name for n in held),
+        len(scope),
+        limit_for(len(scope), percent, max_nodes),
+        tuple(sorted(parts)),
+    )

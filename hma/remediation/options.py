@@ -1,0 +1,133 @@
+"""Configuration keys of remediation: ``[recovery]`` (what to do) and ``[slurm]`` (how to reach it).
+
+Registered in ``hma.config.CORE_SECTIONS``; documented in docs/remediation.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional
+
+from hma.options import Option, positive
+
+RECOVERY: dict[str, Option] = {
+    "policy": Option(
+        "choice",
+        "automatic",
+        "automatic: label, drain, then reboot/replace; none: label only (no drain, no recovery).",
+        choices=("automatic", "none"),
+    ),
+    "dry_run": Option(
+        "bool", False, "Decide everything and report it as 'would ...', change nothing in Slurm."
+    ),
+    "label_field": Option(
+        "choice",
+        "extra",
+        "Node field that carries the hma=... label token (edited in place).",
+        choices=("extra", "comment"),
+    ),
+    "reboot_mode": Option(
+        "choice",
+        "scontrol",
+        "How a reboot is done: scontrol reboot (node stays drained), HyperPod "
+        "State=FAIL Reason=Action:Reboot, or reboot_command.",
+        choices=("scontrol", "hyperpod", "command"),
+    ),
+    "replace_mode": Option(
+        "choice",
+        "drain_only",
+        "How a replacement is asked for: stay drained for a human, HyperPod "
+        "State=FAIL Reason=Action:Replace, or replace_command.",
+        choices=("drain_only", "hyperpod", "command"),
+    ),
+    "reboot_command": Option(
+        "argv", None, "Cluster API hook for reboot_mode = command (exit 0 = accepted)."
+    ),
+    "replace_command": Option(
+        "argv", None, "Cluster API hook for replace_mode = command (exit 0 = accepted)."
+    ),
+    "command_timeout": Option(
+        "float", 120.0, "Seconds a reboot/replace hook may run.", check=positive
+    ),
+    "drain_timeout": Option(
+        "float",
+        3600.0,
+        "Seconds a drain may wait for jobs before the node is set DOWN and acted on.",
+        check=positive,
+    ),
+    "max_reboots": Option(
+        "int", 2, "Reboots for the same fault within reboot_window before replace.", minimum=0
+    ),
+    "reboot_window": Option(
+        "float", 7 * 86400.0, "Window (s) in which reboots of a fault are counted.", check=positive
+    ),
+    "min_reboot_interval": Option(
+        "float", 1800.0, "At most one reboot per node in this many seconds.", minimum=0
+    ),
+    "max_drained_percent": Option(
+        "float",
+        10.0,
+        "Circuit breaker: hold actions while this share of the partitions' nodes is held by hma.",
+        check=positive,
+    ),
+    "max_drained_nodes": Option(
+        "int",
+        None,
+        "Circuit breaker: also hold at this many hma-held nodes (unset: no cap).",
+        minimum=1,
+    ),
+    "adopt_slurm_drains": Option(
+        "bool", False, "Take over Slurm's own hardware drains (Kill task failed, gres count)."
+    ),
+    "resume_after": Option(
+        "float",
+        120.0,
+        "Seconds of healthy verdicts (one probe cycle) before an owned drain is resumed.",
+        minimum=0,
+    ),
+    "retry_min": Option("float", 2.0, "First retry delay (s) of a failed action.", check=positive),
+    "retry_max": Option("float", 300.0, "Longest retry delay (s).", check=positive),
+    "recheck_interval": Option(
+        "float", 15.0, "Seconds between re-evaluations (breaker, drain progress).", check=positive
+    ),
+}
+
+SLURM: dict[str, Option] = {
+    "scontrol": Option("argv", ["scontrol"], "scontrol command."),
+    "sinfo": Option("argv", ["sinfo"], "sinfo command."),
+    "squeue": Option("argv", ["squeue"], "squeue command (jobs on the node)."),
+    "conf": Option("path", None, "SLURM_CONF for every Slurm call (unset: Slurm's default)."),
+    "path": Option(
+        "str",
+        "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "PATH for Slurm calls and hooks (HealthCheckProgram runs with no PATH).",
+    ),
+    "node_name": Option(
+        "str", None, "This node's Slurm name; unset: match this host to NodeHostname/NodeName."
+    ),
+    "timeout": Option("float", 20.0, "Seconds one Slurm client call may take.", check=positive),
+    "facts_interval": Option(
+        "float",
+        10.0,
+        "Seconds between refreshes of the node's Slurm state and jobs.",
+        check=positive,
+    ),
+    "enabled": Option("bool", True, "Use Slurm at all (false: no facts, no labels, no actions)."),
+}
+
+
+def problems(recovery: Mapping[str, Any]) -> list[str]:
+    """Cross-key errors that single options cannot check."""
+    out = []
+    if recovery["reboot_mode"] == "command" and not recovery["reboot_command"]:
+        out.append("recovery.reboot_command: required when reboot_mode = 'command'")
+    if recovery["replace_mode"] == "command" and not recovery["replace_command"]:
+        out.append("recovery.replace_command: required when replace_mode = 'command'")
+    if recovery["retry_max"] < recovery["retry_min"]:
+        out.append("recovery.retry_max: must be >= retry_min")
+    return out
+
+
+def node_name_of(slurm: Mapping[str, Any]) -> Optional[str]:
+    """``[slurm] node_name`` or None."""
+    value = slurm.get("node_name")
+    return str(value) if value else None

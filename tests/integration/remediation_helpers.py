@@ -1,0 +1,127 @@
+"""Shared pieces of the remediation tests: config files, verdicts, a Remediator per node."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from hma import assembly
+from hma.model import Action, Clears, Fault, Severity, Verdict
+from hma.remediation import Remediator
+from hma.state import Store
+from tests.slurmcluster import SlurmCluster
+
+FAST = {
+    "recheck_interval": 0.3,
+    "retry_min": 0.3,
+    "retry_max": 2.0,
+    "resume_after": 0.0,
+    "min_reboot_interval": 0.0,
+}
+
+
+def toml_value(value: Any) -> str:
+    """A TOML literal (strings through JSON, which TOML basic strings accept)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    return json.dumps(value)
+
+
+def write_config(
+    path: Path,
+    cluster: SlurmCluster,
+    node: str,
+    recovery: Optional[dict[str, Any]] = None,
+    slurm: Optional[dict[str, Any]] = None,
+) -> Path:
+    """An hma.toml for ``node`` of ``cluster`` with fast timings."""
+    folder = path.parent
+    sections = {
+        "agent": {
+            "state_dir": str(folder / f"state-{node}"),
+            "run_dir": str(folder / f"run-{node}"),
+            "node_name": node,
+            "probes_dir": str(folder / "probes.d"),
+        },
+        "paths": {"procfs": str(cluster.procfs(node))},
+        "slurm": {
+            "conf": str(cluster.conf),
+            "node_name": node,
+            "facts_interval": 0.3,
+            "timeout": 15.0,
+            **(slurm or {}),
+        },
+        "recovery": {**FAST, **(recovery or {})},
+    }
+    lines = []
+    for name, values in sections.items():
+        lines.append(f"[{name}]")
+        lines += [f"{k} = {toml_value(v)}" for k, v in values.items()]
+        lines.append("")
+    path.write_text("\n".join(lines))
+    return path
+
+
+def make(
+    tmp: Path,
+    cluster: SlurmCluster,
+    node: str,
+    recovery: Optional[dict[str, Any]] = None,
+    slurm: Optional[dict[str, Any]] = None,
+) -> tuple[Remediator, Store]:
+    """A started Remediator for ``node`` with its own state database."""
+    cfg = write_config(tmp / f"hma-{node}.toml", cluster, node, recovery, slurm)
+    setup = assembly.load(str(cfg))
+    store = Store(str(tmp / f"state-{node}" / "state.db"))
+    return Remediator(setup, store), store
+
+
+def fault(
+    code: str = "GPU_XID_79",
+    component: str = "gpu:0000:3b:00",
+    action: Action = Action.REBOOT,
+    clears: Clears = Clears.REBOOT,
+    message: str = "Xid 79: GPU has fallen off the bus",
+) -> Fault:
+    """An active, draining, critical fault."""
+    now = time.time()
+    return Fault(
+        code,
+        component,
+        Severity.CRITICAL,
+        action,
+        message,
+        {},
+        "test",
+        now,
+        now,
+        1,
+        True,
+        clears,
+        True,
+    )
+
+
+def verdict(*faults: Fault, boot: str = "boot-1") -> Verdict:
+    """A verdict with these active faults."""
+    return Verdict(time.time(), boot, tuple(faults))
+
+
+def wait(predicate: Any, timeout: float = 20.0, what: str = "condition") -> None:
+    """Poll until true."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def kinds(rem: Remediator) -> list[tuple[str, str]]:
+    """(kind, state) of the outbox rows, oldest first."""
+    return [(r["kind"], r["state"]) for r in rem.status()["actions"]]

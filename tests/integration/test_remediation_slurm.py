@@ -1,0 +1,216 @@
+"""Remediation against a real slurmctld + 4 slurmd on loopback (tests/slurmcluster.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from hma.model import Action, Clears
+from hma.remediation import label as label_mod
+from tests.integration.remediation_helpers import fault, kinds, make, verdict, wait
+from tests.slurmcluster import SlurmCluster, available
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
+
+REASON = "HMA: GPU_XID_79 gpu:0000:3b:00"
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[SlurmCluster]:
+    why = available()
+    if why:
+        pytest.skip(why)
+    c = SlurmCluster(4)
+    c.start()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture
+def fresh(cluster: SlurmCluster) -> SlurmCluster:
+    cluster.reset()
+    return cluster
+
+
+def test_fault_drains_with_hma_reason_and_label(fresh: SlurmCluster, tmp_path: Path) -> None:
+    rem, _store = make(tmp_path, fresh, "node1", {"reboot_mode": "hyperpod"})
+    try:
+        job = fresh.submit("node1")
+        wait(lambda: rem.facts().job_ids == (job,), what="job in facts")
+        rem.update(verdict(fault(action=Action.NONE, clears=Clears.OBSERVATION)), "boot-1")
+        wait(lambda: "DRAIN" in fresh.state("node1"), what="drain")
+        node = fresh.node("node1")
+        assert node["reason"] == REASON
+        found = label_mod.find(node["extra"])
+        assert found is not None and found.code == "GPU_XID_79" and found.jobs == (job,)
+        assert node["state"] in ("allocated", "mixed")  # draining: the job still runs
+        alerts = rem.alerts()
+        assert any(a.kind == "action_applied" and job in a.message for a in alerts)
+        assert rem.status()["jobs"] == [job]
+    finally:
+        rem.close()
+
+
+def test_admin_drain_is_left_alone_and_only_labelled(fresh: SlurmCluster, tmp_path: Path) -> None:
+    fresh.scontrol(
+        "update", "NodeName=node2", "State=DRAIN", "Reason=disk swap by bob", "Extra=rack=12"
+    )
+    rem, _store = make(tmp_path, fresh, "node2")
+    try:
+        rem.update(verdict(fault()), "boot-1")
+        wait(lambda: "hma=" in fresh.node("node2")["extra"], what="label")
+        wait(lambda: ("drain", "done") in kinds(rem), what="drain decided")
+        node = fresh.node("node2")
+        assert node["reason"] == "disk swap by bob"
+        assert node["extra"].startswith("rack=12 hma=unhealthy:GPU_XID_79:reboot")
+        assert "h=not_owned" in node["extra"]
+        rem.update(verdict(), "boot-1")  # healthy: clear our label, never the admin's drain
+        wait(lambda: "hma=" not in fresh.node("node2")["extra"], what="label cleared")
+        node = fresh.node("node2")
+        assert node["extra"] == "rack=12" and node["reason"] == "disk swap by bob"
+        assert "DRAIN" in node["state_flags"]
+        assert "node2" not in fresh.reboots()
+    finally:
+        rem.close()
+
+
+def test_cleared_fault_resumes(fresh: SlurmCluster, tmp_path: Path) -> None:
+    rem, _store = make(tmp_path, fresh, "node3", {"resume_after": 0.5})
+    try:
+        rem.update(verdict(fault(action=Action.NONE, clears=Clears.OBSERVATION)), "boot-1")
+        wait(lambda: fresh.node("node3")["reason"] == REASON, what="drain")
+        rem.update(verdict(), "boot-1")
+        wait(lambda: fresh.state("node3") == "IDLE", what="resume")
+        node = fresh.node("node3")
+        assert node["reason"] == "" and "hma=" not in node["extra"]
+        assert [k for k, _s in kinds(rem)] == ["drain", "resume"]
+    finally:
+        rem.close()
+
+
+def test_reboot_flow_end_to_end(fresh: SlurmCluster, tmp_path: Path) -> None:
+    rem, _store = make(tmp_path, fresh, "node1", {"resume_after": 0.5})
+    try:
+        boot1 = fresh.boot_id("node1")
+        rem.update(verdict(fault(), boot=boot1), boot1)
+        wait(lambda: "node1" in fresh.reboots(), what="RebootProgram run")
+        wait(lambda: fresh.boot_id("node1") != boot1, what="new boot id")
+        wait(lambda: fresh.node("node1")["state"] == "idle", 30, "slurmd back")
+        node = fresh.node("node1")
+        assert "DRAIN" in node["state_flags"]  # still drained through the reboot
+        assert node["reason"].startswith(REASON)  # Slurm appended " : reboot issued"
+        boot2 = fresh.boot_id("node1")
+        rem.update(verdict(boot=boot2), boot2)  # the fault cleared by the reboot
+        wait(lambda: fresh.state("node1") == "IDLE", what="resume after a healthy cycle")
+        node = fresh.node("node1")
+        found = label_mod.find(node["extra"])
+        assert found is not None and found.state == "recovered" and found.reboots == 1
+        assert [k for k, _s in kinds(rem)] == ["drain", "reboot", "resume"]
+    finally:
+        rem.close()
+
+
+def test_persisting_fault_escalates_to_replace_hyperpod(
+    fresh: SlurmCluster, tmp_path: Path
+) -> None:
+    rem, _store = make(
+        tmp_path, fresh, "node2", {"reboot_mode": "hyperpod", "replace_mode": "hyperpod"}
+    )
+    try:
+        f = fault()
+        for n in range(2):  # reboot 1 and 2 (HyperPod reboots: here we fake the new boot)
+            rem.update(verdict(f, boot=f"boot-{n}"), f"boot-{n}")
+            wait(lambda: fresh.node("node2")["reason"] == "Action:Reboot", what=f"reboot {n}")
+            assert "FAIL" in fresh.node("node2")["state_flags"]
+            fresh.scontrol("update", "NodeName=node2", "State=DRAIN", f"Reason={REASON}")
+        rem.update(verdict(f, boot="boot-2"), "boot-2")
+        wait(lambda: fresh.node("node2")["reason"] == "Action:Replace", what="replace")
+        node = fresh.node("node2")
+        assert "FAIL" in node["state_flags"]
+        found = label_mod.find(node["extra"])
+        assert found is not None and found.action == "replace" and found.reboots == 2
+    finally:
+        rem.close()
+
+
+def test_replace_command_hook_gets_environment_and_findings(
+    fresh: SlurmCluster, tmp_path: Path
+) -> None:
+    out = tmp_path / "hook.json"
+    hook = tmp_path / "hook.py"
+    hook.write_text(
+        f"#!{sys.executable}\nimport json, os\n"
+        "env = {k: v for k, v in os.environ.items() if k.startswith('HMA_')}\n"
+        "findings = json.load(open(os.environ['HMA_FINDINGS_FILE']))\n"
+        f"json.dump({{'env': env, 'findings': findings}}, open({str(out)!r}, 'w'))\n"
+    )
+    hook.chmod(hook.stat().st_mode | stat.S_IEXEC)
+    rem, _store = make(
+        tmp_path,
+        fresh,
+        "node3",
+        {"replace_mode": "command", "replace_command": [str(hook)], "max_reboots": 0},
+    )
+    try:
+        rem.update(verdict(fault()), "boot-1")  # max_reboots 0: straight to replace
+        wait(out.exists, what="hook run")
+        data = json.loads(out.read_text())
+        assert data["env"]["HMA_NODE"] == "node3"
+        assert data["env"]["HMA_ACTION"] == "replace"
+        assert data["env"]["HMA_REASON"] == REASON
+        assert data["env"]["HMA_ACTION_ID"].startswith("ep1:replace")
+        assert data["findings"]["findings"][0]["code"] == "GPU_XID_79"
+        assert not os.path.exists(data["env"]["HMA_FINDINGS_FILE"])  # removed afterwards
+        assert fresh.node("node3")["reason"] == REASON  # drained, the hook does the rest
+    finally:
+        rem.close()
+
+
+def test_policy_none_labels_only(fresh: SlurmCluster, tmp_path: Path) -> None:
+    rem, _store = make(tmp_path, fresh, "node4", {"policy": "none"})
+    try:
+        rem.update(verdict(fault()), "boot-1")
+        wait(lambda: "hma=unhealthy" in fresh.node("node4")["extra"], what="label")
+        assert fresh.state("node4") == "IDLE"
+        assert any(a.kind == "action_held" for a in rem.alerts())
+        rem.update(verdict(), "boot-1")
+        wait(lambda: fresh.node("node4")["extra"] == "", what="label cleared")
+        assert fresh.state("node4") == "IDLE" and "node4" not in fresh.reboots()
+    finally:
+        rem.close()
+
+
+def test_dry_run_changes_nothing(fresh: SlurmCluster, tmp_path: Path) -> None:
+    rem, _store = make(tmp_path, fresh, "node4", {"dry_run": True})
+    try:
+        rem.update(verdict(fault()), "boot-1")
+        status = rem.status()
+        assert [(k, s) for k, s in kinds(rem)] == [("drain", "dry_run"), ("reboot", "dry_run")]
+        assert status["dry_run"] is True
+        messages = [a.message for a in rem.alerts()]
+        assert any(m.startswith("dry run: would drain node4") for m in messages)
+        assert any(m.startswith("dry run: would reboot node4") for m in messages)
+        node = fresh.node("node4")
+        assert node["state"] == "idle" and not node["state_flags"] and node["extra"] == ""
+    finally:
+        rem.close()
+
+
+def test_reason_is_passed_literally(fresh: SlurmCluster, tmp_path: Path) -> None:
+    odd = "gpu:\"0\";rm -rf /tmp/x;$(touch /tmp/hma-pwned)`id`'q'"
+    rem, _store = make(tmp_path, fresh, "node1")
+    try:
+        rem.update(verdict(fault(component=odd, action=Action.NONE)), "boot-1")
+        wait(lambda: "DRAIN" in fresh.node("node1")["state_flags"], what="drain")
+        assert fresh.node("node1")["reason"] == f"HMA: GPU_XID_79 {odd}"
+        assert not os.path.exists("/tmp/hma-pwned")
+    finally:
+        rem.close()

@@ -1,0 +1,553 @@
+"""A real Slurm cluster on loopback for tests, benchmarks and the demo (root only).
+
+Starts munged (own socket and key), ``slurmctld -c`` and one ``slurmd -N <node>`` per node, all
+under a private base folder (``/tmp/hma-slurm-<runid>`` by default), with unique ports. The
+``RebootProgram`` is a stand-in that never reboots the machine: it restarts the node's slurmd with
+``-b`` (reporting a reboot to slurmctld) and writes a new boot id into the node's fake procfs root
+(``cluster.procfs(node)``, file ``sys/kernel/random/boot_id``).
+
+Usage::
+
+    from tests.slurmcluster import SlurmCluster, available
+
+    if not available():
+        pytest.skip("needs root and the Debian slurm packages")
+    with SlurmCluster(nodes=4) as cluster:
+        cluster.scontrol("update", "NodeName=node1", "State=DRAIN", "Reason=x")
+        print(cluster.node("node1")["state"])
+
+Everything started is stopped by PID in ``stop()`` (also on exceptions, via the context manager).
+Leftovers of earlier runs whose owner process is dead are swept at start (only folders named
+``hma-slurm-*`` whose ``owner.pid`` no longer runs, and only processes whose command line names that
+folder). Run ``python -m tests.slurmcluster`` to start a cluster by hand (Ctrl-C stops it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+PREFIX = "hma-slurm-"
+DAEMONS = ("munged", "slurmctld", "slurmd")
+
+
+def available() -> Optional[str]:
+    """None when a cluster can be started here, else why not."""
+    if os.geteuid() != 0:
+        return "needs root"
+    for tool in ("slurmctld", "slurmd", "scontrol", "sinfo", "munged"):
+        if shutil.which(tool, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin") is None:
+            return f"{tool} not installed (apt-get install slurmctld slurmd slurm-client munge)"
+    return None
+
+
+def _which(tool: str) -> str:
+    found = shutil.which(tool, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
+    if found is None:
+        raise RuntimeError(f"{tool} not found")
+    return found
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports free on 127.0.0.1 right now (kept open together so that they differ)."""
+    socks, ports = [], []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+            ports.append(s.getsockname()[1])
+    finally:
+        for s in socks:
+            s.close()
+    return ports
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie counts as gone
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().replace(b"\0", b" ").decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _read_pid(path: Path) -> Optional[int]:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _kill_pid(pid: int, marker: str, timeout: float = 5.0) -> None:
+    """SIGTERM then SIGKILL ``pid`` if its command line contains ``marker``."""
+    if not _alive(pid) or marker not in _cmdline(pid):
+        return
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and _alive(pid):
+        time.sleep(0.05)
+    if _alive(pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _pids_naming(folder: str) -> list[int]:
+    """PIDs of processes whose command line mentions ``folder`` (slurmd, slurmstepd, munged)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid() and folder in _cmdline(int(entry)):
+            out.append(int(entry))
+    return out
+
+
+def sweep(tmp: str = tempfile.gettempdir()) -> list[str]:
+    """Stop and remove leftovers of dead runs; returns the folders removed."""
+    removed = []
+    for entry in sorted(Path(tmp).glob(PREFIX + "*")):
+        owner = _read_pid(entry / "owner.pid")
+        if owner is not None and _alive(owner):
+            continue  # a live run (maybe another test process): never touch it
+        for pidfile in entry.glob("run/*.pid"):
+            pid = _read_pid(pidfile)
+            if pid is not None:
+                _kill_pid(pid, str(entry), timeout=3.0)
+        for pid in _pids_naming(str(entry)):
+            _kill_pid(pid, str(entry), timeout=3.0)
+        shutil.rmtree(entry, ignore_errors=True)
+        removed.append(str(entry))
+    return removed
+
+
+REBOOT_PROGRAM = r'''#!{python}
+"""RebootProgram stand-in: restart this node's slurmd with -b instead of rebooting."""
+import os, signal, sys, time, uuid
+
+BASE = {base!r}
+CONF = {conf!r}
+SLURMD = {slurmd!r}
+
+
+def cmdline(pid):
+    try:
+        with open(f"/proc/{{pid}}/cmdline", "rb") as fh:
+            return fh.read().split(b"\0")
+    except OSError:
+        return []
+
+
+def parent(pid):
+    try:
+        with open(f"/proc/{{pid}}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+pid, node = os.getppid(), None
+while pid > 1:
+    argv = cmdline(pid)
+    if argv and argv[0].endswith(b"slurmd") and b"-N" in argv:
+        node = argv[argv.index(b"-N") + 1].decode()
+        break
+    pid = parent(pid)
+if node is None:
+    sys.exit("reboot stand-in: no slurmd -N ancestor")
+with open(os.path.join(BASE, "log", "reboots.log"), "a") as fh:
+    fh.write(f"{{time.time():.3f}} {{node}}\n")
+if os.fork():
+    sys.exit(0)  # slurmd sees success at once
+os.setsid()
+if os.fork():
+    os._exit(0)
+for fd in (0, 1, 2):
+    os.dup2(os.open(os.devnull, os.O_RDWR), fd)
+time.sleep(0.2)
+try:
+    os.kill(pid, signal.SIGTERM)
+except ProcessLookupError:
+    pass
+deadline = time.time() + 15
+while time.time() < deadline and os.path.exists(f"/proc/{{pid}}"):
+    time.sleep(0.05)
+    try:
+        with open(f"/proc/{{pid}}/stat") as fh:
+            if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
+                break
+    except OSError:
+        break
+boot = os.path.join(BASE, "procfs", node, "sys", "kernel", "random")
+os.makedirs(boot, exist_ok=True)
+with open(os.path.join(boot, "boot_id.tmp"), "w") as fh:
+    fh.write(str(uuid.uuid4()) + "\n")
+os.replace(os.path.join(boot, "boot_id.tmp"), os.path.join(boot, "boot_id"))
+os.execv(SLURMD, [SLURMD, "-b", "-N", node, "-f", CONF])
+'''
+
+
+class SlurmCluster:
+    """munged + slurmctld + N slurmd on loopback under a private folder; see the module doc."""
+
+    def __init__(
+        self,
+        nodes: int | Sequence[str] = 4,
+        base: Optional[str] = None,
+        partition: str = "batch",
+        extra_conf: str = "",
+        munge: bool = True,
+    ) -> None:
+        self.nodes = (
+            [f"node{i + 1}" for i in range(nodes)] if isinstance(nodes, int) else list(nodes)
+        )
+        self.runid = uuid.uuid4().hex[:8]
+        self.base = Path(base or os.path.join(tempfile.gettempdir(), PREFIX + self.runid))
+        self.partition = partition
+        self.extra_conf = extra_conf
+        self.munge = munge
+        self.conf = self.base / "etc" / "slurm.conf"
+        self.env = dict(os.environ, SLURM_CONF=str(self.conf))
+        self.started = False
+
+    # --- files ----------------------------------------------------------------------------------
+
+    def procfs(self, node: str) -> Path:
+        """Fake procfs root of ``node`` (holds ``sys/kernel/random/boot_id``)."""
+        return self.base / "procfs" / node
+
+    def boot_id(self, node: str) -> str:
+        """The node's current (fake) boot id."""
+        return (self.procfs(node) / "sys/kernel/random/boot_id").read_text().strip()
+
+    def set_boot_id(self, node: str, value: Optional[str] = None) -> str:
+        """Write a new boot id for ``node`` (a fake reboot of the agent's view)."""
+        value = value or str(uuid.uuid4())
+        path = self.procfs(node) / "sys/kernel/random/boot_id"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(value + "\n")
+        return value
+
+    def reboots(self) -> list[str]:
+        """Nodes the RebootProgram stand-in was run for, in order."""
+        log = self.base / "log" / "reboots.log"
+        if not log.exists():
+            return []
+        return [line.split()[1] for line in log.read_text().splitlines() if line.strip()]
+
+    def _write_files(self) -> None:
+        for sub in ("etc", "run", "log", "state", "spool", "munge", "procfs"):
+            (self.base / sub).mkdir(parents=True, exist_ok=True)
+        (self.base / "owner.pid").write_text(str(os.getpid()))
+        os.chmod(self.base, 0o755)
+        ports = free_ports(len(self.nodes) + 1)
+        self.ctld_port = ports[0]
+        auth = (
+            f"AuthType=auth/munge\nAuthInfo=socket={self.base}/munge/munge.socket.2\n"
+            "CryptoType=crypto/munge\n"
+            if self.munge
+            else "AuthType=auth/none\nCredType=cred/none\n"
+        )
+        lines = [
+            f"ClusterName=hma{self.runid}",
+            "SlurmctldHost=localhost(127.0.0.1)",
+            f"SlurmctldPort={self.ctld_port}",
+            "SlurmUser=root",
+            "SlurmdUser=root",
+            auth.strip(),
+            "ProctrackType=proctrack/pgid",
+            "TaskPlugin=task/none",
+            "SelectType=select/cons_tres",
+            "SelectTypeParameters=CR_Core",
+            "JobAcctGatherType=jobacct_gather/none",
+            "AccountingStorageType=accounting_storage/none",
+            "SchedulerType=sched/backfill",
+            "MpiDefault=none",
+            "ReturnToService=2",
+            "SlurmdTimeout=30",
+            "ResumeTimeout=60",
+            "KillWait=2",
+            "MinJobAge=5",
+            f"StateSaveLocation={self.base}/state",
+            f"SlurmdSpoolDir={self.base}/spool/%n",
+            f"SlurmctldPidFile={self.base}/run/slurmctld.pid",
+            f"SlurmdPidFile={self.base}/run/slurmd-%n.pid",
+            f"SlurmctldLogFile={self.base}/log/slurmctld.log",
+            f"SlurmdLogFile={self.base}/log/slurmd-%n.log",
+            "SlurmctldDebug=info",
+            "SlurmdDebug=info",
+            f"RebootProgram={self.base}/etc/reboot",
+        ]
+        for node, port in zip(self.nodes, ports[1:]):
+            lines.append(
+                f"NodeName={node} NodeHostname=localhost NodeAddr=127.0.0.1 Port={port} "
+                "CPUs=1 RealMemory=100 State=UNKNOWN"
+            )
+        lines.append(
+            f"PartitionName={self.partition} Nodes={','.join(self.nodes)} Default=YES "
+            "MaxTime=INFINITE State=UP"
+        )
+        if self.extra_conf:
+            lines.append(self.extra_conf)
+        self.conf.write_text("\n".join(lines) + "\n")
+        reboot = self.base / "etc" / "reboot"
+        reboot.write_text(
+            REBOOT_PROGRAM.format(
+                python=sys.executable,
+                base=str(self.base),
+                conf=str(self.conf),
+                slurmd=_which("slurmd"),
+            )
+        )
+        reboot.chmod(0o755)
+        for node in self.nodes:
+            self.set_boot_id(node)
+            (self.base / "spool" / node).mkdir(parents=True, exist_ok=True)
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    def start(self, timeout: float = 30.0) -> SlurmCluster:
+        """Start everything and wait until every node is idle."""
+        why = available()
+        if why:
+            raise RuntimeError(why)
+        sweep(str(self.base.parent))
+        self._write_files()
+        try:
+            if self.munge:
+                self._start_munged()
+            self.start_controller(clean=True)
+            for node in self.nodes:
+                self.start_node(node)
+            self.started = True
+            self.wait_idle(self.nodes, timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start_munged(self) -> None:
+        mdir = self.base / "munge"  # socket folder: munged wants it searchable by all
+        private = mdir / "private"
+        private.mkdir(exist_ok=True)
+        key = private / "munge.key"
+        key.write_bytes(os.urandom(1024))
+        for path in (mdir, private, key):
+            shutil.chown(path, "munge", "munge")
+        os.chmod(mdir, 0o755)
+        os.chmod(private, 0o700)
+        os.chmod(key, 0o400)
+        argv = [
+            _which("munged"),
+            f"--socket={mdir}/munge.socket.2",
+            f"--pid-file={mdir}/munged.pid",
+            f"--key-file={key}",
+            f"--log-file={mdir}/munged.log",
+            f"--seed-file={private}/munged.seed",
+        ]
+        subprocess.run(
+            ["runuser", "-u", "munge", "--", *argv],
+            check=True,
+            timeout=15,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        self._wait_file(mdir / "munge.socket.2", 10.0)
+        pid = _read_pid(mdir / "munged.pid")
+        if pid is not None:  # keep it with the others so stop() and sweep() find it
+            (self.base / "run" / "munged.pid").write_text(str(pid))
+
+    @staticmethod
+    def _wait_file(path: Path, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not path.exists():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{path} did not appear")
+            time.sleep(0.05)
+
+    def start_controller(self, clean: bool = False) -> None:
+        """Start slurmctld (``clean``: ``-c``, discarding saved state)."""
+        argv = [_which("slurmctld"), "-f", str(self.conf)] + (["-c"] if clean else [])
+        subprocess.run(argv, check=True, timeout=30, env=self.env, stdout=subprocess.DEVNULL)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if self.run("scontrol", "ping", timeout=5).stdout.count("UP") >= 1:
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"slurmctld did not come up; see {self.base}/log/slurmctld.log")
+
+    def stop_controller(self) -> None:
+        """Stop slurmctld (clients then fail after about 9 s, as on a real outage)."""
+        pid = _read_pid(self.base / "run" / "slurmctld.pid")
+        if pid is not None:
+            _kill_pid(pid, "slurmctld", timeout=10.0)
+
+    def start_node(self, node: str) -> None:
+        """Start the slurmd of ``node``."""
+        argv = [_which("slurmd"), "-N", node, "-f", str(self.conf)]
+        subprocess.run(argv, check=True, timeout=30, env=self.env, stdout=subprocess.DEVNULL)
+
+    def stop_node(self, node: str) -> None:
+        """Stop the slurmd of ``node`` (and any step daemon left under its spool folder)."""
+        pid = _read_pid(self.base / "run" / f"slurmd-{node}.pid")
+        if pid is not None:
+            _kill_pid(pid, "slurmd", timeout=10.0)
+
+    def stop(self) -> None:
+        """Stop every daemon this cluster started (by PID) and remove the folder."""
+        for pidfile in sorted((self.base / "run").glob("slurmd-*.pid")):
+            pid = _read_pid(pidfile)
+            if pid is not None:
+                _kill_pid(pid, "slurmd", timeout=5.0)
+        self.stop_controller()
+        for pid in _pids_naming(str(self.base)):  # slurmstepd, reboot stand-ins
+            _kill_pid(pid, str(self.base), timeout=2.0)
+        pid = _read_pid(self.base / "run" / "munged.pid")
+        if pid is not None:
+            _kill_pid(pid, "munged", timeout=5.0)
+        self.started = False
+        if os.environ.get("HMA_KEEP_SLURM"):
+            return
+        shutil.rmtree(self.base, ignore_errors=True)
+
+    def __enter__(self) -> SlurmCluster:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    # --- clients --------------------------------------------------------------------------------
+
+    def run(self, tool: str, *args: str, timeout: float = 20.0) -> subprocess.CompletedProcess:
+        """Run a Slurm client (scontrol, sinfo, squeue, sbatch, ...) against this cluster."""
+        return subprocess.run(
+            [_which(tool), *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    def scontrol(self, *args: str, timeout: float = 20.0) -> str:
+        """``scontrol ARGS``; raises RuntimeError on failure."""
+        proc = self.run("scontrol", *args, timeout=timeout)
+        if proc.returncode != 0:
+            raise RuntimeError(f"scontrol {' '.join(args)}: {proc.stderr.strip()}")
+        return proc.stdout
+
+    def nodes_json(self) -> list[dict[str, Any]]:
+        """``sinfo --json`` node objects."""
+        out = self.run("sinfo", "--json").stdout
+        return list(json.loads(out).get("nodes", []))
+
+    def node(self, name: str) -> dict[str, Any]:
+        """The ``sinfo --json`` object of one node."""
+        for item in self.nodes_json():
+            if item.get("name") == name:
+                return item
+        raise KeyError(name)
+
+    def show(self, name: str) -> dict[str, str]:
+        """``scontrol -o show node`` as a dict (``Reason`` keeps its spaces)."""
+        text = self.scontrol("-o", "show", "node", name).strip()
+        out: dict[str, str] = {}
+        reason = ""
+        if " Reason=" in text:
+            text, reason = text.split(" Reason=", 1)
+            out["Reason"] = reason
+        for part in text.split():
+            if "=" in part:
+                key, value = part.split("=", 1)
+                out[key] = value
+        return out
+
+    def state(self, name: str) -> str:
+        """``State=`` of ``scontrol show node`` (e.g. ``IDLE+DRAIN``)."""
+        return self.show(name).get("State", "")
+
+    def wait_idle(self, nodes: Sequence[str], timeout: float = 30.0) -> None:
+        """Wait until every node in ``nodes`` is plain IDLE (responding, no flags)."""
+        self.wait(lambda: all(self.state(n) == "IDLE" for n in nodes), timeout, f"{nodes} idle")
+
+    def wait(self, predicate: Any, timeout: float, what: str, every: float = 0.1) -> None:
+        """Poll ``predicate`` until true; raises TimeoutError naming ``what``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if predicate():
+                    return
+            except (RuntimeError, KeyError, ValueError):
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"timed out waiting for {what} ({self.base})")
+            time.sleep(every)
+
+    def reset(self) -> None:
+        """Return every node to IDLE with empty Extra/Comment and no jobs (between tests)."""
+        self.run("scancel", f"--nodelist={','.join(self.nodes)}")
+        self.wait(lambda: not self.run("squeue", "-h", "-o", "%i").stdout.strip(), 30.0, "no jobs")
+        for node in self.nodes:
+            pid = _read_pid(self.base / "run" / f"slurmd-{node}.pid")
+            if pid is None or not _alive(pid):
+                self.start_node(node)
+            self.run("scontrol", "update", f"NodeName={node}", "Extra=", "Comment=")
+            if self.state(node) != "IDLE":
+                self.run("scontrol", "update", f"NodeName={node}", "State=RESUME")
+        self.wait_idle(self.nodes, 30.0)
+
+    def submit(self, node: str, seconds: int = 300) -> str:
+        """Start a job that sleeps on ``node``; returns its id once it runs."""
+        proc = self.run(
+            "sbatch", "--parsable", "-w", node, "-o", "/dev/null", f"--wrap=sleep {seconds}"
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(f"sbatch: {proc.stderr.strip()}")
+        job = proc.stdout.strip().split(";")[0]
+        self.wait(
+            lambda: self.run("squeue", "-h", "-j", job, "-o", "%T").stdout.strip() == "RUNNING",
+            30.0,
+            f"job {job} running",
+        )
+        return job
+
+
+def main() -> int:
+    """Start a cluster by hand and keep it until Ctrl-C."""
+    with SlurmCluster(int(sys.argv[1]) if len(sys.argv) > 1 else 4) as cluster:
+        print(f"export SLURM_CONF={cluster.conf}", flush=True)
+        try:
+            signal.pause()
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
