@@ -257,8 +257,8 @@ class Remediator:
 
     def _plan(self, now: float) -> None:
         """Bring the outbox in line with the verdict (under the lock)."""
-        if self._node_name is None:
-            return  # decided once Slurm told us who we are
+        if self._node_name is None or self._verdict is None:
+            return  # decided once Slurm told us who we are and the daemon gave a verdict
         state = self._state()
         ep = state.get("episode")
         fault, action = self._primary(now)
@@ -902,8 +902,12 @@ class Remediator:
             )
         with self._lock:
             state = self._state()
-            if state.get("episode") is not None and state["episode"]["id"] == ep.get("id"):
-                state["episode"] = None
+            current = state.get("episode")
+            if current is not None and current["id"] == ep.get("id"):
+                if current["phase"] == "resuming":
+                    state["episode"] = None
+                else:  # the fault came back while resuming: decide the drain again
+                    current.update(owned=None, drained_at=None, acted=None)
                 self.store.kv_set(KV_STATE, state)
             self._breaker_alerted = False
         return "done", note
