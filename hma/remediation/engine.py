@@ -62,6 +62,7 @@ class Remediator:
         clock: Callable[[], float] = time.time,
         client: Optional[SlurmClient] = None,
         start: bool = True,
+        node_name: Optional[str] = None,
     ) -> None:
         self.setup = setup
         self.store = store
@@ -87,7 +88,7 @@ class Remediator:
         self._alerts: list[Alert] = []
         self._verdict: Optional[Verdict] = None
         self._boot_id = ""
-        self._node_name: Optional[str] = options_mod.node_name_of(self.sl)
+        self._node_name: Optional[str] = node_name or options_mod.node_name_of(self.sl)
         self._node: Optional[NodeState] = None
         self._jobs: tuple[tuple[str, str], ...] = ()
         self._facts_ok = False
