@@ -94,7 +94,6 @@ class Remediator:
         self._facts_ok = False
         self._facts_error = ""
         self._breaker: Optional[breaker.Count] = None
-        self._held = ""
         self._breaker_alerted = False
         self._threads: list[threading.Thread] = []
         self._seed_reboots_done = False
@@ -152,7 +151,7 @@ class Remediator:
                     "reason": node.reason if node is not None else None,
                     "owned": node.owned if node is not None else None,
                 },
-                "held": self._held or None,
+                "held": None,
                 "jobs": list(ep["jobs"]) if ep else [j for j, _u in self._jobs],
                 "episode": ep,
                 "breaker": self._breaker.to_json() if self._breaker is not None else None,
@@ -160,6 +159,8 @@ class Remediator:
                 "actions": self._rows(MAX_ROWS_SHOWN),
             }
         doc["pending"] = sum(1 for r in doc["actions"] if r["state"] in OPEN)
+        held = [r for r in doc["actions"] if r["state"] == "held"]
+        doc["held"] = held[0]["last_error"] if held else None
         return doc
 
     def alerts(self) -> list[Alert]:
@@ -599,7 +600,7 @@ class Remediator:
                             row["kind"],
                             {"action_id": row["id"], "note": note},
                         )
-            self._held = note if outcome == "held" else ""
+
             if outcome != "held":
                 self._breaker_alerted = False
 

@@ -214,3 +214,17 @@ def test_reason_is_passed_literally(fresh: SlurmCluster, tmp_path: Path) -> None
         assert not os.path.exists("/tmp/hma-pwned")
     finally:
         rem.close()
+
+
+def test_stuck_drain_escalates_to_down_and_the_action(fresh: SlurmCluster, tmp_path: Path) -> None:
+    rem, _store = make(tmp_path, fresh, "node4", {"drain_timeout": 1.0, "replace_mode": "hyperpod"})
+    try:
+        job = fresh.submit("node4")
+        wait(lambda: rem.facts().job_ids == (job,), what="job in facts")
+        rem.update(verdict(fault(action=Action.REPLACE)), "boot-1")
+        wait(lambda: fresh.node("node4")["reason"] == "Action:Replace", 30, "replace after DOWN")
+        assert [k for k, _s in kinds(rem)] == ["drain", "down", "replace"]
+        assert "FAIL" in fresh.node("node4")["state_flags"]
+        assert any(job in a.message for a in rem.alerts() if a.kind == "action_applied")
+    finally:
+        rem.close()
