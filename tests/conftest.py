@@ -58,7 +58,8 @@ class Env:
             capture_output=True,
             text=True,
             timeout=timeout,
-            env=env or self.env(plugins), check=False,
+            env=env or self.env(plugins),
+            check=False,
         )
 
     def status(self) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from hma.probe import Probe, ProbeContext
 
 
 class StuckProbe(Probe):
-    """Blocks in a read(2) of a FIFO until a writer appears (a C call that cannot be interrupted)."""
+    """Blocks in open(2) of a FIFO until a writer appears (a call that cannot be interrupted)."""
 
     name = "stuck"
     default_enabled = False
