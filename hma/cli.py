@@ -39,6 +39,24 @@ def cmd_check(args: argparse.Namespace) -> int:
     return check.exit_code(doc)
 
 
+def cmd_status(args: argparse.Namespace) -> int:
+    """Print the daemon's status.json as a summary (or the document with ``--json``)."""
+    from hma import status
+
+    run_dir, problems = status.run_dir_of(args.config)
+    for line in problems:
+        print(f"hma status: config: {line} (looking in {run_dir})", file=sys.stderr)
+    doc, problem = status.read(run_dir)
+    if args.json:
+        if doc is not None:
+            print(json.dumps(doc, indent=2))
+        if problem:
+            print(f"hma status: {problem}", file=sys.stderr)
+    else:
+        print(status.render(doc, problem), end="" if doc is not None else "\n")
+    return status.exit_code(doc, problem)
+
+
 def cmd_config_check(args: argparse.Namespace) -> int:
     """Validate the configuration: exit 0, or 2 with one ``key.path: problem`` line per error."""
     try:
@@ -140,6 +158,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("probes", nargs="*", metavar="PROBE")
     p.add_argument("--json", action="store_true", help="print the JSON document")
     p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("status", help="show the running daemon's view of the node")
+    p.add_argument("--json", action="store_true", help="print the status.json document")
+    p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("config", help="configuration tools")
     csub = p.add_subparsers(dest="config_command", metavar="ACTION")
