@@ -153,3 +153,10 @@ def test_one_xid_through_nvml_and_the_kernel_log_is_one_fault_in_the_health_mode
     assert fault.draining and fault.action is Action.REBOOT
     cleared = model.new_boot("boot-2", 100.0)
     assert cleared.faults == ()  # Xid faults clear with a reboot
+
+
+def test_dedup_keeps_distinct_uncatalogued_xids_apart() -> None:
+    dedup = xid.Dedup(window_s=10)
+    assert dedup.admit(xid.xid_finding(998, "0000:01:00"), 1.0) is not None
+    assert dedup.admit(xid.xid_finding(999, "0000:01:00"), 1.0) is not None
+    assert dedup.admit(xid.xid_finding(999, "0000:01:00"), 2.0) is None
