@@ -135,3 +135,10 @@ def test_missing_prometheus_client_is_said_at_start(monkeypatch: pytest.MonkeyPa
     monkeypatch.setitem(sys.modules, "prometheus_client", None)  # import now raises ImportError
     with pytest.raises(prom.TextfileError, match="needs prometheus-client"):
         prom.PrometheusReporter({"textfile": "/tmp/x.prom"})
+
+
+def test_docs_list_every_metric() -> None:
+    docs = Path(__file__).resolve().parents[2] / "docs" / "alerting.md"
+    text = docs.read_text("utf-8")
+    for name in prom.families():
+        assert f"| `{name}` |" in text
