@@ -120,6 +120,24 @@ def cmd_explain_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    """Run the agent in the foreground (the systemd service's ExecStart)."""
+    from hma import daemon
+
+    return daemon.main(args.config)
+
+
+def cmd_ack(args: argparse.Namespace) -> int:
+    """Acknowledge a fault that clears by operator."""
+    from hma import ack
+
+    try:
+        setup = _load(args)
+    except config_mod.ConfigError as exc:
+        return _config_failed(exc, 2)
+    return ack.main(setup, args.code.upper(), args.component)
+
+
 def _config_failed(exc: config_mod.ConfigError, code: int) -> int:
     for line in exc.errors:
         print(line, file=sys.stderr)
@@ -152,6 +170,14 @@ def build_parser() -> argparse.ArgumentParser:
     csub.add_parser("defaults", help="print every key with its default").set_defaults(
         func=cmd_config_defaults
     )
+
+    p = sub.add_parser("run", help="run the agent (systemd service)")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("ack", help="acknowledge a fault that clears by operator")
+    p.add_argument("code")
+    p.add_argument("component", nargs="?")
+    p.set_defaults(func=cmd_ack)
 
     p = sub.add_parser("explain", help="explain a finding code")
     p.add_argument("code", nargs="?")
