@@ -63,7 +63,7 @@ def test_message_ids_are_fixed_and_distinct() -> None:
         ("SITE_PROBE_CRITICAL", "SITE"),
         ("HMA_STATE_RESET", "HMA"),
         ("ACME_THING", "OTHER"),
-        ("", "OTHER"),
+        ("", "HMA"),
     ],
 )
 def test_family_from_code_prefix(code: str, fam: str) -> None:

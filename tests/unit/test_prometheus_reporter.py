@@ -22,6 +22,9 @@ def sample() -> dict:
 
 
 def test_reporters_are_registered_with_their_defaults() -> None:
+    classes, broken = reporters.discover()
+    assert {"journald", "prometheus"} <= set(classes)
+    assert [b for b in broken if b.name in ("journald", "prometheus")] == []
     schemas = reporters.schemas()
     assert schemas["journald"]["enabled"].default is True
     assert schemas["prometheus"]["enabled"].default is False
