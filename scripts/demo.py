@@ -18,8 +18,14 @@ from pathlib import Path
 
 
 def hma(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "hma", *args], env=env, text=True,
-                          capture_output=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "hma", *args],
+        env=env,
+        text=True,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def step(title: str) -> None:
@@ -53,8 +59,13 @@ def main() -> int:
         print(res.stdout.rstrip())
         print(f"(exit status {res.returncode})")
         step("hma run (the daemon) for a few seconds")
-        daemon = subprocess.Popen([sys.executable, "-m", "hma", "run"], env=env,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        daemon = subprocess.Popen(
+            [sys.executable, "-m", "hma", "run"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         try:
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
