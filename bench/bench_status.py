@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -18,24 +15,11 @@ from pathlib import Path
 
 from hma import status
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import machine, median_ms, time_command  # noqa: E402
+
 RUNS = 20
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def median_wall(argv: list[str], env: dict[str, str]) -> float:
-    times = []
-    for _ in range(RUNS):
-        start = time.perf_counter()
-        subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, check=False, timeout=60)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "?"
 
 
 def main() -> None:
@@ -48,14 +32,13 @@ def main() -> None:
         cfg = Path(tmp) / "hma.toml"
         cfg.write_text(f'[agent]\nrun_dir = "{tmp}"\n')
         env = {**os.environ, "HMA_CONFIG": str(cfg)}
-        bare = median_wall([python, "-c", "pass"], env)
-        ours = median_wall([hma, "status"], env)
-        ours_json = median_wall([hma, "status", "--json"], env)
-    print(f"machine: {os.cpu_count()} CPUs, {cpu_model()}, Python {platform.python_version()}")
-    print(f"interpreter: {python}")
-    print(f"python3 -c pass    median of {RUNS}: {bare * 1000:7.1f} ms")
+        bare = median_ms(time_command([python, "-c", "pass"], RUNS, env))
+        ours = median_ms(time_command([hma, "status"], RUNS, env))
+        ours_json = median_ms(time_command([hma, "status", "--json"], RUNS, env))
+    print(machine())
+    print(f"python3 -c pass    median of {RUNS}: {bare:7.1f} ms")
     for label, value in (("hma status", ours), ("hma status --json", ours_json)):
-        print(f"{label:<18} median of {RUNS}: {value * 1000:7.1f} ms  ({value / bare:.2f}x bare)")
+        print(f"{label:<18} median of {RUNS}: {value:7.1f} ms  ({value / bare:.2f}x bare)")
 
 
 if __name__ == "__main__":
