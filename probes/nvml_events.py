@@ -1,0 +1,1 @@
+"""NVML Xid event source (written after merging main: see the next commit)."""
