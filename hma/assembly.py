@@ -102,7 +102,11 @@ def schema_for(
     """The config schema for this set of probes, event sources and reporters."""
     probes = {
         name: config_mod.probe_options(
-            cls.options, cls.default_interval, cls.default_timeout, cls.default_enabled
+            cls.options,
+            cls.default_interval,
+            cls.default_timeout,
+            cls.default_enabled,
+            cls.subsystems,
         )
         for name, cls in classes.items()
     }
@@ -123,13 +127,9 @@ def schema_for(
     )
 
 
-def probes_dir_of(raw_path: Optional[str]) -> str:
+def probes_dir_of(config_file: Optional[str]) -> str:
     """probes_dir as configured (read before validation, since it decides the probe set)."""
-    raw, _files, _errors = config_mod.read_raw(config_mod.config_path(raw_path))
-    agent = raw.get("agent") if isinstance(raw.get("agent"), dict) else {}
-    value = agent.get("probes_dir") if isinstance(agent, dict) else None
-    default = str(CORE_SECTIONS["agent"]["probes_dir"].default)
-    return value if isinstance(value, str) and value.startswith("/") else default
+    return config_mod.early_agent_path(config_file, "probes_dir")[0]
 
 
 def load(config_file: Optional[str] = None) -> Setup:
