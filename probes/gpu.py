@@ -370,6 +370,19 @@ def _nvlink(call: _Reader, h: Any, count: Optional[int]) -> Optional[dict[str, A
     return {"states": states, "errors": errors} if states else None
 
 
+class FabricInfoV1(ctypes.Structure):
+    """``nvmlGpuFabricInfo_t`` as nvml.h declares it: the binding's own class sizes clusterUuid
+    as 80 bytes (NVML_DEVICE_UUID_BUFFER_SIZE) instead of NVML_GPU_FABRIC_UUID_LEN (16), which
+    would read status and state from the wrong offsets."""
+
+    _fields_ = [
+        ("clusterUuid", ctypes.c_uint8 * pynvml.NVML_GPU_FABRIC_UUID_LEN),
+        ("status", ctypes.c_uint),
+        ("cliqueId", ctypes.c_uint32),
+        ("state", ctypes.c_uint),
+    ]
+
+
 def _fabric(h: Any) -> dict[str, Any]:
     """Fabric state via the newest struct the driver takes (v3, v2, then the deprecated v1)."""
     info: Any
@@ -383,7 +396,7 @@ def _fabric(h: Any) -> dict[str, Any]:
             info = pynvml.c_nvmlGpuFabricInfo_v2_t()
             pynvml.nvmlDeviceGetGpuFabricInfoV(h, ctypes.byref(info))
     except pynvml.NVMLError_FunctionNotFound:
-        info = pynvml.c_nvmlGpuFabricInfo_t()
+        info = FabricInfoV1()
         pynvml.nvmlDeviceGetGpuFabricInfo(h, ctypes.byref(info))
     return {
         "state": int(info.state),

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 SOURCE = Path(__file__).resolve().parent / "nvml" / "libnvidia-ml.c"
+NVIDIA_SMI = Path(__file__).resolve().parent / "nvidia-smi"  # the stand-in command
+SMI_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi"
 LIBNAME = "libnvidia-ml.so.1"
 ENV = "HMA_NVML_SCENARIO"
 
@@ -78,6 +80,7 @@ def h100_device(index: int) -> dict[str, Any]:
         "temp_threshold.1": 87,
         "fabric": f"3 0 {0x1AA} 1",
         "field.230": 0,
+        "field.91": 18,
     }
 
 
