@@ -79,6 +79,8 @@ class GpuProbe(Probe):
     def collect(self, ctx: ProbeContext) -> Any:
         stuck = _STATE["stuck"]
         deadline = float(ctx.options["nvml_deadline_s"])
+        if ctx.options.get("timeout"):  # answer before the runner gives up on the worker
+            deadline = min(deadline, 0.8 * float(ctx.options["timeout"]))
         if stuck is not None and stuck.is_alive():
             _STATE["streak"] += 1
             return _hang_snapshot(deadline, still_stuck=True)
