@@ -42,7 +42,9 @@ def test_every_catalogued_code_is_emitted() -> None:
     emitted = set(emitted_literals())
     # GPU_XID_<n> codes are built from the Xid number by hma.xid (PREFIX + n).
     generated = re.compile(r"^GPU_XID_\d+$")
-    unused = [e.code for e in load_builtin() if e.code not in emitted and not generated.match(e.code)]
+    unused = [
+        e.code for e in load_builtin() if e.code not in emitted and not generated.match(e.code)
+    ]
     assert unused == []
 
 
@@ -56,15 +58,47 @@ def test_agent_codes_never_drain() -> None:
     "code, raw, problem",
     [
         ("BAD", {}, "UPPER_SNAKE"),
-        ("SYS_X", {"summary": "s", "remedy": "r", "severity": "x", "action": "none",
-                   "clears": "observation"}, "unknown severity"),
-        ("SYS_X", {"summary": "s", "remedy": "r", "severity": "ok", "action": "none",
-                   "clears": "window"}, "window_s"),
-        ("HMA_X", {"summary": "s", "remedy": "r", "severity": "ok", "action": "none",
-                   "clears": "observation", "drains": True}, "never drain"),
+        (
+            "SYS_X",
+            {
+                "summary": "s",
+                "remedy": "r",
+                "severity": "x",
+                "action": "none",
+                "clears": "observation",
+            },
+            "unknown severity",
+        ),
+        (
+            "SYS_X",
+            {"summary": "s", "remedy": "r", "severity": "ok", "action": "none", "clears": "window"},
+            "window_s",
+        ),
+        (
+            "HMA_X",
+            {
+                "summary": "s",
+                "remedy": "r",
+                "severity": "ok",
+                "action": "none",
+                "clears": "observation",
+                "drains": True,
+            },
+            "never drain",
+        ),
         ("SYS_X", {"summary": "s"}, "missing"),
-        ("SYS_X", {"summary": "s", "remedy": "r", "severity": "ok", "action": "none",
-                   "clears": "observation", "colour": "red"}, "unknown field"),
+        (
+            "SYS_X",
+            {
+                "summary": "s",
+                "remedy": "r",
+                "severity": "ok",
+                "action": "none",
+                "clears": "observation",
+                "colour": "red",
+            },
+            "unknown field",
+        ),
     ],
 )
 def test_malformed_entries(code: str, raw: dict, problem: str) -> None:
