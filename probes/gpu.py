@@ -214,7 +214,9 @@ def read_all(ctx: ProbeContext, progress: dict[str, Any]) -> dict[str, Any]:
             pynvml.nvmlShutdown()
         except pynvml.NVMLError:
             pass
-    snap["nvswitch"] = any(
+    # NVSwitch system: a GPU takes part in a fabric (Hopper+), or NVSwitch bridges are on the PCI
+    # bus (HGX A100 reports no fabric state through NVML).
+    snap["nvswitch"] = bool(pci_devices(ctx.sysfs, ("0x0680",))) or any(
         (g.get("fabric") or {}).get("state") not in (None, 0) for g in snap["gpus"]
     )
     if snap["nvswitch"]:
@@ -416,18 +418,23 @@ def _text(value: Any) -> Optional[str]:
     return str(value)
 
 
-def pci_gpus(sysfs: RootReader) -> list[str]:
-    """PCI addresses of NVIDIA display/3D controllers in sysfs (NVML's default order)."""
+def pci_devices(sysfs: RootReader, classes: tuple[str, ...]) -> list[str]:
+    """PCI addresses of NVIDIA devices whose class starts with one of ``classes``, sorted."""
     found = []
     try:
         for dev in sysfs.listdir("bus/pci/devices"):
             vendor = sysfs.text_or_none(f"bus/pci/devices/{dev}/vendor")
             klass = sysfs.text_or_none(f"bus/pci/devices/{dev}/class") or ""
-            if vendor == "0x10de" and klass[:6] in ("0x0300", "0x0302"):
+            if vendor == "0x10de" and klass[:6] in classes:
                 found.append(dev)
     except ReadError:
         return []
     return sorted(found)
+
+
+def pci_gpus(sysfs: RootReader) -> list[str]:
+    """PCI addresses of NVIDIA VGA/3D controllers in sysfs (NVML's default order)."""
+    return pci_devices(sysfs, ("0x0300", "0x0302"))
 
 
 def process_running(procfs: RootReader, name: str) -> Optional[bool]:

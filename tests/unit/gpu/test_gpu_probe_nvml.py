@@ -249,3 +249,31 @@ def test_hma_check_end_to_end(scenario, nvml_lib: Path, hma_env, fabricmanager: 
     assert [(f["code"], f["component"], f["action"]) for f in by_name["gpu"]["findings"]] == [
         ("GPU_ROW_REMAP_PENDING", "gpu:0000:18:00", "reboot")
     ]
+
+
+def _pci(root: Path, addr: str, klass: str) -> None:
+    dev = root / "bus/pci/devices" / addr
+    dev.mkdir(parents=True)
+    (dev / "vendor").write_text("0x10de\n")
+    (dev / "class").write_text(klass + "\n")
+
+
+def test_nvswitch_bridges_and_lost_gpu_address_from_sysfs(
+    scenario, nvml_lib: Path, tmp_path: Path
+) -> None:
+    """HGX A100: no fabric state through NVML, but NVSwitch bridges on the bus need the fabric
+    manager; a GPU whose handle fails is named by its sysfs address (NVML's PCI order)."""
+    root = tmp_path / "nosysfs"
+    for i in range(8):
+        _pci(root, f"0000:{0x10 + i:02x}:00.0", "0x030200")
+    for i in range(6):
+        _pci(root, f"0000:{0xc0 + i:02x}:00.0", "0x068000")
+    for i in range(8):
+        scenario.drop(i, "fabric")
+    scenario.set("err.nvmlDeviceGetHandleByIndex_v2.4", ERROR_GPU_IS_LOST)
+    snap, findings = check(nvml_lib, tmp_path, fabricmanager_process="no-such-process")
+    assert snap["nvswitch"] is True
+    assert codes(findings) == [
+        ("GPU_FABRIC_MANAGER_DOWN", "node"),
+        ("GPU_LOST", "gpu:0000:14:00"),
+    ]
