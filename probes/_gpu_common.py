@@ -271,10 +271,25 @@ def _error_finding(err: Mapping[str, Any], component: str, reader: str) -> Findi
     return unknown("GPU_READ_FAILED", component, f"{call}: {text}", **details)
 
 
+def _read_failed(record: Mapping[str, Any], component: str) -> Optional[Finding]:
+    """One unknown finding for all calls of a GPU (or the node) that failed to read."""
+    errors = dict(sorted((record.get("call_errors") or {}).items()))
+    if not errors:
+        return None
+    first = next(iter(errors))
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return unknown(
+        "GPU_READ_FAILED", component, f"{first}: {errors[first]}{more}", call_errors=errors
+    )
+
+
 def _eval_node(
     snap: Mapping[str, Any], opts: Mapping[str, Any], instance_type: Optional[str]
 ) -> list[Finding]:
     out: list[Finding] = []
+    node_failed = _read_failed(snap, NODE)
+    if node_failed is not None:
+        out.append(node_failed)
     want = expected_count(opts, instance_type)
     count = snap.get("count")
     if want is not None and isinstance(count, int) and count != want:
@@ -321,8 +336,9 @@ def _eval_gpu(
     if gpu.get("error"):
         return [_error_finding(gpu["error"], comp, reader)]
     out: list[Finding] = []
-    for call, text in sorted((gpu.get("call_errors") or {}).items()):
-        out.append(unknown("GPU_READ_FAILED", comp, f"{call}: {text}", call=call, error=text))
+    read_failed = _read_failed(gpu, comp)
+    if read_failed is not None:
+        out.append(read_failed)
 
     def add(code: str, message: str, **details: Any) -> None:
         out.append(Finding(code, comp, message, {**base, **details}))

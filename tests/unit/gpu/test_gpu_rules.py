@@ -221,3 +221,15 @@ def test_hang_is_unknown_once_then_driver_hang_on_consecutive_runs() -> None:
     worker_streak["hang"]["streak"] = 3  # the worker counted it while its thread stayed stuck
     assert rules.evaluate(worker_streak, {**OPTS, "hang_runs": 3})[0].code == "GPU_DRIVER_HANG"
     assert rules.evaluate(hung, OPTS, previous=snap())[0].code == "GPU_NVML_TIMEOUT"
+
+
+def test_read_errors_are_one_finding_per_component() -> None:
+    s = with_gpu(1, call_errors={"nvmlDeviceGetTemperature": "Timeout", "nvmlDeviceGetName": "x"})
+    s["call_errors"] = {"nvmlSystemGetDriverVersion": "Insufficient Permissions"}
+    found = rules.evaluate(s, OPTS)
+    assert sorted((f.code, f.component, f.severity) for f in found) == [
+        ("GPU_READ_FAILED", "gpu:0000:19:00", Severity.UNKNOWN),
+        ("GPU_READ_FAILED", "node", Severity.UNKNOWN),
+    ]
+    gpu = next(f for f in found if f.component != "node")
+    assert len(gpu.details["call_errors"]) == 2 and "(and 1 more)" in gpu.message
