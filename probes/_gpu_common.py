@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
-from hma.model import Finding, gpu_component
+from hma.model import Action, Finding, Severity, gpu_component
 from hma.options import Option
 from hma.probe import unknown
 
@@ -75,6 +75,7 @@ FABRIC_COMPLETED = 3
 FABRIC_SUMMARY = {0: "not supported", 1: "healthy", 2: "unhealthy", 3: "limited capacity"}
 SUMMARY_UNHEALTHY, SUMMARY_LIMITED = 2, 3
 
+RECOVERY_NO_DRAIN = frozenset({5})  # as hma.xid treats Xid 154 "to 0x5"
 RECOVERY_ACTIONS = {
     0: "none",
     1: "GPU reset",
@@ -413,12 +414,15 @@ def _eval_gpu(
     action = gpu.get("recovery_action")
     if isinstance(action, int) and action != 0:
         name = RECOVERY_ACTIONS.get(action, f"unknown ({action})")
-        add(
+        finding = Finding(
             "GPU_RECOVERY_ACTION",
+            comp,
             f"driver asks for recovery action: {name}",
-            recovery_action=action,
-            recovery_action_name=name,
+            {**base, "recovery_action": action, "recovery_action_name": name},
         )
+        if action in RECOVERY_NO_DRAIN:  # the IMEX domain is recovered without touching GPUs
+            finding = finding.with_(severity=Severity.WARNING, action=Action.NONE)
+        out.append(finding)
     return out
 
 

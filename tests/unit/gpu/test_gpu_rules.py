@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from hma.model import Severity
+from hma.model import Action, Severity
 from hma.probes import _gpu_common as rules
 
 OPTS = {k: o.default for k, o in rules.RULE_OPTIONS.items()}
@@ -233,3 +233,11 @@ def test_read_errors_are_one_finding_per_component() -> None:
     ]
     gpu = next(f for f in found if f.component != "node")
     assert len(gpu.details["call_errors"]) == 2 and "(and 1 more)" in gpu.message
+
+
+def test_recovery_action_imex_does_not_drain() -> None:
+    (f,) = rules.evaluate(with_gpu(0, recovery_action=5), OPTS)
+    assert (f.code, f.severity, f.action) == ("GPU_RECOVERY_ACTION", Severity.WARNING, Action.NONE)
+    assert "recover IMEX domain" in f.message
+    (f,) = rules.evaluate(with_gpu(0, recovery_action=1), OPTS)
+    assert (f.severity, f.action) == (None, None)  # catalogue: critical, reboot
