@@ -243,7 +243,21 @@ def _gpu(index: int, node: ET.Element) -> dict[str, Any]:
     _temperature(node, gpu)
     gpu["fabric"] = _fabric(node.find("fabric"))
     gpu["recovery_action"] = _recovery(node)
+    _value_errors(node, gpu)
     return gpu
+
+
+def _value_errors(node: ET.Element, gpu: dict[str, Any]) -> None:
+    """Values that nvidia-smi could not read: "GPU is lost" makes the GPU lost; "Unknown Error"
+    fields are a read failure (unknown), never silently N/A."""
+    texts = [(el.tag, (el.text or "").strip().strip("[]").lower()) for el in node.iter()]
+    if any(text == "gpu is lost" for _tag, text in texts):
+        gpu["error"] = {"call": "nvidia-smi", "code": 15, "text": "GPU is lost"}
+        return
+    failed = sorted({tag for tag, text in texts if text == "unknown error"})
+    if failed:
+        shown = ", ".join(failed[:5]) + (" ..." if len(failed) > 5 else "")
+        gpu["call_errors"] = {"nvidia-smi": f"Unknown Error in {len(failed)} field(s): {shown}"}
 
 
 def _ecc(node: ET.Element, scope: str, kind: str) -> Optional[int]:

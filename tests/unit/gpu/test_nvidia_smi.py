@@ -140,6 +140,16 @@ def test_faults_in_documents(
     assert [f.code for f in findings] == [code]
 
 
+def test_field_errors_in_a_document(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    doc = edited(tmp_path, V13, ("<gpu_temp>41 C", "<gpu_temp>Unknown Error"))
+    _snap, findings = run(monkeypatch, doc)
+    assert [(f.code, f.severity) for f in findings] == [("GPU_READ_FAILED", Severity.UNKNOWN)]
+    assert "gpu_temp" in findings[0].message
+    doc = edited(tmp_path, V13, ("<remapped_row_corr>0", "<remapped_row_corr>GPU is lost"))
+    _snap, findings = run(monkeypatch, doc)
+    assert [(f.code, f.component) for f in findings] == [("GPU_LOST", "gpu:0000:00:09")]
+
+
 def test_v13_with_eight_gpus_one_missing(monkeypatch: pytest.MonkeyPatch) -> None:
     _snap, findings = run(monkeypatch, V13, instance_type=None, expected_gpus=8)
     assert [f.code for f in findings] == ["GPU_COUNT_MISMATCH"]
