@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from hma import __version__, assembly
+from hma.ack import ack_alert
 from hma.adapters.files import ReadError, RootReader
 from hma.adapters.notify import Notifier
 from hma.check import resolve
@@ -416,17 +417,7 @@ class Daemon:
         now = self.clock()
         verdict = self.model.ack(code, component, now, who)
         self.store.add_history(now, "acknowledged", code, component or "", "", "", who=who)
-        self._alert(
-            Alert(
-                "acknowledged",
-                code,
-                component or "node",
-                Severity.OK,
-                f"{code} acknowledged by {who}",
-                details={"who": who},
-                ts=now,
-            )
-        )
+        self._alert(ack_alert(code, component, who, now))
         self._apply(verdict)
 
     def _periodic(self) -> None:
