@@ -180,7 +180,11 @@ class Daemon:
             from hma import remediation
         except ImportError:
             return None
-        return remediation.Remediator(self.setup, self.store, self.clock)
+        remediator = remediation.Remediator(self.setup, self.store, self.clock)
+        # decide on the current verdict at once (after a restart or reload the outbox and the
+        # episode continue from the state store; updates otherwise come only with changes)
+        remediator.update(self.model.verdict(self.clock()), self.boot_id)
+        return remediator
 
     def _start_sources(self) -> None:
         self._source_stop.set()

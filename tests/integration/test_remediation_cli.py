@@ -126,3 +126,60 @@ def test_fleet_lists_hma_nodes_and_breaker(fresh: SlurmCluster, tmp_path: Path) 
         check=False,
     ).stdout
     assert "GPU_XID_79" in text and "held: breaker" in text and "open" in text
+
+
+def test_daemon_xid_line_drains_through_the_outbox(fresh: SlurmCluster, tmp_path: Path) -> None:
+    import os
+    import signal
+    import time
+
+    fifo = tmp_path / "kmsg"
+    os.mkfifo(fifo)
+    cfg = write_config(
+        tmp_path / "hma.toml",
+        fresh,
+        "node2",
+        {},
+        {},
+        extra=(
+            "[probes.system]\nenabled = false\n"
+            f'[sources.kernel_log]\npath = "{fifo}"\nbackend = "kmsg"\n'
+            f'rules_dir = "{tmp_path}/rules.d"\n[codes.GPU_XID_79]\naction = "none"\n'
+        ),
+    )
+    env = {**os.environ, "HMA_CONFIG": str(cfg)}
+    with open(tmp_path / "daemon.log", "w") as log:
+        daemon = subprocess.Popen(
+            [sys.executable, "-m", "hma", "run"],
+            env=env,
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+                break
+            except OSError:
+                assert time.monotonic() < deadline, (tmp_path / "daemon.log").read_text()
+                time.sleep(0.05)
+        line = "NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU off bus"
+        os.write(fd, f"4,1,1000,-;{line}\n".encode())
+        fresh.wait(lambda: "DRAIN" in fresh.node("node2")["state_flags"], 30, "drain")
+        assert fresh.node("node2")["reason"] == "HMA: GPU_XID_79 gpu:0000:3b:00"
+        status = tmp_path / "run-node2" / "status.json"
+
+        def remediated() -> bool:
+            doc = json.loads(status.read_text())["remediation"]
+            return [(a["kind"], a["state"]) for a in doc["actions"]] == [("drain", "done")]
+
+        fresh.wait(remediated, 30, "status.json shows the drain done")
+        os.close(fd)
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        try:
+            daemon.wait(20)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
