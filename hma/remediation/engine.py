@@ -116,11 +116,15 @@ class Remediator:
     def facts(self) -> NodeFacts:
         """Cached node facts (never waits on Slurm)."""
         with self._lock:
+            node = self._node
             return NodeFacts(
                 node_name=self._node_name or "",
                 job_running=(bool(self._jobs) if self._facts_ok else None),
                 job_ids=tuple(j for j, _u in self._jobs),
                 slurm_configured=self.enabled,
+                job_users=tuple(sorted({u for _j, u in self._jobs})),
+                slurm_state=node.label_text if node is not None and self._facts_ok else "",
+                slurm_reason=node.reason if node is not None and self._facts_ok else "",
             )
 
     def update(self, verdict: Verdict, boot_id: str) -> None:
@@ -250,6 +254,8 @@ class Remediator:
 
     def _primary(self, now: float) -> tuple[Optional[Fault], Action]:
         faults = self._verdict.draining if self._verdict is not None else ()
+        if not self.rec["adopt_slurm_drains"]:  # Slurm's own drains: reported, never acted on
+            faults = tuple(f for f in faults if not f.code.startswith("SLURM_"))
         if not faults:
             return None, Action.NONE
         ranked = sorted(
