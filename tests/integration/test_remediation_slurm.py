@@ -152,7 +152,8 @@ def test_replace_command_hook_gets_environment_and_findings(
         f"#!{sys.executable}\nimport json, os\n"
         "env = {k: v for k, v in os.environ.items() if k.startswith('HMA_')}\n"
         "findings = json.load(open(os.environ['HMA_FINDINGS_FILE']))\n"
-        f"json.dump({{'env': env, 'findings': findings}}, open({str(out)!r}, 'w'))\n"
+        f"json.dump({{'env': env, 'findings': findings}}, open({str(out)!r} + '.tmp', 'w'))\n"
+        f"os.replace({str(out)!r} + '.tmp', {str(out)!r})\n"
     )
     hook.chmod(hook.stat().st_mode | stat.S_IEXEC)
     rem, _store = make(
@@ -281,10 +282,11 @@ def test_slurm_own_drain_reported_and_adopted(
 def test_hyperpod_reboot_mode_sets_fail_action_reboot(fresh: SlurmCluster, tmp_path: Path) -> None:
     rem, _store = make(tmp_path, fresh, "node1", {"reboot_mode": "hyperpod"})
     try:
+        before = fresh.reboots().count("node1")
         rem.update(verdict(fault()), "boot-1")
         wait(lambda: fresh.node("node1")["reason"] == "Action:Reboot", what="Action:Reboot")
         node = fresh.node("node1")
-        assert "FAIL" in node["state_flags"] and "node1" not in fresh.reboots()
+        assert "FAIL" in node["state_flags"] and fresh.reboots().count("node1") == before
         assert "hma=unhealthy:GPU_XID_79:reboot" in node["extra"]
         # HyperPod rebooted the node: new boot, healthy -> the agent resumes the FAIL it set
         rem.update(verdict(boot="boot-2"), "boot-2")
