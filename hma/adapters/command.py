@@ -120,11 +120,7 @@ def _collect(
             proc.wait(5)
         except subprocess.TimeoutExpired:
             pass
+    out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
     proc.stdout.close()
     proc.stderr.close()
-    return (
-        bytes(bufs[proc.stdout.fileno()]),
-        bytes(bufs[proc.stderr.fileno()]),
-        truncated,
-        timed_out,
-    )
+    return bytes(bufs[out_fd]), bytes(bufs[err_fd]), truncated, timed_out
