@@ -104,6 +104,7 @@ def main() -> int:
                         f"{s / c:>6.2f}",
                         flush=True,
                     )
+    print(f"after: {describe()}")
     return 0
 
 
