@@ -50,6 +50,11 @@ PROBE_COMMON: dict[str, Option] = {
     "timeout": Option(
         "float", 30.0, "Seconds before a run is abandoned (unknown).", check=positive
     ),
+    "triggers": Option(
+        "strlist",
+        [],
+        "Device subsystems (pci, net, infiniband) whose add/remove events run the probe at once.",
+    ),
 }
 
 CODE_OPTIONS: dict[str, Option] = {
@@ -77,13 +82,18 @@ class Schema:
 
 
 def probe_options(
-    own: Mapping[str, Option], interval: float, timeout: float, enabled: bool
+    own: Mapping[str, Option],
+    interval: float,
+    timeout: float,
+    enabled: bool,
+    triggers: Sequence[str] = (),
 ) -> dict:
     """A probe's full option set: the common keys with the probe's defaults, then its own keys."""
     common = dict(PROBE_COMMON)
     common["interval"] = Option("float", interval, PROBE_COMMON["interval"].doc, check=positive)
     common["timeout"] = Option("float", timeout, PROBE_COMMON["timeout"].doc, check=positive)
     common["enabled"] = Option("bool", enabled, PROBE_COMMON["enabled"].doc)
+    common["triggers"] = Option("strlist", list(triggers), PROBE_COMMON["triggers"].doc)
     return {**common, **own}
 
 
@@ -151,6 +161,20 @@ def read_raw(path: Path) -> tuple[dict[str, Any], list[str], list[str]]:
         files.append(str(candidate))
         _merge(merged, data)
     return merged, files, errors
+
+
+def early_agent_path(explicit: Optional[str], key: str) -> tuple[str, list[str]]:
+    """One ``[agent]`` path read before full validation (it decides what to load, or lets
+    ``hma status`` work with a config broken elsewhere): (value or default, problems met)."""
+    default = str(CORE_SECTIONS["agent"][key].default)
+    raw, _files, errors = read_raw(config_path(explicit))
+    agent = raw.get("agent")
+    value = agent.get(key) if isinstance(agent, dict) else None
+    if value is None:
+        return default, errors
+    if not isinstance(value, str) or not value.startswith("/"):
+        return default, [*errors, f"agent.{key}: must be an absolute path, got {value!r}"]
+    return value, errors
 
 
 def _merge(into: dict[str, Any], new: Mapping[str, Any]) -> None:

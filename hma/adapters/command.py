@@ -87,7 +87,8 @@ def _collect(
         except BrokenPipeError:
             pass
     assert proc.stdout is not None and proc.stderr is not None
-    bufs = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
+    out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
+    bufs = {out_fd: bytearray(), err_fd: bytearray()}
     truncated = False
     timed_out = False
     with selectors.DefaultSelector() as sel:
@@ -120,7 +121,11 @@ def _collect(
             proc.wait(5)
         except subprocess.TimeoutExpired:
             pass
-    out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
     proc.stdout.close()
     proc.stderr.close()
-    return bytes(bufs[out_fd]), bytes(bufs[err_fd]), truncated, timed_out
+    return (
+        bytes(bufs[out_fd]),
+        bytes(bufs[err_fd]),
+        truncated,
+        timed_out,
+    )

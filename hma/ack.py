@@ -1,0 +1,105 @@
+"""``hma ack CODE [COMPONENT]``: an operator clears a fault that clears by operator.
+
+The request is recorded (who, when) in the state store; a running daemon is told with SIGUSR1
+and applies it at once (alerting through journald). Without a daemon the stored fault is
+removed directly and the next start finds it gone.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import signal
+import sys
+import time
+from typing import Optional
+
+from hma import status
+from hma.assembly import Setup
+from hma.catalogue import Entry
+from hma.health import HealthModel
+from hma.model import Clears, Severity
+from hma.reporters import Alert, start_reporters
+from hma.state import Store
+
+
+def operator() -> str:
+    """Who runs the command (the sudo caller when there is one)."""
+    return os.environ.get("SUDO_USER") or getpass.getuser()
+
+
+def daemon_pid(run_dir: str) -> Optional[int]:
+    """PID of the running daemon (from a trustworthy status.json), else None."""
+    doc, problem = status.read(run_dir)
+    return int(doc["pid"]) if doc is not None and not problem else None
+
+
+def ack_alert(code: str, component: Optional[str], who: str, now: float) -> Alert:
+    """The alert that records an acknowledgement."""
+    return Alert(
+        "acknowledged",
+        code,
+        component or "node",
+        Severity.OK,
+        f"{code} acknowledged by {who}",
+        details={"who": who},
+        ts=now,
+    )
+
+
+def _alert_directly(setup: Setup, alert: Alert) -> None:
+    """Send an alert through the enabled reporters when no daemon runs to do it."""
+
+    def complain(fmt: str, *args: object) -> None:
+        print("hma ack: " + fmt % args, file=sys.stderr)
+
+    for reporter in start_reporters(setup.config.reporters, complain):
+        try:
+            reporter.alert(alert)
+        except Exception as exc:  # noqa: BLE001 - the ack itself is already recorded
+            complain("reporter %s failed: %s", reporter.name, exc)
+
+
+def main(setup: Setup, code: str, component: Optional[str]) -> int:
+    """Validate, record and deliver the acknowledgement; exit 0 on success, 2 on misuse."""
+    entry: Optional[Entry] = setup.catalogue.get(code)
+    if entry is None:
+        print(f"hma ack: unknown code {code}", file=sys.stderr)
+        return 2
+    if entry.clears is not Clears.OPERATOR:
+        print(
+            f"hma ack: {code} clears {entry.clears.value} (not by operator); nothing to do",
+            file=sys.stderr,
+        )
+        return 2
+    agent = setup.config.section("agent")
+    store = Store(os.path.join(agent["state_dir"], "state.db"))
+    try:
+        records, _bad = store.load_records()
+        matching = [
+            r for r in records if r.code == code and (component is None or r.component == component)
+        ]
+        if not matching:
+            print(
+                f"hma ack: no active {code}" + (f" on {component}" if component else ""),
+                file=sys.stderr,
+            )
+            return 1
+        who, now = operator(), time.time()
+        pid = daemon_pid(agent["run_dir"])
+        if pid is not None:
+            store.add_request("ack", {"code": code, "component": component}, who, now)
+            os.kill(pid, signal.SIGUSR1)
+            print(f"acknowledged {code} ({len(matching)} fault(s)); daemon pid {pid} notified")
+        else:
+            model = HealthModel(setup.catalogue, "", records)
+            model.ack(code, component, now, who)
+            store.save_records(
+                sorted(model.changed), {(r.component, r.code): r for r in model.records()}
+            )
+            store.add_history(now, "acknowledged", code, component or "", who=who)
+            _alert_directly(setup, ack_alert(code, component, who, now))
+            print(f"acknowledged {code} ({len(matching)} fault(s)); no daemon running")
+    finally:
+        store.close()
+    return 0
