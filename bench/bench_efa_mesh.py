@@ -24,7 +24,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests" / "unit"))
 sys.path.insert(0, str(HERE.parent / "tests" / "integration"))
 
-from _machine import describe  # noqa: E402
+from common import machine  # noqa: E402
 from netns_fabric import Fabric, sweep, usable  # noqa: E402
 from trn_support import make_ctx  # noqa: E402
 
@@ -71,7 +71,7 @@ def main() -> int:
     if reason:
         print(f"skipped: {reason}")
         return 0
-    print(describe())
+    print(machine())
     print(
         f"fi_pingpong -p tcp -e rdm -I {args.iterations} -S {args.size}; medians of {args.repeat}"
     )
@@ -104,7 +104,7 @@ def main() -> int:
                         f"{s / c:>6.2f}",
                         flush=True,
                     )
-    print(f"after: {describe()}")
+    print(f"after: {machine()}")
     return 0
 
 

@@ -20,7 +20,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests" / "unit"))
 
-from _machine import describe  # noqa: E402
+from common import machine  # noqa: E402
 from trn_support import gen_sysfs, make_ctx  # noqa: E402
 
 from hma.probes.efa import EfaProbe  # noqa: E402
@@ -55,7 +55,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=30)
     args = parser.parse_args()
-    print(describe())
+    print(machine())
     with tempfile.TemporaryDirectory() as tmp:
         trn2 = gen_sysfs.build(Path(tmp) / "trn2", "trn2.48xlarge")
         trn1 = gen_sysfs.build(Path(tmp) / "trn1", "trn1.32xlarge")
