@@ -102,7 +102,11 @@ def schema_for(
     """The config schema for this set of probes, event sources and reporters."""
     probes = {
         name: config_mod.probe_options(
-            cls.options, cls.default_interval, cls.default_timeout, cls.default_enabled
+            cls.options,
+            cls.default_interval,
+            cls.default_timeout,
+            cls.default_enabled,
+            cls.subsystems,
         )
         for name, cls in classes.items()
     }

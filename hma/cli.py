@@ -39,6 +39,24 @@ def cmd_check(args: argparse.Namespace) -> int:
     return check.exit_code(doc)
 
 
+def cmd_status(args: argparse.Namespace) -> int:
+    """Print the daemon's status.json as a summary (or the document with ``--json``)."""
+    from hma import status
+
+    run_dir, problems = status.run_dir_of(args.config)
+    for line in problems:
+        print(f"hma status: config: {line} (looking in {run_dir})", file=sys.stderr)
+    doc, problem = status.read(run_dir)
+    if args.json:
+        if doc is not None:
+            print(json.dumps(doc, indent=2))
+        if problem:
+            print(f"hma status: {problem}", file=sys.stderr)
+    else:
+        print(status.render(doc, problem), end="" if doc is not None else "\n")
+    return status.exit_code(doc, problem)
+
+
 def cmd_config_check(args: argparse.Namespace) -> int:
     """Validate the configuration: exit 0, or 2 with one ``key.path: problem`` line per error."""
     try:
@@ -102,6 +120,24 @@ def cmd_explain_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    """Run the agent in the foreground (the systemd service's ExecStart)."""
+    from hma import daemon
+
+    return daemon.main(args.config)
+
+
+def cmd_ack(args: argparse.Namespace) -> int:
+    """Acknowledge a fault that clears by operator."""
+    from hma import ack
+
+    try:
+        setup = _load(args)
+    except config_mod.ConfigError as exc:
+        return _config_failed(exc, 2)
+    return ack.main(setup, args.code.upper(), args.component)
+
+
 def _config_failed(exc: config_mod.ConfigError, code: int) -> int:
     for line in exc.errors:
         print(line, file=sys.stderr)
@@ -123,6 +159,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the JSON document")
     p.set_defaults(func=cmd_check)
 
+    p = sub.add_parser("status", help="show the running daemon's view of the node")
+    p.add_argument("--json", action="store_true", help="print the status.json document")
+    p.set_defaults(func=cmd_status)
+
     p = sub.add_parser("config", help="configuration tools")
     csub = p.add_subparsers(dest="config_command", metavar="ACTION")
     csub.required = True
@@ -130,6 +170,14 @@ def build_parser() -> argparse.ArgumentParser:
     csub.add_parser("defaults", help="print every key with its default").set_defaults(
         func=cmd_config_defaults
     )
+
+    p = sub.add_parser("run", help="run the agent (systemd service)")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("ack", help="acknowledge a fault that clears by operator")
+    p.add_argument("code")
+    p.add_argument("component", nargs="?")
+    p.set_defaults(func=cmd_ack)
 
     p = sub.add_parser("explain", help="explain a finding code")
     p.add_argument("code", nargs="?")

@@ -50,6 +50,11 @@ PROBE_COMMON: dict[str, Option] = {
     "timeout": Option(
         "float", 30.0, "Seconds before a run is abandoned (unknown).", check=positive
     ),
+    "triggers": Option(
+        "strlist",
+        [],
+        "Device subsystems (pci, net, infiniband) whose add/remove events run the probe at once.",
+    ),
 }
 
 CODE_OPTIONS: dict[str, Option] = {
@@ -77,13 +82,18 @@ class Schema:
 
 
 def probe_options(
-    own: Mapping[str, Option], interval: float, timeout: float, enabled: bool
+    own: Mapping[str, Option],
+    interval: float,
+    timeout: float,
+    enabled: bool,
+    triggers: Sequence[str] = (),
 ) -> dict:
     """A probe's full option set: the common keys with the probe's defaults, then its own keys."""
     common = dict(PROBE_COMMON)
     common["interval"] = Option("float", interval, PROBE_COMMON["interval"].doc, check=positive)
     common["timeout"] = Option("float", timeout, PROBE_COMMON["timeout"].doc, check=positive)
     common["enabled"] = Option("bool", enabled, PROBE_COMMON["enabled"].doc)
+    common["triggers"] = Option("strlist", list(triggers), PROBE_COMMON["triggers"].doc)
     return {**common, **own}
 
 

@@ -145,6 +145,7 @@ class ProbeRun:
     duration_s: float
     findings: tuple[Finding, ...] = ()
     error: str = ""
+    snapshot: Any = None  # the collected data, kept as the next run's ``previous``
 
     @property
     def completed(self) -> bool:

@@ -259,7 +259,8 @@ def run_probe(slot: Any, ctx: ProbeContext, timeout: float, now: float) -> Probe
         findings = [Finding(code, comp, f"probe {probe.name}: {error}", {"error": error})]
     duration = time.monotonic() - start
     stamped = tuple(f.with_(probe=f.probe or probe.name, ts=f.ts or now) for f in findings)
-    return ProbeRun(probe.name, status, now, duration, stamped, error)
+    snapshot = collected.snapshot if status is RunStatus.RAN else None
+    return ProbeRun(probe.name, status, now, duration, stamped, error, snapshot)
 
 
 def findings_severity(run: ProbeRun) -> Severity:

@@ -87,7 +87,8 @@ def _collect(
         except BrokenPipeError:
             pass
     assert proc.stdout is not None and proc.stderr is not None
-    bufs = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
+    out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
+    bufs = {out_fd: bytearray(), err_fd: bytearray()}
     truncated = False
     timed_out = False
     with selectors.DefaultSelector() as sel:
@@ -123,8 +124,8 @@ def _collect(
     proc.stdout.close()
     proc.stderr.close()
     return (
-        bytes(bufs[proc.stdout.fileno()]),
-        bytes(bufs[proc.stderr.fileno()]),
+        bytes(bufs[out_fd]),
+        bytes(bufs[err_fd]),
         truncated,
         timed_out,
     )

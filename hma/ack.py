@@ -1,0 +1,83 @@
+"""``hma ack CODE [COMPONENT]``: an operator clears a fault that clears by operator.
+
+The request is recorded (who, when) in the state store; a running daemon is told with SIGUSR1
+and applies it at once (alerting through journald). Without a daemon the stored fault is
+removed directly and the next start finds it gone.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+from hma.assembly import Setup
+from hma.catalogue import Entry
+from hma.health import HealthModel
+from hma.model import Clears
+from hma.state import Store
+
+
+def operator() -> str:
+    """Who runs the command (the sudo caller when there is one)."""
+    return os.environ.get("SUDO_USER") or getpass.getuser()
+
+
+def daemon_pid(run_dir: str) -> Optional[int]:
+    """PID of the running daemon from status.json, when it is alive."""
+    try:
+        doc = json.loads((Path(run_dir) / "status.json").read_text(encoding="utf-8"))
+        pid = int(doc["pid"])
+        os.kill(pid, 0)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return pid
+
+
+def main(setup: Setup, code: str, component: Optional[str]) -> int:
+    """Validate, record and deliver the acknowledgement; exit 0 on success, 2 on misuse."""
+    entry: Optional[Entry] = setup.catalogue.get(code)
+    if entry is None:
+        print(f"hma ack: unknown code {code}", file=sys.stderr)
+        return 2
+    if entry.clears is not Clears.OPERATOR:
+        print(
+            f"hma ack: {code} clears {entry.clears.value} (not by operator); nothing to do",
+            file=sys.stderr,
+        )
+        return 2
+    agent = setup.config.section("agent")
+    store = Store(os.path.join(agent["state_dir"], "state.db"))
+    try:
+        records, _bad = store.load_records()
+        matching = [
+            r for r in records if r.code == code and (component is None or r.component == component)
+        ]
+        if not matching:
+            print(
+                f"hma ack: no active {code}" + (f" on {component}" if component else ""),
+                file=sys.stderr,
+            )
+            return 1
+        who, now = operator(), time.time()
+        pid = daemon_pid(agent["run_dir"])
+        if pid is not None:
+            store.add_request("ack", {"code": code, "component": component}, who, now)
+            os.kill(pid, signal.SIGUSR1)
+            print(f"acknowledged {code} ({len(matching)} fault(s)); daemon pid {pid} notified")
+        else:
+            model = HealthModel(setup.catalogue, "", records)
+            model.ack(code, component, now, who)
+            store.save_records(
+                sorted(model.changed), {(r.component, r.code): r for r in model.records()}
+            )
+            store.add_history(now, "acknowledged", code, component or "", who=who)
+            print(f"acknowledged {code} ({len(matching)} fault(s)); no daemon running")
+    finally:
+        store.close()
+    return 0
