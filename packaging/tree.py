@@ -181,7 +181,12 @@ def install_vendor(vendor_dir: Path, target: Path) -> None:
                 f"{vendor_dir} (run `make vendor`)"
             )
         info = target / unpack_wheel(wheel, target, item.imports)
-        if any(p.name.upper().startswith(("LICENSE", "COPYING")) for p in info.rglob("*")):
+        found = sorted(
+            p for p in info.rglob("*") if p.name.upper().startswith(("LICENSE", "COPYING"))
+        )
+        if found:  # every vendored dist-info ends up with a file named exactly LICENSE
+            if not (info / "LICENSE").exists():
+                shutil.copyfile(found[0], info / "LICENSE")
             continue
         for name in item.imports:
             module = target / f"{name}.py"
@@ -199,7 +204,7 @@ def write_config(root: Path, lib: str, python: str, path: str) -> None:
     """Generate the commented defaults with the installed tree itself."""
     tree = root / lib.lstrip("/")
     result = subprocess.run(
-        [python, "-I", "-c", DEFAULTS_SNIPPET, str(tree), str(tree / "vendor")],
+        [python, "-I", "-B", "-c", DEFAULTS_SNIPPET, str(tree), str(tree / "vendor")],
         stdout=subprocess.PIPE, check=False, timeout=120, text=True,
     )  # fmt: skip
     if result.returncode != 0 or "[agent]" not in result.stdout:
