@@ -47,7 +47,7 @@ install-test: setup
 	HMA_INSTALL_TESTS=1 $(PY) -m pytest -q -p no:cacheprovider tests/install
 
 demo: setup
-	$(PY) -m hma.demo
+	$(PY) scripts/demo.py
 
 bench: setup
 	for b in bench/bench_*.py; do $(PY) $$b || exit 1; done

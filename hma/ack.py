@@ -8,14 +8,13 @@ removed directly and the next start finds it gone.
 from __future__ import annotations
 
 import getpass
-import json
 import os
 import signal
 import sys
 import time
-from pathlib import Path
 from typing import Optional
 
+from hma import status
 from hma.assembly import Setup
 from hma.catalogue import Entry
 from hma.health import HealthModel
@@ -29,14 +28,9 @@ def operator() -> str:
 
 
 def daemon_pid(run_dir: str) -> Optional[int]:
-    """PID of the running daemon from status.json, when it is alive."""
-    try:
-        doc = json.loads((Path(run_dir) / "status.json").read_text(encoding="utf-8"))
-        pid = int(doc["pid"])
-        os.kill(pid, 0)
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return pid
+    """PID of the running daemon (from a trustworthy status.json), else None."""
+    doc, problem = status.read(run_dir)
+    return int(doc["pid"]) if doc is not None and not problem else None
 
 
 def main(setup: Setup, code: str, component: Optional[str]) -> int:

@@ -70,12 +70,9 @@ def cmd_config_check(args: argparse.Namespace) -> int:
 
 def cmd_config_defaults(args: argparse.Namespace) -> int:
     """Print every key with its default and documentation, as a commented TOML file."""
-    from hma import assembly, catalogue, registry
+    from hma import docs
 
-    classes, broken = registry.discover()
-    print(
-        config_mod.render_defaults(assembly.schema_for(classes, broken, catalogue.load_builtin()))
-    )
+    print(config_mod.render_defaults(docs.schema()))
     return 0
 
 

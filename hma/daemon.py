@@ -9,7 +9,6 @@ or the watchdog, which is pinged only from the loop itself.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import queue
@@ -17,11 +16,9 @@ import random
 import signal
 import socket
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Optional
 
 from hma import __version__, assembly
@@ -37,6 +34,7 @@ from hma.reporters import Alert, Reporter
 from hma.reporters import discover as discover_reporters
 from hma.runner import make_slot, run_probe
 from hma.state import StateError, Store
+from hma.status import status_path, write_atomic
 
 log = logging.getLogger("hma")
 
@@ -90,25 +88,6 @@ def read_boot_id(procfs: str) -> str:
         return ""
 
 
-def write_atomic(path: Path, doc: dict[str, Any]) -> None:
-    """Write JSON through a temp file in the same folder and rename it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".status.", dir=str(path.parent))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(doc, handle, indent=1, sort_keys=True)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
 class Daemon:
     """The long-running agent."""
 
@@ -126,7 +105,7 @@ class Daemon:
         self.setup = assembly.load(config_file)  # ConfigError propagates: exit 78
         agent = self.setup.config.section("agent")
         self.store = Store(os.path.join(agent["state_dir"], "state.db"))
-        self.status_path = Path(agent["run_dir"]) / "status.json"
+        self.status_path = status_path(agent["run_dir"])
         self.boot_id = read_boot_id(self.setup.config.section("paths")["procfs"])
         records, dropped = self.store.load_records()
         for note in dropped:
@@ -580,6 +559,7 @@ class Daemon:
         self._last_status = self.clock()
         doc = self.status_doc()
         try:
+            self.status_path.parent.mkdir(parents=True, exist_ok=True)
             write_atomic(self.status_path, doc)
         except OSError as exc:
             log.error("cannot write %s: %s", self.status_path, exc)

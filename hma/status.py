@@ -341,12 +341,4 @@ def run_dir_of(config_file: Optional[str]) -> tuple[str, list[str]]:
     with the problems met. Only this key is read, so a config broken elsewhere does not matter."""
     from hma import config as config_mod
 
-    default = str(config_mod.CORE_SECTIONS["agent"]["run_dir"].default)
-    raw, _files, errors = config_mod.read_raw(config_mod.config_path(config_file))
-    agent = raw.get("agent")
-    value = agent.get("run_dir") if isinstance(agent, dict) else None
-    if value is None:
-        return default, errors
-    if not isinstance(value, str) or not value.startswith("/"):
-        return default, [*errors, f"agent.run_dir: must be an absolute path, got {value!r}"]
-    return value, errors
+    return config_mod.early_agent_path(config_file, "run_dir")
