@@ -493,7 +493,7 @@ class Daemon:
                 f.code,
                 f.component,
                 severity,
-                message,
+                f.message + (f" ({t.reason})" if t.reason else ""),  # reporters add kind/code
                 f.action,
                 f.probe,
                 dict(f.details),

@@ -32,7 +32,11 @@ ALERT_KINDS = (
 
 @dataclass(frozen=True)
 class Alert:
-    """One state change worth telling people about."""
+    """One state change worth telling people about.
+
+    ``message`` says what happened in words; reporters show it with the kind, code and component,
+    so it need not repeat them.
+    """
 
     kind: str
     code: str

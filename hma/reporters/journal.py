@@ -23,7 +23,7 @@ from hma.reporters import ALERT_KINDS, Alert, Reporter
 
 DEFAULT_SOCKET = "/run/systemd/journal/socket"
 IDENTIFIER = "hma"
-OTHER_FAMILY = "OTHER"  # codes without a known prefix (and alerts without a code)
+OTHER_FAMILY = "OTHER"  # codes without a known prefix
 ALL_FAMILIES = (*FAMILIES, OTHER_FAMILY)
 
 # MESSAGE_ID = uuid5(_ID_NAMESPACE, "hma/<FAMILY>/<kind>"): fixed forever (tests pin values).
@@ -64,7 +64,10 @@ assert set(_VERBS) == set(ALERT_KINDS)
 
 
 def family(code: str) -> str:
-    """Code family (the prefix before the first ``_``), ``OTHER`` when not a known one."""
+    """Code family (the prefix before the first ``_``), ``OTHER`` when not a known one; alerts
+    without a code are about the agent (``HMA``)."""
+    if not code:
+        return "HMA"
     prefix = code.split("_", 1)[0]
     return prefix if prefix in FAMILIES else OTHER_FAMILY
 
@@ -289,7 +292,7 @@ _KIND_TEXT = {
         "An operator ran `hma ack` for this fault; who and when are in HMA_DETAILS.",
     ),
     "agent": (
-        "hma agent: @HMA_CODE@",
+        "hma: about the agent itself",
         "A message about the agent itself: it started or stopped, a configuration reload\n"
         "failed (the old configuration stays), or its state database was reset.",
     ),

@@ -63,7 +63,7 @@ def test_message_ids_are_fixed_and_distinct() -> None:
         ("SITE_PROBE_CRITICAL", "SITE"),
         ("HMA_STATE_RESET", "HMA"),
         ("ACME_THING", "OTHER"),
-        ("", "OTHER"),
+        ("", "HMA"),
     ],
 )
 def test_family_from_code_prefix(code: str, fam: str) -> None:
@@ -214,3 +214,10 @@ def test_journalctl_compiles_the_catalog(tmp_path: Path) -> None:
     ids = {line.split()[0] for line in listed}
     assert ids == set(j.all_message_ids())
     assert any(line.endswith("hma: @HMA_CODE@ raised on @HMA_COMPONENT@") for line in listed)
+
+
+def test_docs_list_every_message_id() -> None:
+    docs = Path(__file__).resolve().parents[2] / "docs" / "alerting.md"
+    text = docs.read_text("utf-8")
+    for ident, (fam, kind) in j.all_message_ids().items():
+        assert f"| {fam} | {kind} | `{ident}` |" in text

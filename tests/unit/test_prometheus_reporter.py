@@ -22,6 +22,9 @@ def sample() -> dict:
 
 
 def test_reporters_are_registered_with_their_defaults() -> None:
+    classes, broken = reporters.discover()
+    assert {"journald", "prometheus"} <= set(classes)
+    assert [b for b in broken if b.name in ("journald", "prometheus")] == []
     schemas = reporters.schemas()
     assert schemas["journald"]["enabled"].default is True
     assert schemas["prometheus"]["enabled"].default is False
@@ -135,3 +138,10 @@ def test_missing_prometheus_client_is_said_at_start(monkeypatch: pytest.MonkeyPa
     monkeypatch.setitem(sys.modules, "prometheus_client", None)  # import now raises ImportError
     with pytest.raises(prom.TextfileError, match="needs prometheus-client"):
         prom.PrometheusReporter({"textfile": "/tmp/x.prom"})
+
+
+def test_docs_list_every_metric() -> None:
+    docs = Path(__file__).resolve().parents[2] / "docs" / "alerting.md"
+    text = docs.read_text("utf-8")
+    for name in prom.families():
+        assert f"| `{name}` |" in text
