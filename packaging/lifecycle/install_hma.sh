@@ -48,6 +48,20 @@ fi
 [[ -f "$package" ]] || die "$package: no such file"
 package=$(cd "$(dirname "$package")" && pwd)/$(basename "$package")
 
+# Check the settings before touching the node.
+for var in HMA_EXPECTED_GPUS HMA_EXPECTED_NEURON_DEVICES HMA_EXPECTED_EFA_ADAPTERS; do
+  value=${!var:-}
+  [[ -z "$value" || "$value" =~ ^[0-9]+$ ]] || die "$var must be a whole number, not '$value'"
+done
+case "${HMA_RECOVERY_POLICY:-automatic}" in
+  automatic | none) ;;
+  *) die "HMA_RECOVERY_POLICY must be automatic or none" ;;
+esac
+case "${HMA_DRY_RUN:-}" in
+  "" | true | false) ;;
+  *) die "HMA_DRY_RUN must be true or false" ;;
+esac
+
 # 1. Install with the distribution's package manager (dependencies from its own archive).
 case "$package" in
   *.deb)
@@ -72,32 +86,22 @@ log "installed $(hma --version)"
 
 # 2. Site configuration as a drop-in, validated before the agent sees it.
 toml_str() { printf '"%s"' "$(printf '%s' "$1" | sed 's/\\/\\\\/g; s/"/\\"/g')"; }
-toml_int() { [[ "$1" =~ ^[0-9]+$ ]] || die "$2 must be a whole number, not '$1'"; echo "$1"; }
 {
   echo "# Written by install_hma.sh on $(date -u +%Y-%m-%dT%H:%M:%SZ); see hma config defaults."
   echo "[recovery]"
-  case "${HMA_RECOVERY_POLICY:-automatic}" in
-    automatic | none) echo "policy = $(toml_str "${HMA_RECOVERY_POLICY:-automatic}")" ;;
-    *) die "HMA_RECOVERY_POLICY must be automatic or none" ;;
-  esac
-  case "${HMA_DRY_RUN:-}" in
-    "") ;;
-    true | false) echo "dry_run = $HMA_DRY_RUN" ;;
-    *) die "HMA_DRY_RUN must be true or false" ;;
-  esac
+  echo "policy = $(toml_str "${HMA_RECOVERY_POLICY:-automatic}")"
+  if [[ -n "${HMA_DRY_RUN:-}" ]]; then echo "dry_run = $HMA_DRY_RUN"; fi
   if [[ -n "${HMA_INSTANCE_TYPE:-}" ]]; then
     printf '\n[agent]\ninstance_type = %s\n' "$(toml_str "$HMA_INSTANCE_TYPE")"
   fi
   if [[ -n "${HMA_EXPECTED_GPUS:-}" ]]; then
-    printf '\n[probes.gpu]\nexpected_gpus = %s\n' "$(toml_int "$HMA_EXPECTED_GPUS" HMA_EXPECTED_GPUS)"
+    printf '\n[probes.gpu]\nexpected_gpus = %s\n' "$HMA_EXPECTED_GPUS"
   fi
   if [[ -n "${HMA_EXPECTED_NEURON_DEVICES:-}" ]]; then
-    printf '\n[probes.neuron]\nexpected_devices = %s\n' \
-      "$(toml_int "$HMA_EXPECTED_NEURON_DEVICES" HMA_EXPECTED_NEURON_DEVICES)"
+    printf '\n[probes.neuron]\nexpected_devices = %s\n' "$HMA_EXPECTED_NEURON_DEVICES"
   fi
   if [[ -n "${HMA_EXPECTED_EFA_ADAPTERS:-}" ]]; then
-    printf '\n[probes.efa]\nexpected_adapters = %s\n' \
-      "$(toml_int "$HMA_EXPECTED_EFA_ADAPTERS" HMA_EXPECTED_EFA_ADAPTERS)"
+    printf '\n[probes.efa]\nexpected_adapters = %s\n' "$HMA_EXPECTED_EFA_ADAPTERS"
   fi
   if [[ -n "${HMA_EXTRA_TOML:-}" ]]; then printf '\n%s\n' "$HMA_EXTRA_TOML"; fi
 } > "$tmp/50-lifecycle.toml"

@@ -149,6 +149,10 @@ def lifecycle(box: Chroot) -> None:
         "HMA_INSTANCE_TYPE": "p5.48xlarge",
         "HMA_EXTRA_TOML": "[probes.system]\nexpected_cpus = 2",
     }
+    bad = {**env, "HMA_EXPECTED_GPUS": "eight"}  # refused before anything is installed
+    res = box.run(["bash", "/tmp/install_hma.sh", f"/tmp/{deb.name}"], env=bad, check=False)
+    assert res.returncode == 1 and "HMA_EXPECTED_GPUS must be a whole number" in res.stderr
+    assert "installed hma" not in res.stderr
     res = box.run(["bash", "/tmp/install_hma.sh", f"/tmp/{deb.name}"], env=env, check=False)
     dropin = box.path("/etc/hma/hma.d/50-lifecycle.toml")
     if not knows_recovery:  # until the remediation module lands: refused and rolled back
@@ -160,7 +164,7 @@ def lifecycle(box: Chroot) -> None:
     assert 'policy = "none"' in text and 'instance_type = "p5.48xlarge"' in text
     assert "systemd is not running here" in res.stderr
     # An invalid setting is refused and the previous drop-in restored.
-    env["HMA_EXTRA_TOML"] = "[agent]\nno_such_key = 1"
+    env["HMA_EXTRA_TOML"] = "[probes.system]\nno_such_key = 1"
     res = box.run(["bash", "/tmp/install_hma.sh", f"/tmp/{deb.name}"], env=env, check=False)
-    assert res.returncode == 1 and "agent.no_such_key" in res.stderr
+    assert res.returncode == 1 and "probes.system.no_such_key" in res.stderr
     assert dropin.read_text() == text
