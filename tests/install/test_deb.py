@@ -49,6 +49,7 @@ def test_deb_carries_every_module_and_data_file(deb: Path) -> None:
     assert not [f for f in files if "__pycache__" in f]  # compiled on the target
     for need in (
         "usr/bin/hma",
+        "usr/share/doc/hma/packaging.md",
         "etc/hma/hma.toml",
         "lib/systemd/system/hma.service",
         "var/lib/hma",

@@ -34,6 +34,7 @@ def test_rpm_files(rpm: Path) -> None:
     assert not missing, f"not packaged (add them to setup.cfg packages/package_data): {missing}"
     for need in (
         "/usr/bin/hma",
+        "/usr/share/doc/hma/packaging.md",  # the unit's Documentation=
         "/etc/hma/hma.toml",
         "/usr/lib/systemd/system/hma.service",
         "/var/lib/hma",
