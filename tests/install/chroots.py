@@ -9,6 +9,7 @@ Tarballs are built atomically (temporary folder, tar, rename) and rebuilt after 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -80,6 +81,21 @@ def ensure_tarball(suite: str) -> Path:
         box.remove()
         shutil.rmtree(work, ignore_errors=True)
     return path
+
+
+STALE = re.compile(
+    r"(/pytest-of-[^/]+/pytest-\d+/chroot-[a-z]+\d*|/\.build-[a-z]+-\d+/root)/(proc|sys)$"
+)
+
+
+def sweep_mounts(keep: Path) -> None:
+    """Unmount /proc and /sys left in chroots of killed earlier runs (not those under keep)."""
+    with open("/proc/self/mounts") as mounts:
+        points = [line.split()[1] for line in mounts]
+    mine = str(keep.resolve())
+    for point in reversed(points):
+        if STALE.search(point) and not point.startswith(mine + "/"):
+            subprocess.run(["umount", "-l", point], capture_output=True, timeout=30, check=False)
 
 
 def _sweep() -> None:

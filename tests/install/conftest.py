@@ -16,7 +16,7 @@ from typing import Iterator
 
 import pytest
 
-from .chroots import Chroot, ensure_tarball
+from .chroots import Chroot, ensure_tarball, sweep_mounts
 
 ROOT = Path(__file__).resolve().parents[2]
 SYSPATH = "/usr/sbin:/usr/bin:/sbin:/bin"
@@ -86,6 +86,7 @@ def rpm() -> Path:
 
 def chroot_fixture(suite: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chroot]:
     """A fresh chroot of ``suite`` from the cached tarball, /proc mounted; removed afterwards."""
+    sweep_mounts(tmp_path_factory.getbasetemp())
     tarball = timed(f"chroot tarball {suite} (cached or built)", ensure_tarball, suite)
     box = Chroot(tmp_path_factory.mktemp(f"chroot-{suite}"), suite)
     try:
