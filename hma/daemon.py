@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from hma import __version__, assembly
+from hma.ack import ack_alert
 from hma.adapters.files import ReadError, RootReader
 from hma.adapters.notify import Notifier
 from hma.check import resolve
@@ -30,8 +31,7 @@ from hma.devices import DeviceWatcher
 from hma.health import HealthModel
 from hma.model import Finding, ProbeRun, RunStatus, Severity, Transition, Verdict
 from hma.probe import NodeFacts
-from hma.reporters import Alert, Reporter
-from hma.reporters import discover as discover_reporters
+from hma.reporters import Alert, Reporter, start_reporters
 from hma.runner import make_slot, run_probe
 from hma.state import StateError, Store
 from hma.status import status_path, write_atomic
@@ -171,15 +171,7 @@ class Daemon:
     def _make_reporters(self) -> list[Reporter]:
         for reporter in self.reporters:
             _quietly(reporter.close)
-        classes, _broken = discover_reporters()
-        out = []
-        for name, values in self.setup.config.reporters.items():
-            if values.get("enabled") and name in classes:
-                try:
-                    out.append(classes[name](values))
-                except Exception as exc:  # noqa: BLE001 - a bad reporter must not stop the agent
-                    log.error("reporter %s failed to start: %s", name, exc)
-        return out
+        return start_reporters(self.setup.config.reporters, log.error)
 
     def _make_remediator(self) -> Any:
         if self.remediator is not None:
@@ -425,17 +417,7 @@ class Daemon:
         now = self.clock()
         verdict = self.model.ack(code, component, now, who)
         self.store.add_history(now, "acknowledged", code, component or "", "", "", who=who)
-        self._alert(
-            Alert(
-                "acknowledged",
-                code,
-                component or "node",
-                Severity.OK,
-                f"{code} acknowledged by {who}",
-                details={"who": who},
-                ts=now,
-            )
-        )
+        self._alert(ack_alert(code, component, who, now))
         self._apply(verdict)
 
     def _periodic(self) -> None:

@@ -175,11 +175,12 @@ class Dedup:
 
     def __init__(self, window_s: float = 10.0) -> None:
         self.window_s = window_s
-        self._open: dict[tuple[str, str, str], tuple[float, int]] = {}
+        self._open: dict[tuple[str, str, str], tuple[float, int]] = {}  # key -> (opened, held)
 
     def admit(self, finding: Finding, now: float) -> Optional[Finding]:
         """The finding to emit now (with its count), or None when it is a held-back repeat."""
-        key = (finding.component, finding.code, str(finding.severity))
+        number = finding.details.get("xid") if finding.code == OTHER else None
+        key = (finding.component, finding.code, f"{finding.severity}/{number}")
         opened = self._open.get(key)
         if opened is not None and now - opened[0] < self.window_s:
             self._open[key] = (opened[0], opened[1] + 1)

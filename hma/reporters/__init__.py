@@ -10,7 +10,7 @@ it never stops the loop.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping
+from typing import Any, Callable, ClassVar, Mapping
 
 from hma.model import Action, Severity
 from hma.options import Option
@@ -74,6 +74,21 @@ def discover() -> tuple[dict[str, type[Reporter]], list[Any]]:
     from hma.registry import discover as discover_group
 
     return discover_group(GROUP, Reporter)
+
+
+def start_reporters(
+    configured: Mapping[str, Mapping[str, Any]], complain: Callable[..., None]
+) -> list[Reporter]:
+    """Instances of the enabled reporters; one that fails to start is reported and skipped."""
+    classes, _broken = discover()
+    out = []
+    for name, values in configured.items():
+        if values.get("enabled") and name in classes:
+            try:
+                out.append(classes[name](values))
+            except Exception as exc:  # noqa: BLE001 - a bad reporter must not stop the agent
+                complain("reporter %s failed to start: %s", name, exc)
+    return out
 
 
 def schemas() -> dict[str, Mapping[str, Option]]:

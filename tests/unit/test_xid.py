@@ -134,3 +134,29 @@ def test_dedup_counts_repeats_within_the_window() -> None:
     assert other_gpu is not None  # another component is another fault
     later = dedup.admit(f, 111.0)
     assert later is not None and later.details["count"] == 3
+
+
+def test_one_xid_through_nvml_and_the_kernel_log_is_one_fault_in_the_health_model() -> None:
+    from hma.check import resolve
+    from hma.health import HealthModel
+
+    cat = load_builtin()
+    model = HealthModel(cat, "boot-1")
+    line = xid.parse_xid_line("NVRM: Xid (PCI:0000:3b:00): 48, pid=77, name=python3, DBE")
+    assert line is not None
+    from_log = xid.line_finding(line, {"line": "..."}, "kernel_log", 1.0)
+    from_nvml = xid.xid_finding(48, "00000000:3B:00.0", {"event_type": 8}, "nvml", 1.1)
+    model.observe_event(resolve([from_log], cat)[0], 1.0)
+    verdict = model.observe_event(resolve([from_nvml], cat)[0], 1.1)
+    (fault,) = verdict.faults
+    assert (fault.code, fault.component, fault.count) == ("GPU_XID_48", "gpu:0000:3b:00", 2)
+    assert fault.draining and fault.action is Action.REBOOT
+    cleared = model.new_boot("boot-2", 100.0)
+    assert cleared.faults == ()  # Xid faults clear with a reboot
+
+
+def test_dedup_keeps_distinct_uncatalogued_xids_apart() -> None:
+    dedup = xid.Dedup(window_s=10)
+    assert dedup.admit(xid.xid_finding(998, "0000:01:00"), 1.0) is not None
+    assert dedup.admit(xid.xid_finding(999, "0000:01:00"), 1.0) is not None
+    assert dedup.admit(xid.xid_finding(999, "0000:01:00"), 2.0) is None
