@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
-from .chroots import ROOT, Chroot, hma_version, source_files
+from .chroots import ROOT, SYSPATH, Chroot, hma_version, source_files
 
 pytestmark = pytest.mark.timeout(1500)  # a first run builds both chroot tarballs
 LIB = "usr/lib/hma"
@@ -103,6 +105,12 @@ def exercise(box: Chroot, deb: Path, python: str) -> None:
     assert doc["probes"][0]["status"] == "ran"
     severities = {"ok": 0, "warning": 1, "critical": 2, "unknown": 3}
     assert res.returncode == severities[doc["severity"]], res.stderr
+    # Every probe, including those isolated in worker processes (they must find the tree too).
+    res = hma(box, "check", "--json")
+    doc = json.loads(res.stdout)
+    failed = {p["name"]: p for p in doc["probes"] if p["status"] == "failed"}
+    assert not failed, failed
+    daemon(box)
     # The vendored libraries are the ones imported, from the private tree.
     probe = (
         "import sys; sys.path[:0] = ['/usr/lib/hma', '/usr/lib/hma/vendor']; "
@@ -116,6 +124,47 @@ def exercise(box: Chroot, deb: Path, python: str) -> None:
     assert "/etc/hma/hma.toml" in conffiles
     assert box.path("/etc/systemd/system/multi-user.target.wants/hma.service").is_symlink()
     assert list(box.path("/usr/lib/systemd/catalog").glob("*.catalog"))
+
+
+def daemon(box: Chroot) -> None:
+    """`hma run` from the package: READY=1 over sd_notify, then status.json for `hma status`."""
+    box.path("/run/hma").mkdir(parents=True, exist_ok=True)  # RuntimeDirectory= on a real node
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(box.path("/run/hma-test-notify")))
+    sock.settimeout(60)
+    env = {"PATH": SYSPATH, "LC_ALL": "C.UTF-8", "NOTIFY_SOCKET": "/run/hma-test-notify"}
+    proc = subprocess.Popen(
+        ["chroot", str(box.root), "hma", "run"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        messages = [sock.recv(4096).decode()]
+        while "READY=1" not in messages[-1]:
+            messages.append(sock.recv(4096).decode())
+        status: dict = {}
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # until every probe has run once
+            res = hma(box, "status", "--json")
+            status = json.loads(res.stdout) if res.stdout.startswith("{") else {}
+            if status.get("probes") and all(p.get("last_run") for p in status["probes"]):
+                break
+            time.sleep(0.5)
+        assert status.get("pid", 0) > 0 and status["version"] == hma_version(), status
+        failed = [p for p in status["probes"] if p.get("status") == "failed"]
+        assert not failed, failed
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=30)
+        sock.close()
+        box.path("/run/hma-test-notify").unlink()
+    assert proc.returncode == 0, proc.stderr.read() if proc.stderr else ""
 
 
 def purge(box: Chroot) -> None:
