@@ -176,8 +176,52 @@ def purge(box: Chroot) -> None:
     assert not box.path("/etc/systemd/system/multi-user.target.wants/hma.service").exists()
 
 
+def sandboxed(box: Chroot, *args: str) -> subprocess.CompletedProcess:
+    """Run hma the way hma.service confines it, as far as a machine without systemd allows.
+
+    In a private mount namespace: the root read-only (ProtectSystem=strict) with /proc, a
+    read-only /sys and writable /run/hma and /var/lib/hma; the capability bounding set reduced
+    to CAP_SYSLOG (CapabilityBoundingSet=) and no new privileges (NoNewPrivileges=).
+    """
+    r = str(box.root)
+    script = f"""set -e
+mount --make-rprivate /
+mount --bind {r} {r}
+mount -o remount,bind,ro {r}
+mount -t proc proc {r}/proc
+mount -t sysfs -o ro sysfs {r}/sys
+mount -t tmpfs tmpfs {r}/run
+mkdir {r}/run/hma
+mount -t tmpfs tmpfs {r}/var/lib/hma
+exec chroot {r} setpriv --bounding-set=-all,+syslog --inh-caps=-all --no-new-privs hma "$@"
+"""
+    return subprocess.run(
+        ["unshare", "--mount", "sh", "-c", script, "sandbox", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": SYSPATH, "LC_ALL": "C.UTF-8"},
+        check=False,
+    )
+
+
+def confined(box: Chroot) -> None:
+    """Under the unit's confinement: the config loads, every probe runs, and the read-only root
+    of the sandbox is not reported as a failed filesystem."""
+    res = sandboxed(box, "config", "check")
+    assert res.returncode == 0, res.stderr
+    res = sandboxed(box, "check", "--json")
+    doc = json.loads(res.stdout)
+    assert not [p for p in doc["probes"] if p["status"] == "failed"], doc
+    codes = [f["code"] for p in doc["probes"] for f in p["findings"]]
+    assert "SYS_FS_READONLY" not in codes, doc
+    with open("/proc/self/mounts") as mounts:  # the sandbox's mounts died with its namespace
+        assert not [m for m in mounts if m.split()[1] == str(box.path("/run"))]
+
+
 def test_bookworm_install_run_purge(deb: Path, bookworm: Chroot) -> None:
     exercise(bookworm, deb, "3.11")
+    confined(bookworm)
     lifecycle(bookworm)
     purge(bookworm)
 
