@@ -82,9 +82,9 @@ class ThreadSlot:
 def worker_env() -> dict[str, str]:
     """The environment of a worker: this process's import path first, so that the worker imports
     the same hma (the packages' private /usr/lib/hma is on sys.path only through the launcher).
-    The caller's own PYTHONPATH is kept in ``HMA_CALLER_PYTHONPATH`` for the worker to restore."""
+    The caller's PYTHONPATH is kept in ``WORKER_CALLER_PYTHONPATH`` for the worker to restore."""
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-    env["HMA_CALLER_PYTHONPATH"] = os.environ.get("PYTHONPATH", "")
+    env["WORKER_CALLER_PYTHONPATH"] = os.environ.get("PYTHONPATH", "")
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     return env
 

@@ -63,8 +63,8 @@ def _restore_pythonpath() -> None:
     """Give the probe's own subprocesses the caller's PYTHONPATH, not the one that found hma."""
     import os
 
-    if "HMA_CALLER_PYTHONPATH" in os.environ:
-        caller = os.environ.pop("HMA_CALLER_PYTHONPATH")
+    if "WORKER_CALLER_PYTHONPATH" in os.environ:
+        caller = os.environ.pop("WORKER_CALLER_PYTHONPATH")
         if caller:
             os.environ["PYTHONPATH"] = caller
         else:

@@ -14,15 +14,15 @@ def test_worker_env_carries_the_import_path(monkeypatch) -> None:  # type: ignor
     monkeypatch.setattr(sys, "path", ["/usr/lib/hma", "/usr/lib/hma/vendor", *sys.path])
     env = worker_env()
     assert env["PYTHONPATH"].split(os.pathsep)[:2] == ["/usr/lib/hma", "/usr/lib/hma/vendor"]
-    assert env["HMA_CALLER_PYTHONPATH"] == "/site/tools"
+    assert env["WORKER_CALLER_PYTHONPATH"] == "/site/tools"
 
 
 def test_worker_restores_the_callers_pythonpath() -> None:
     code = (
         "import os, hma.worker as w; w._restore_pythonpath(); "
-        "print(os.environ.get('PYTHONPATH'), 'HMA_CALLER_PYTHONPATH' in os.environ)"
+        "print(os.environ.get('PYTHONPATH'), 'WORKER_CALLER_PYTHONPATH' in os.environ)"
     )
-    env = {**worker_env(), "HMA_CALLER_PYTHONPATH": "/site/tools"}
+    env = {**worker_env(), "WORKER_CALLER_PYTHONPATH": "/site/tools"}
     out = subprocess.run(
         [sys.executable, "-c", code],
         env=env,
