@@ -94,8 +94,23 @@ def sweep_mounts(keep: Path) -> None:
         points = [line.split()[1] for line in mounts]
     mine = str(keep.resolve())
     for point in reversed(points):
-        if STALE.search(point) and not point.startswith(mine + "/"):
+        if STALE.search(point) and not point.startswith(mine + "/") and not _owner_alive(point):
             subprocess.run(["umount", "-l", point], capture_output=True, timeout=30, check=False)
+
+
+def _owner_alive(point: str) -> bool:
+    """Whether the run that made this mount still runs: the pid in pytest's numbered-folder
+    `.lock` (another checkout's `make test` may be using its chroot right now), or in the
+    `.build-<suite>-<pid>` folder name."""
+    match = re.search(r"/\.build-[a-z]+-(\d+)/", point)
+    if match:
+        return Path(f"/proc/{match.group(1)}").exists()
+    match = re.search(r"^(.*/pytest-of-[^/]+/pytest-\d+)/", point)
+    try:
+        pid = (Path(match.group(1)) / ".lock").read_text().strip() if match else ""
+    except OSError:
+        return False
+    return pid.isdigit() and Path(f"/proc/{pid}").exists()
 
 
 def _sweep() -> None:
