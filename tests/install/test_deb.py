@@ -228,7 +228,22 @@ def test_bookworm_install_run_purge(deb: Path, bookworm: Chroot) -> None:
 
 def test_bullseye_python39_install_run_purge(deb: Path, bullseye: Chroot) -> None:
     exercise(bullseye, deb, "3.9")
+    keeps_local_config_and_state(bullseye, deb)
     purge(bullseye)
+
+
+def keeps_local_config_and_state(box: Chroot, deb: Path) -> None:
+    """Reinstall keeps an edited conffile without asking; remove (not purge) keeps config and
+    state, only purge drops them."""
+    conf = box.path("/etc/hma/hma.toml")
+    conf.write_text(conf.read_text() + '\n[agent]\nnode_name = "local-edit"\n')
+    box.run(["apt-get", "install", "--reinstall", "-y", "-q", f"/tmp/{deb.name}"], timeout=300)
+    assert 'node_name = "local-edit"' in conf.read_text()
+    box.run(["apt-get", "remove", "-y", "-q", "hma"], timeout=300)
+    assert not box.path("/usr/bin/hma").exists()
+    assert conf.exists() and box.path("/var/lib/hma").is_dir()
+    install(box, deb)
+    assert hma(box, "config", "check").returncode == 0
 
 
 def lifecycle(box: Chroot) -> None:

@@ -117,9 +117,10 @@ def find_python(version: str) -> str:
     return res.stdout.strip()
 
 
-@pytest.mark.parametrize("version", ["3.9", "current"])
+@pytest.mark.parametrize("version", ["3.9", "3.10", "current"])
 def test_rpm_tree_runs_on_python(tree: Path, version: str) -> None:
-    """The installed tree on RHEL 9's Python 3.9 (bare: only the vendored libraries)."""
+    """The installed tree on RHEL 9's Python 3.9, Ubuntu 22.04's 3.10 (bare interpreters: only
+    the vendored libraries) and the current one."""
     python = sys.executable if version == "current" else find_python(version)
     lib = tree / "usr/lib/hma"
     boot = (
