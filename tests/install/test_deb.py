@@ -180,8 +180,9 @@ def sandboxed(box: Chroot, *args: str) -> subprocess.CompletedProcess:
     """Run hma the way hma.service confines it, as far as a machine without systemd allows.
 
     In a private mount namespace: the root read-only (ProtectSystem=strict) with /proc, a
-    read-only /sys and writable /run/hma and /var/lib/hma; the capability bounding set reduced
-    to CAP_SYSLOG (CapabilityBoundingSet=) and no new privileges (NoNewPrivileges=).
+    read-only /sys, a read-only /run but for /run/hma and /run/lock, a writable /var/lib/hma; the
+    capability bounding set reduced to CAP_SYSLOG (CapabilityBoundingSet=) and no new privileges
+    (NoNewPrivileges=).
     """
     r = str(box.root)
     script = f"""set -e
@@ -191,7 +192,10 @@ mount -o remount,bind,ro {r}
 mount -t proc proc {r}/proc
 mount -t sysfs -o ro sysfs {r}/sys
 mount -t tmpfs tmpfs {r}/run
-mkdir {r}/run/hma
+mkdir {r}/run/hma {r}/run/lock
+mount -t tmpfs tmpfs {r}/run/hma
+mount -t tmpfs tmpfs {r}/run/lock
+mount -o remount,bind,ro {r}/run
 mount -t tmpfs tmpfs {r}/var/lib/hma
 exec chroot {r} setpriv --bounding-set=-all,+syslog --inh-caps=-all --no-new-privs hma "$@"
 """
