@@ -246,7 +246,7 @@ def install(args: argparse.Namespace) -> None:
     launcher.write_text(LAUNCHER.format(python=args.python, lib=args.lib), encoding="utf-8")
     launcher.chmod(0o755)
     write_config(root, args.lib, args.build_python, args.config)
-    for folder in ("probes.d", "hma.d"):  # executable probes; config drop-ins
+    for folder in ("probes.d", "hma.d", "rules.d"):  # exec probes; config drop-ins; site rules
         (root / args.config.lstrip("/")).parent.joinpath(folder).mkdir(mode=0o755, exist_ok=True)
     catdir = root / args.catalogdir.lstrip("/")
     for catalog in catalogs():

@@ -53,6 +53,7 @@ def test_deb_carries_every_module_and_data_file(deb: Path) -> None:
         "usr/bin/hma",
         "usr/share/doc/hma/packaging.md",
         "etc/hma/hma.toml",
+        "etc/hma/rules.d",
         "lib/systemd/system/hma.service",
         "var/lib/hma",
         f"{LIB}/vendor/pynvml.py",

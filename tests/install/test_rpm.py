@@ -36,6 +36,7 @@ def test_rpm_files(rpm: Path) -> None:
         "/usr/bin/hma",
         "/usr/share/doc/hma/packaging.md",  # the unit's Documentation=
         "/etc/hma/hma.toml",
+        "/etc/hma/rules.d",
         "/usr/lib/systemd/system/hma.service",
         "/var/lib/hma",
         f"{LIB}/vendor/pynvml.py",
