@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Callable, Optional, Sequence
 
@@ -264,6 +265,9 @@ def _add_kernel_log_commands(sub: argparse._SubParsersAction) -> None:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the ``hma`` console script."""
+    if argv is None and len(sys.argv) == 1 and os.environ.get("SLURMD_NODENAME"):
+        # run by slurmd as HealthCheckProgram (no arguments): `hma healthcheck`
+        argv = ["healthcheck"]
     parser = build_parser()
     # `--config` may also follow the subcommand (`hma check --config X`).
     args, rest = parser.parse_known_args(argv)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -49,3 +51,26 @@ def test_exit_code_is_the_daemons_severity(tmp_path: Path, capsys: object) -> No
     assert run(str(cfg)) == 2
     out = capsys.readouterr().out  # type: ignore[attr-defined]
     assert "CRITICAL" in out and "GPU_XID_79 gpu:0000:3b:00" in out
+
+
+def test_plain_hma_without_arguments_is_the_healthcheck_under_slurmd(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    write(run_dir, severity="warning")
+    cfg = tmp_path / "hma.toml"
+    cfg.write_text(
+        f'[agent]\nrun_dir = "{run_dir}"\nstate_dir = "{tmp_path}/s"\n'
+        f'probes_dir = "{tmp_path}/p"\n'
+    )
+    env = {"SLURMD_NODENAME": "n1", "HMA_CONFIG": str(cfg)}  # all slurmd gives, plus the config
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run(
+        [sys.executable, "-m", "hma"],
+        env=env,
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 1 and "WARNING" in out.stdout, out.stderr
