@@ -429,10 +429,12 @@ class Daemon:
         tick = self.model.tick(now)
         if tick.transitions:
             self._apply(tick)
+        acted = False
         if self.remediator is not None:
             for alert in self.remediator.alerts():
                 self._alert(alert)
-        if now - self._last_status >= HEARTBEAT_S:
+                acted = True
+        if acted or now - self._last_status >= HEARTBEAT_S:  # remediation progress shows at once
             self._write_status()
         if now - self._last_prune >= PRUNE_EVERY_S:
             self._last_prune = now
