@@ -96,6 +96,7 @@ class Remediator:
         self._breaker: Optional[breaker.Count] = None
         self._breaker_alerted = False
         self._last_recheck = 0.0
+        self._stale_checked = False
         self._threads: list[threading.Thread] = []
         self._seed_reboots_done = False
         if start and self.enabled:
@@ -320,7 +321,9 @@ class Remediator:
                         self._enqueue(conn, ep, "label", f"ep{ep['id']}:label:{action}", now)
                 if automatic:
                     self._progress(conn, ep, action, now)
-            elif ep is not None and ep["phase"] == "open":
+            else:
+                ep = ep or self._stale_episode(state, now)
+            if fault is None and ep is not None and ep["phase"] == "open":
                 if ep["healthy_since"] is None:
                     ep["healthy_since"] = now
                 never_drained = not ep.get("owned")
@@ -333,6 +336,47 @@ class Remediator:
                     if dry:
                         state["episode"] = None
             self._save_state(conn, state)
+
+    def _stale_episode(self, state: dict[str, Any], now: float) -> Optional[dict[str, Any]]:
+        """A healthy node that Slurm shows labelled or drained by hma, with no episode in the
+        state store (a wiped disk, a replaced instance): take it up again, so that the drain is
+        resumed after ``resume_after`` and the label cleared, by the usual rules."""
+        node = self._node
+        if node is None or not self._facts_ok or self._stale_checked:
+            return None
+        self._stale_checked = True  # once, at start: later labels are this instance's own
+        found = label_mod.find(node.field(self.field))
+        owned = node.owned and node.out_of_service
+        if not owned and (found is None or found.state != "unhealthy"):
+            return None
+        code, component = (found.code, found.component) if found else ("", "")
+        if owned:
+            text = node.reason[len(OWNED_PREFIX) :].split(" : ", 1)[0].strip()
+            code, _, component = text.partition(" ")
+        state["seq"] = int(state.get("seq", 0)) + 1
+        ep = {
+            "id": state["seq"],
+            "code": code or "?",
+            "component": component or "node",
+            "severity": "critical",
+            "message": "found in Slurm without a record in the state store",
+            "action": found.action if found else "none",
+            "since": (found.since if found and found.since else node.reason_time) or now,
+            "jobs": list(found.jobs) if found else [],
+            "users": [],
+            "boot_id": self._boot_id,
+            "reason": node.reason.split(" : ", 1)[0] if owned else f"{OWNED_PREFIX} {code}",
+            "phase": "open",
+            "owned": owned or None,
+            "drained_at": node.reason_time if owned else None,
+            "acted": None,
+            "down_at": None,
+            "healthy_since": None,
+            "stale": True,
+        }
+        state["episode"] = ep
+        log.info("taking up hma's %s on %s from Slurm", "drain" if owned else "label", node.name)
+        return ep
 
     def _progress(self, conn: Any, ep: dict[str, Any], action: Action, now: float) -> None:
         """Next recovery step of an open episode whose drain hma owns."""

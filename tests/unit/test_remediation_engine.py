@@ -242,3 +242,24 @@ def test_drain_that_raced_past_the_recount_undoes_itself(tmp_path: Path) -> None
     assert "DRAIN" not in fake.state["n1"].flags and "h=breaker" in fake.state["n1"].extra
     assert rem.status()["held"].startswith("breaker")
     assert [a.code for a in rem.alerts()].count("HMA_BREAKER_OPEN") == 1
+
+
+def test_drain_found_in_slurm_without_state_is_resumed_when_healthy(tmp_path: Path) -> None:
+    fake = FakeSlurm("n1", "n2")
+    fake.state["n1"] = replace(
+        fake.state["n1"],
+        flags=frozenset({"DRAIN"}),
+        reason="HMA: GPU_XID_79 gpu:0000:3b:00 : reboot issued",
+        extra="rack=1 hma=unhealthy:GPU_XID_79:reboot,c=gpu:0000:3b:00",
+    )
+    fake.state["n2"] = replace(fake.state["n2"], extra="hma=unhealthy:GPU_XID_79:reboot")
+    rem = make(tmp_path, fake)  # a fresh state database (the disk was wiped)
+    rem.refresh()
+    run(rem, ())
+    assert "DRAIN" not in fake.state["n1"].flags and fake.state["n1"].extra == "rack=1"
+    assert fake.state["n2"].extra == "hma=unhealthy:GPU_XID_79:reboot"  # n1's agent: only n1
+    (tmp_path / "b").mkdir()
+    rem2 = make(tmp_path / "b", fake, "n2")
+    rem2.refresh()
+    run(rem2, ())
+    assert fake.state["n2"].extra == ""
