@@ -33,7 +33,7 @@ test: setup lint
 	$(MAKE) compat
 
 demo: setup
-	$(PY) -m hma.demo
+	$(PY) scripts/demo.py
 
 bench: setup
 	for b in bench/bench_*.py; do $(PY) $$b || exit 1; done

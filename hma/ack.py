@@ -8,18 +8,18 @@ removed directly and the next start finds it gone.
 from __future__ import annotations
 
 import getpass
-import json
 import os
 import signal
 import sys
 import time
-from pathlib import Path
 from typing import Optional
 
+from hma import status
 from hma.assembly import Setup
 from hma.catalogue import Entry
 from hma.health import HealthModel
-from hma.model import Clears
+from hma.model import Clears, Severity
+from hma.reporters import Alert, start_reporters
 from hma.state import Store
 
 
@@ -29,14 +29,22 @@ def operator() -> str:
 
 
 def daemon_pid(run_dir: str) -> Optional[int]:
-    """PID of the running daemon from status.json, when it is alive."""
-    try:
-        doc = json.loads((Path(run_dir) / "status.json").read_text(encoding="utf-8"))
-        pid = int(doc["pid"])
-        os.kill(pid, 0)
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return pid
+    """PID of the running daemon (from a trustworthy status.json), else None."""
+    doc, problem = status.read(run_dir)
+    return int(doc["pid"]) if doc is not None and not problem else None
+
+
+def _alert_directly(setup: Setup, alert: Alert) -> None:
+    """Send an alert through the enabled reporters when no daemon runs to do it."""
+
+    def complain(fmt: str, *args: object) -> None:
+        print("hma ack: " + fmt % args, file=sys.stderr)
+
+    for reporter in start_reporters(setup.config.reporters, complain):
+        try:
+            reporter.alert(alert)
+        except Exception as exc:  # noqa: BLE001 - the ack itself is already recorded
+            complain("reporter %s failed: %s", reporter.name, exc)
 
 
 def main(setup: Setup, code: str, component: Optional[str]) -> int:
@@ -77,6 +85,18 @@ def main(setup: Setup, code: str, component: Optional[str]) -> int:
                 sorted(model.changed), {(r.component, r.code): r for r in model.records()}
             )
             store.add_history(now, "acknowledged", code, component or "", who=who)
+            _alert_directly(
+                setup,
+                Alert(
+                    "acknowledged",
+                    code,
+                    component or "node",
+                    Severity.OK,
+                    f"{code} acknowledged by {who}",
+                    details={"who": who},
+                    ts=now,
+                ),
+            )
             print(f"acknowledged {code} ({len(matching)} fault(s)); no daemon running")
     finally:
         store.close()

@@ -127,13 +127,36 @@ def schema_for(
     )
 
 
-def probes_dir_of(raw_path: Optional[str]) -> str:
+def probes_dir_of(config_file: Optional[str]) -> str:
     """probes_dir as configured (read before validation, since it decides the probe set)."""
-    raw, _files, _errors = config_mod.read_raw(config_mod.config_path(raw_path))
-    agent = raw.get("agent") if isinstance(raw.get("agent"), dict) else {}
-    value = agent.get("probes_dir") if isinstance(agent, dict) else None
-    default = str(CORE_SECTIONS["agent"]["probes_dir"].default)
-    return value if isinstance(value, str) and value.startswith("/") else default
+    return config_mod.early_agent_path(config_file, "probes_dir")[0]
+
+
+def _declared_codes(
+    source_classes: dict[str, type[EventSource]], config_file: Optional[str]
+) -> list[catalogue_mod.Entry]:
+    """Codes event sources declare from their (raw, pre-validation) options: site rule files.
+
+    They must be in the catalogue before the configuration is validated, since ``[codes.SITE_X]``
+    may override them. Raises ``config.ConfigError`` naming each broken declaration.
+    """
+    raw, _files, _errors = config_mod.read_raw(config_mod.config_path(config_file))
+    sources = raw.get("sources") if isinstance(raw.get("sources"), dict) else {}
+    entries: list[catalogue_mod.Entry] = []
+    errors: list[str] = []
+    for name, cls in sorted(source_classes.items()):
+        given = sources.get(name) if isinstance(sources, dict) else None
+        options = {key: opt.default for key, opt in cls.options.items()}
+        for key, value in (given if isinstance(given, dict) else {}).items():
+            if key in cls.options and cls.options[key].validate(value) is None:
+                options[key] = value
+        try:
+            entries += cls.declared_codes(options)
+        except ValueError as exc:  # CatalogueError and RulesError are ValueErrors
+            errors += [f"sources.{name}: {line}" for line in str(exc).splitlines()]
+    if errors:
+        raise config_mod.ConfigError(errors)
+    return entries
 
 
 def load(config_file: Optional[str] = None) -> Setup:
@@ -149,6 +172,10 @@ def load(config_file: Optional[str] = None) -> Setup:
             )
         else:
             classes[name] = cls
+    try:
+        cat = cat.extended(_declared_codes(source_classes, config_file))
+    except catalogue_mod.CatalogueError as exc:
+        raise config_mod.ConfigError([f"site codes: {exc}"]) from None
     schema = schema_for(classes, broken, cat, source_classes)
     cfg = config_mod.load(schema, config_file)
     return Setup(

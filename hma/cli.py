@@ -39,6 +39,24 @@ def cmd_check(args: argparse.Namespace) -> int:
     return check.exit_code(doc)
 
 
+def cmd_status(args: argparse.Namespace) -> int:
+    """Print the daemon's status.json as a summary (or the document with ``--json``)."""
+    from hma import status
+
+    run_dir, problems = status.run_dir_of(args.config)
+    for line in problems:
+        print(f"hma status: config: {line} (looking in {run_dir})", file=sys.stderr)
+    doc, problem = status.read(run_dir)
+    if args.json:
+        if doc is not None:
+            print(json.dumps(doc, indent=2))
+        if problem:
+            print(f"hma status: {problem}", file=sys.stderr)
+    else:
+        print(status.render(doc, problem), end="" if doc is not None else "\n")
+    return status.exit_code(doc, problem)
+
+
 def cmd_config_check(args: argparse.Namespace) -> int:
     """Validate the configuration: exit 0, or 2 with one ``key.path: problem`` line per error."""
     try:
@@ -52,12 +70,9 @@ def cmd_config_check(args: argparse.Namespace) -> int:
 
 def cmd_config_defaults(args: argparse.Namespace) -> int:
     """Print every key with its default and documentation, as a commented TOML file."""
-    from hma import assembly, catalogue, registry
+    from hma import docs
 
-    classes, broken = registry.discover()
-    print(
-        config_mod.render_defaults(assembly.schema_for(classes, broken, catalogue.load_builtin()))
-    )
+    print(config_mod.render_defaults(docs.schema()))
     return 0
 
 
@@ -141,6 +156,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the JSON document")
     p.set_defaults(func=cmd_check)
 
+    p = sub.add_parser("status", help="show the running daemon's view of the node")
+    p.add_argument("--json", action="store_true", help="print the status.json document")
+    p.set_defaults(func=cmd_status)
+
     p = sub.add_parser("config", help="configuration tools")
     csub = p.add_subparsers(dest="config_command", metavar="ACTION")
     csub.required = True
@@ -161,7 +180,42 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("code", nargs="?")
     p.add_argument("--list", action="store_true", help="list every code")
     p.set_defaults(func=lambda a: cmd_explain_list(a) if a.list or not a.code else cmd_explain(a))
+    _add_kernel_log_commands(sub)
     return parser
+
+
+def cmd_logscan(args: argparse.Namespace) -> int:
+    """Run the kernel-log rules over saved logs."""
+    from hma import logscan
+
+    return logscan.main(args)
+
+
+def cmd_inject_xid(args: argparse.Namespace) -> int:
+    """Write an NVRM Xid line to /dev/kmsg."""
+    from hma import inject
+
+    return inject.main(args)
+
+
+def _add_kernel_log_commands(sub: argparse._SubParsersAction) -> None:
+    """``hma logscan`` (hma.logscan) and ``hma inject xid`` (hma.inject)."""
+    p = sub.add_parser("logscan", help="run the kernel-log rules over saved logs")
+    p.add_argument("files", nargs="+", metavar="FILE", help="dmesg/syslog/kmsg files, - for stdin")
+    p.add_argument("--json", action="store_true", help="print the JSON document")
+    p.add_argument("--rules-dir", help="site rules folder (default: [sources.kernel_log])")
+    p.add_argument("--config", default=argparse.SUPPRESS, help=argparse.SUPPRESS)  # after FILEs
+    p.set_defaults(func=cmd_logscan)
+    p = sub.add_parser("inject", help="write a test event (drains the node!)")
+    isub = p.add_subparsers(dest="inject_command", metavar="KIND")
+    isub.required = True
+    p = isub.add_parser("xid", help="write an NVRM Xid line to /dev/kmsg (root)")
+    p.add_argument("--gpu", required=True, help="PCI bus id of the GPU, e.g. 0000:3b:00.0")
+    p.add_argument("--xid", required=True, type=int, help="Xid number, e.g. 79")
+    p.add_argument("--text", help="message after the Xid number")
+    p.add_argument("--kmsg", default="/dev/kmsg", help="device to write (tests: a file)")
+    p.add_argument("--yes-really-drain", action="store_true", help="confirm: this drains the node")
+    p.set_defaults(func=cmd_inject_xid)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -166,6 +166,20 @@ def read_raw(path: Path) -> tuple[dict[str, Any], list[str], list[str]]:
     return merged, files, errors
 
 
+def early_agent_path(explicit: Optional[str], key: str) -> tuple[str, list[str]]:
+    """One ``[agent]`` path read before full validation (it decides what to load, or lets
+    ``hma status`` work with a config broken elsewhere): (value or default, problems met)."""
+    default = str(CORE_SECTIONS["agent"][key].default)
+    raw, _files, errors = read_raw(config_path(explicit))
+    agent = raw.get("agent")
+    value = agent.get(key) if isinstance(agent, dict) else None
+    if value is None:
+        return default, errors
+    if not isinstance(value, str) or not value.startswith("/"):
+        return default, [*errors, f"agent.{key}: must be an absolute path, got {value!r}"]
+    return value, errors
+
+
 def _merge(into: dict[str, Any], new: Mapping[str, Any]) -> None:
     for key, value in new.items():
         if isinstance(value, dict) and isinstance(into.get(key), dict):

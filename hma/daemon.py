@@ -9,7 +9,6 @@ or the watchdog, which is pinged only from the loop itself.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import queue
@@ -17,11 +16,9 @@ import random
 import signal
 import socket
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Optional
 
 from hma import __version__, assembly
@@ -33,10 +30,10 @@ from hma.devices import DeviceWatcher
 from hma.health import HealthModel
 from hma.model import Finding, ProbeRun, RunStatus, Severity, Transition, Verdict
 from hma.probe import NodeFacts
-from hma.reporters import Alert, Reporter
-from hma.reporters import discover as discover_reporters
+from hma.reporters import Alert, Reporter, start_reporters
 from hma.runner import make_slot, run_probe
 from hma.state import StateError, Store
+from hma.status import status_path, write_atomic
 
 log = logging.getLogger("hma")
 
@@ -90,25 +87,6 @@ def read_boot_id(procfs: str) -> str:
         return ""
 
 
-def write_atomic(path: Path, doc: dict[str, Any]) -> None:
-    """Write JSON through a temp file in the same folder and rename it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".status.", dir=str(path.parent))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(doc, handle, indent=1, sort_keys=True)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
 class Daemon:
     """The long-running agent."""
 
@@ -126,7 +104,7 @@ class Daemon:
         self.setup = assembly.load(config_file)  # ConfigError propagates: exit 78
         agent = self.setup.config.section("agent")
         self.store = Store(os.path.join(agent["state_dir"], "state.db"))
-        self.status_path = Path(agent["run_dir"]) / "status.json"
+        self.status_path = status_path(agent["run_dir"])
         self.boot_id = read_boot_id(self.setup.config.section("paths")["procfs"])
         records, dropped = self.store.load_records()
         for note in dropped:
@@ -192,15 +170,7 @@ class Daemon:
     def _make_reporters(self) -> list[Reporter]:
         for reporter in self.reporters:
             _quietly(reporter.close)
-        classes, _broken = discover_reporters()
-        out = []
-        for name, values in self.setup.config.reporters.items():
-            if values.get("enabled") and name in classes:
-                try:
-                    out.append(classes[name](values))
-                except Exception as exc:  # noqa: BLE001 - a bad reporter must not stop the agent
-                    log.error("reporter %s failed to start: %s", name, exc)
-        return out
+        return start_reporters(self.setup.config.reporters, log.error)
 
     def _make_remediator(self) -> Any:
         if self.remediator is not None:
@@ -514,7 +484,7 @@ class Daemon:
                 f.code,
                 f.component,
                 severity,
-                message,
+                f.message + (f" ({t.reason})" if t.reason else ""),  # reporters add kind/code
                 f.action,
                 f.probe,
                 dict(f.details),
@@ -580,6 +550,7 @@ class Daemon:
         self._last_status = self.clock()
         doc = self.status_doc()
         try:
+            self.status_path.parent.mkdir(parents=True, exist_ok=True)
             write_atomic(self.status_path, doc)
         except OSError as exc:
             log.error("cannot write %s: %s", self.status_path, exc)

@@ -111,7 +111,9 @@ def exec_probe_class(path: Path) -> type[Probe]:
             if reason:
                 return {"refused": reason}
             result = ctx.runner.run(
-                [str(path), *ctx.options.get("args", [])], timeout=float(ctx.options["timeout"])
+                [str(path), *ctx.options.get("args", [])],
+                # below the probe timeout, so the kill is ours and the result still arrives
+                timeout=float(ctx.options["timeout"]) * 0.8,
             )
             return {
                 "rc": result.rc,

@@ -13,6 +13,7 @@ from typing import Any, Callable, ClassVar, Mapping, Optional, Protocol
 
 from hma.adapters.command import CommandRunner
 from hma.adapters.files import RootReader
+from hma.catalogue import Entry
 from hma.model import Finding
 from hma.options import Option
 
@@ -68,6 +69,12 @@ class EventSource:
     def applies(self, ctx: SourceContext) -> Optional[str]:
         """None when the source can run here, else why not."""
         return None
+
+    @classmethod
+    def declared_codes(cls, options: Mapping[str, Any]) -> list[Entry]:
+        """Catalogue entries this source declares from its configuration (the ``SITE_`` codes of
+        site rule files); ``CatalogueError``/``ValueError`` for a broken declaration. None here."""
+        return []
 
     def run(self, ctx: SourceContext, emit: Callable[[Finding], None]) -> None:
         """Block, calling ``emit`` per finding, until ``ctx.stop`` is set. Exceptions are

@@ -139,6 +139,15 @@ class Catalogue:
             return found
         return self._entries["HMA_UNCATALOGUED"]
 
+    def extended(self, entries: Iterable[Entry]) -> Catalogue:
+        """A new catalogue with more entries (site codes declared in rule files); only ``SITE_``
+        codes may be added and none may be declared twice (``CatalogueError``)."""
+        extra = list(entries)
+        for entry in extra:
+            if entry.family != "SITE":
+                raise CatalogueError(f"{entry.code}: site declarations must use SITE_ codes")
+        return Catalogue([*self._entries.values(), *extra], self._overridden)
+
     def with_overrides(self, overrides: Mapping[str, Mapping[str, Any]]) -> Catalogue:
         """A new catalogue with ``[codes.<CODE>]`` tables applied (validated by the config)."""
         entries = []

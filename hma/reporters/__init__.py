@@ -10,7 +10,7 @@ it never stops the loop.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping
+from typing import Any, Callable, ClassVar, Mapping
 
 from hma.model import Action, Severity
 from hma.options import Option
@@ -32,7 +32,11 @@ ALERT_KINDS = (
 
 @dataclass(frozen=True)
 class Alert:
-    """One state change worth telling people about."""
+    """One state change worth telling people about.
+
+    ``message`` says what happened in words; reporters show it with the kind, code and component,
+    so it need not repeat them.
+    """
 
     kind: str
     code: str
@@ -70,6 +74,21 @@ def discover() -> tuple[dict[str, type[Reporter]], list[Any]]:
     from hma.registry import discover as discover_group
 
     return discover_group(GROUP, Reporter)
+
+
+def start_reporters(
+    configured: Mapping[str, Mapping[str, Any]], complain: Callable[..., None]
+) -> list[Reporter]:
+    """Instances of the enabled reporters; one that fails to start is reported and skipped."""
+    classes, _broken = discover()
+    out = []
+    for name, values in configured.items():
+        if values.get("enabled") and name in classes:
+            try:
+                out.append(classes[name](values))
+            except Exception as exc:  # noqa: BLE001 - a bad reporter must not stop the agent
+                complain("reporter %s failed to start: %s", name, exc)
+    return out
 
 
 def schemas() -> dict[str, Mapping[str, Option]]:

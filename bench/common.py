@@ -1,0 +1,55 @@
+"""Shared helpers for the benchmarks: machine description and robust statistics."""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from typing import Sequence
+
+
+def machine() -> str:
+    """One line describing where the figures were measured."""
+    cpu = "unknown CPU"
+    try:
+        for line in open("/proc/cpuinfo", encoding="utf-8"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return (
+        f"{platform.node()}: {os.cpu_count()} cores ({cpu}), Linux {platform.release()}, "
+        f"Python {platform.python_version()} ({sys.executable})"
+    )
+
+
+def median_ms(samples: Sequence[float]) -> float:
+    """Median of samples given in seconds, in milliseconds."""
+    return statistics.median(samples) * 1000
+
+
+def p99_ms(samples: Sequence[float]) -> float:
+    """99th percentile (nearest rank) in milliseconds."""
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(round(0.99 * len(ordered) + 0.5)) - 1)] * 1000
+
+
+def time_command(argv: Sequence[str], runs: int, env: dict[str, str] | None = None) -> list[float]:
+    """Wall times of running ``argv`` ``runs`` times."""
+    out = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        subprocess.run(
+            list(argv),
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=120,
+            check=False,
+        )
+        out.append(time.perf_counter() - start)
+    return out

@@ -1,0 +1,271 @@
+"""``kernel_log`` event source: kernel messages through the rules of hma/rules, as they arrive.
+
+Reads /dev/kmsg with blocking reads (poll with a short timeout, so ``ctx.stop`` is seen at once):
+a line is matched the moment the kernel prints it. Each record carries a sequence number; the last
+one handled is kept in the state store with the boot id, so after a restart in the same boot the
+ring buffer is read again but records up to the stored one are skipped (nothing missed, nothing
+repeated), and after a reboot everything in the buffer is new. Where /dev/kmsg cannot be read,
+journald (systemd-python's ``journal.Reader``, optional) serves the kernel messages instead, with
+its own cursor. The path is configurable: tests feed a FIFO of kmsg records.
+
+Bad input is survived: lines longer than ``max_line`` are cut, bytes that are not UTF-8 replaced,
+records that do not parse counted and skipped, and EPIPE (the kernel overwrote records before we
+read them) is counted and reading goes on.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import select
+import stat
+import time
+from typing import Any, Callable, ClassVar, Mapping, Optional
+
+from hma import xid
+from hma.catalogue import Entry
+from hma.model import Finding
+from hma.options import Option, positive
+from hma.rules import RuleSet, load_site
+from hma.rules.lines import from_identifier, parse_record
+from hma.source import EventSource, SourceContext
+
+CURSOR_KEY = "kernel_log.cursor"
+JOURNAL_CURSOR_KEY = "kernel_log.journal_cursor"
+POLL_S = 0.2
+CURSOR_EVERY_S = 1.0
+READ_SIZE = 65536
+
+
+class KernelLogSource(EventSource):
+    """Kernel messages (/dev/kmsg, else journald) through the kernel-log rules."""
+
+    name = "kernel_log"
+    description = "NVRM Xid, fallen-off-bus, machine-check, hung-task and Neuron kernel messages"
+    options: ClassVar[Mapping[str, Option]] = {
+        "path": Option("path", "/dev/kmsg", "Kernel message device (tests: a FIFO of records)."),
+        "backend": Option(
+            "choice",
+            "auto",
+            "auto: /dev/kmsg, journald when it cannot be read; or force kmsg or journal.",
+            choices=("auto", "kmsg", "journal"),
+        ),
+        "rules_dir": Option(
+            "path", "/etc/hma/rules.d", "Site rule files (*.toml) with their SITE_ codes."
+        ),
+        "dedupe_s": Option(
+            "float",
+            10.0,
+            "Repeats of one fault within this many seconds are one event with a count.",
+            check=positive,
+        ),
+        "max_line": Option(
+            "int", 16384, "Bytes of one kernel record kept (longer: cut).", minimum=256
+        ),
+    }
+
+    def __init__(self) -> None:
+        self.stats: dict[str, int] = {
+            "records": 0,
+            "skipped": 0,
+            "malformed": 0,
+            "overruns": 0,
+            "truncated": 0,
+            "findings": 0,
+        }
+        self.backend_used = ""
+
+    @classmethod
+    def declared_codes(cls, options: Mapping[str, Any]) -> list[Entry]:
+        """The SITE_ codes of the site rule files."""
+        _rules, entries = load_site(options.get("rules_dir"))
+        return entries
+
+    def applies(self, ctx: SourceContext) -> Optional[str]:
+        """Runs where /dev/kmsg is readable or journald can be read."""
+        backend = ctx.options.get("backend", "auto")
+        path = str(ctx.options.get("path", "/dev/kmsg"))
+        if backend != "journal" and os.access(path, os.R_OK):
+            return None
+        if backend != "kmsg" and _journal_module() is not None:
+            return None
+        return f"{path} is not readable and journald support (systemd-python) is not installed"
+
+    def run(self, ctx: SourceContext, emit: Callable[[Finding], None]) -> None:
+        """Read until ``ctx.stop`` is set."""
+        rules = RuleSet.load(ctx.options.get("rules_dir"))
+        backend = ctx.options.get("backend", "auto")
+        path = str(ctx.options.get("path", "/dev/kmsg"))
+        if backend == "journal":
+            self._run_journal(ctx, emit, rules)
+            return
+        try:
+            fd = _open(path)
+        except OSError as exc:
+            if backend == "kmsg" or _journal_module() is None:
+                raise
+            if exc.errno not in (errno.EACCES, errno.EPERM, errno.ENOENT, errno.ENODEV):
+                raise
+            self._run_journal(ctx, emit, rules)
+            return
+        try:
+            self._run_kmsg(fd, ctx, emit, rules)
+        finally:
+            os.close(fd)
+
+    # --- /dev/kmsg ------------------------------------------------------------------------------
+
+    def _run_kmsg(
+        self, fd: int, ctx: SourceContext, emit: Callable[[Finding], None], rules: RuleSet
+    ) -> None:
+        self.backend_used = "kmsg"
+        max_line = int(ctx.options.get("max_line", 16384))
+        dedup = xid.Dedup(float(ctx.options.get("dedupe_s", 10.0)))
+        matcher = rules.matcher(self.name)
+        stored = ctx.kv.get(CURSOR_KEY) or {}
+        last_seq = -1
+        if isinstance(stored, dict) and stored.get("boot_id") == ctx.boot_id:
+            last_seq = int(stored.get("seq", -1))
+        saved_seq = last_seq
+        saved_at = time.monotonic()
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        buf = b""
+        cut: Optional[bytes] = None  # head of an over-long line whose end is still to come
+
+        def save() -> None:
+            nonlocal saved_seq, saved_at
+            if last_seq != saved_seq:
+                ctx.kv.set(CURSOR_KEY, {"boot_id": ctx.boot_id, "seq": last_seq})
+                saved_seq = last_seq
+            saved_at = time.monotonic()
+
+        def handle(raw: bytes) -> None:
+            nonlocal last_seq
+            if raw.startswith(b" ") or not raw:  # continuation (KEY=value dictionary) lines
+                return
+            record = parse_record(raw)
+            if record is None:
+                self.stats["malformed"] += 1
+                return
+            if record.seq <= last_seq:
+                self.stats["skipped"] += 1
+                return
+            self.stats["records"] += 1
+            evidence = {"seq": record.seq, "kernel_ts_us": record.ts_usec}
+            if record.facility != 0:
+                evidence["facility"] = record.facility
+            finding = matcher.feed(record.message, time.time(), evidence)
+            if finding is not None:
+                admitted = dedup.admit(finding, time.monotonic())
+                if admitted is not None:
+                    self.stats["findings"] += 1
+                    emit(admitted)
+                    last_seq = record.seq
+                    save()  # after emitting: a crash in between repeats, never misses
+                    return
+            last_seq = record.seq
+
+        try:
+            while not ctx.stop.is_set():
+                if time.monotonic() - saved_at >= CURSOR_EVERY_S:
+                    save()
+                if not poller.poll(int(POLL_S * 1000)):
+                    continue
+                try:
+                    chunk = os.read(fd, READ_SIZE)
+                except BlockingIOError:
+                    continue
+                except InterruptedError:
+                    continue
+                except BrokenPipeError:  # EPIPE: records overwritten before we read them
+                    self.stats["overruns"] += 1
+                    continue
+                if not chunk:  # end of a regular file, or a FIFO without writers
+                    ctx.stop.wait(POLL_S)
+                    continue
+                buf += chunk
+                while True:
+                    nl = buf.find(b"\n")
+                    if nl < 0:
+                        break
+                    line, buf = buf[:nl], buf[nl + 1 :]
+                    if cut is not None:
+                        line, cut = cut, None
+                    elif len(line) > max_line:
+                        line = line[:max_line]
+                        self.stats["truncated"] += 1
+                    handle(line)
+                if len(buf) > max_line:  # no newline in sight: keep the head, drop the rest
+                    if cut is None:
+                        cut = buf[:max_line]
+                        self.stats["truncated"] += 1
+                    buf = b""
+        finally:
+            save()
+
+    # --- journald -------------------------------------------------------------------------------
+
+    def _run_journal(
+        self, ctx: SourceContext, emit: Callable[[Finding], None], rules: RuleSet
+    ) -> None:
+        journal = _journal_module()
+        if journal is None:
+            raise RuntimeError("journald support needs systemd-python (pip install hma[journal])")
+        self.backend_used = "journal"
+        dedup = xid.Dedup(float(ctx.options.get("dedupe_s", 10.0)))
+        matcher = rules.matcher(self.name)
+        reader = journal.Reader()
+        try:
+            reader.this_boot()
+            reader.add_match(_TRANSPORT="kernel")
+            reader.add_disjunction()
+            reader.add_match(SYSLOG_IDENTIFIER="NVRM")
+            stored = ctx.kv.get(JOURNAL_CURSOR_KEY) or {}
+            if isinstance(stored, dict) and stored.get("boot_id") == ctx.boot_id:
+                reader.seek_cursor(stored["cursor"])
+                reader.get_next()  # the stored entry itself was handled
+            else:
+                reader.seek_head()
+            cursor = None
+            saved_at = time.monotonic()
+            while not ctx.stop.is_set():
+                entry = reader.get_next()
+                if not entry:
+                    if cursor is not None and time.monotonic() - saved_at >= CURSOR_EVERY_S:
+                        ctx.kv.set(JOURNAL_CURSOR_KEY, {"boot_id": ctx.boot_id, "cursor": cursor})
+                        saved_at = time.monotonic()
+                    reader.wait(POLL_S)
+                    continue
+                self.stats["records"] += 1
+                cursor = entry.get("__CURSOR", cursor)
+                message = entry.get("MESSAGE", "")
+                if isinstance(message, bytes):
+                    message = message.decode("utf-8", "replace")
+                text = from_identifier(str(entry.get("SYSLOG_IDENTIFIER", "kernel")), str(message))
+                finding = matcher.feed(text, time.time(), {"journal_cursor": cursor})
+                if finding is None:
+                    continue
+                admitted = dedup.admit(finding, time.monotonic())
+                if admitted is not None:
+                    self.stats["findings"] += 1
+                    emit(admitted)
+                    ctx.kv.set(JOURNAL_CURSOR_KEY, {"boot_id": ctx.boot_id, "cursor": cursor})
+        finally:
+            reader.close()
+
+
+def _open(path: str) -> int:
+    """A non-blocking descriptor on the kmsg device, a FIFO (opened read-write, so that it never
+    reports end-of-file between writers) or a regular file."""
+    st = os.stat(path)
+    flags = os.O_RDWR if stat.S_ISFIFO(st.st_mode) else os.O_RDONLY
+    return os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC)
+
+
+def _journal_module() -> Any:
+    try:
+        from systemd import journal
+    except ImportError:
+        return None
+    return journal

@@ -1,0 +1,204 @@
+"""Shared test helpers: isolated configs, running the real `hma` command."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "fixtures"
+PLUGINS = ROOT / "tests" / "plugins"
+
+
+class Env:
+    """An isolated agent installation: config, state and run folders under tmp_path."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.config = base / "hma.toml"
+        self.state = base / "state"
+        self.run = base / "run"
+        self.probes_d = base / "probes.d"
+        self.probes_d.mkdir()
+        os.chmod(self.probes_d, 0o755)
+        os.chmod(base, 0o755)
+        self.write("")
+
+    def write(self, extra: str) -> None:
+        """(Re)write hma.toml: the folders, then ``extra`` TOML."""
+        self.config.write_text(
+            f'[agent]\nstate_dir = "{self.state}"\nrun_dir = "{self.run}"\n'
+            f'probes_dir = "{self.probes_d}"\nnode_name = "testnode"\n' + extra
+        )
+
+    def env(self, plugins: bool = False) -> dict[str, str]:
+        """Environment for running hma against this installation."""
+        env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
+        env["HMA_CONFIG"] = str(self.config)
+        if plugins:
+            env["PYTHONPATH"] = str(PLUGINS) + os.pathsep + env.get("PYTHONPATH", "")
+        return env
+
+    def hma(
+        self,
+        *args: str,
+        timeout: float = 60,
+        plugins: bool = False,
+        env: Optional[dict[str, str]] = None,
+    ) -> subprocess.CompletedProcess:
+        """Run the real command line."""
+        return subprocess.run(
+            [sys.executable, "-m", "hma", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env or self.env(plugins),
+            check=False,
+        )
+
+    def status(self) -> dict[str, Any]:
+        """The daemon's status.json."""
+        return json.loads((self.run / "status.json").read_text())
+
+    def exec_probe(self, name: str, body: str, mode: int = 0o755) -> Path:
+        """Write an executable probe script into probes.d."""
+        path = self.probes_d / name
+        path.write_text("#!/bin/sh\n" + body + "\n")
+        os.chmod(path, mode)
+        return path
+
+
+@pytest.fixture
+def hma_env(tmp_path: Path) -> Env:
+    """An isolated agent installation."""
+    return Env(tmp_path)
+
+
+# --- a private, namespaced systemd-journald for the whole session -------------------------------
+# `systemd-journald hmat<pid>` listens on /run/systemd/journal.hmat<pid>/socket and is read with
+# `journalctl --namespace`: it neither needs nor disturbs a host journald or other test runs. It is
+# stopped by PID and its files removed; leftovers of killed runs are swept at the start.
+
+JOURNALD = "/lib/systemd/systemd-journald"
+PREFIX = "hmat"
+PIDFILES = Path("/tmp")
+
+
+def _machine_id() -> str:
+    try:
+        return Path("/etc/machine-id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _remove_files(ns: str) -> None:
+    shutil.rmtree(f"/run/systemd/journal.{ns}", ignore_errors=True)
+    mid = _machine_id()
+    if mid:
+        for base in ("/var/log/journal", "/run/log/journal"):
+            shutil.rmtree(f"{base}/{mid}.{ns}", ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _stop(pid: int, ns: str) -> None:
+    """SIGTERM (then SIGKILL) the journald we started, if that PID still is it."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return
+    if not (cmdline and cmdline[0].endswith(b"systemd-journald") and ns.encode() in cmdline):
+        return  # the PID was reused by something else
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        time.sleep(0.05)
+    if Path(f"/proc/{pid}").exists():
+        os.kill(pid, signal.SIGKILL)
+
+
+def _sweep() -> None:
+    """Stop and remove journalds of earlier runs whose pytest process is gone."""
+    for pidfile in PIDFILES.glob(f"hma-test-journald-{PREFIX}*.pid"):
+        ns = pidfile.name[len("hma-test-journald-") : -len(".pid")]
+        owner = ns[len(PREFIX) :]
+        if owner.isdigit() and _alive(int(owner)):
+            continue  # another run in progress
+        text = pidfile.read_text().strip()
+        if text.isdigit():
+            _stop(int(text), ns)
+        _remove_files(ns)
+        pidfile.unlink()
+
+
+@pytest.fixture(scope="session")
+def journald() -> Iterator[tuple[str, str]]:
+    """(namespace, socket path) of a private journald for this test session."""
+    _sweep()
+    ns = f"{PREFIX}{os.getpid()}"
+    pidfile = PIDFILES / f"hma-test-journald-{ns}.pid"
+    _remove_files(ns)
+    proc = subprocess.Popen(
+        [JOURNALD, ns], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    pidfile.write_text(str(proc.pid))
+    sock = f"/run/systemd/journal.{ns}/socket"
+    try:
+        deadline = time.monotonic() + 15
+        while not os.path.exists(sock):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"systemd-journald {ns} did not create {sock} (rc {proc.poll()})")
+            time.sleep(0.05)
+        yield ns, sock
+    finally:
+        _stop(proc.pid, ns)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+        _remove_files(ns)
+        pidfile.unlink(missing_ok=True)
+
+
+def read_back(ns: str, *matches: str, count: int = 1) -> list[dict]:
+    """Entries matching every ``FIELD=value``, polled until ``count`` arrived (async)."""
+    deadline = time.monotonic() + 10
+    while True:
+        out = subprocess.run(
+            ["journalctl", f"--namespace={ns}", "-o", "json", "--no-pager", *matches],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
+        ).stdout
+        entries = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        if len(entries) >= count or time.monotonic() > deadline:
+            return entries
+        time.sleep(0.05)
+
+
+def journald_usable() -> bool:
+    """Root, systemd-journald and journalctl present."""
+    return os.geteuid() == 0 and os.access(JOURNALD, os.X_OK) and bool(shutil.which("journalctl"))

@@ -1,0 +1,100 @@
+"""kernel_log inside `hma run`: an Xid line fed through the kmsg path reaches status.json, and a
+daemon restart in the same boot (cursor in the SQLite state store) does not count it again."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def faults(status: Path) -> dict[tuple[str, str], Any]:
+    try:
+        doc = json.loads(status.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {(f["code"], f["component"]): f for f in doc.get("faults", [])}
+
+
+class Daemon:
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.status = base / "run" / "status.json"
+        self.log = open(base / "daemon.log", "a")  # noqa: SIM115 - closed in stop()
+        env = {**os.environ, "HMA_CONFIG": str(base / "hma.toml")}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "hma", "run"], env=env, stdout=self.log, stderr=self.log
+        )
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                self.fd = os.open(base / "kmsg", os.O_WRONLY | os.O_NONBLOCK)
+                break
+            except OSError as exc:
+                assert exc.errno == errno.ENXIO, exc
+                assert self.proc.poll() is None, (base / "daemon.log").read_text()
+                assert time.monotonic() < deadline, "daemon did not open the kmsg path"
+                time.sleep(0.05)
+
+    def write(self, seq: int, text: str) -> None:
+        os.write(self.fd, f"4,{seq},{seq * 1000},-;{text}\n".encode())
+
+    def wait_for(self, key: tuple[str, str]) -> dict[str, Any]:
+        deadline = time.monotonic() + 20
+        while key not in faults(self.status):
+            assert self.proc.poll() is None, (self.base / "daemon.log").read_text()
+            assert time.monotonic() < deadline, f"{key} not in status.json"
+            time.sleep(0.02)
+        return faults(self.status)[key]
+
+    def stop(self) -> None:
+        os.close(self.fd)
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(20)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.log.close()
+
+
+@pytest.mark.timeout(90)
+def test_xid_reaches_status_and_is_not_recounted_after_a_restart(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "kmsg")
+    (tmp_path / "hma.toml").write_text(
+        f'[agent]\nstate_dir = "{tmp_path}/state"\nrun_dir = "{tmp_path}/run"\n'
+        f'probes_dir = "{tmp_path}/probes.d"\n[probes.system]\nenabled = false\n'
+        f'[sources.kernel_log]\npath = "{tmp_path}/kmsg"\nbackend = "kmsg"\n'
+        f'rules_dir = "{tmp_path}/rules.d"\n'
+    )
+    xid79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, off the bus"
+    first = Daemon(tmp_path)
+    try:
+        first.write(1, "eth0: link up")
+        first.write(2, xid79)
+        fault = first.wait_for(("GPU_XID_79", "gpu:0000:3b:00"))
+    finally:
+        first.stop()
+    assert fault["severity"] == "critical" and fault["probe"] == "kernel_log"
+    assert fault["count"] == 1 and fault["details"]["line"] == xid79
+    second = Daemon(tmp_path)
+    try:
+        # The ring buffer is replayed from its start after a restart: 1 and 2 must be skipped.
+        second.write(1, "eth0: link up")
+        second.write(2, xid79)
+        second.write(3, "NVRM: Xid (PCI:0000:5d:00): 48, pid=1, name=python3, DBE")
+        second.wait_for(("GPU_XID_48", "gpu:0000:5d:00"))
+        again = faults(second.status)[("GPU_XID_79", "gpu:0000:3b:00")]
+    finally:
+        second.stop()
+    assert again["count"] == 1

@@ -1,0 +1,106 @@
+"""The catalogue is complete and has no dead entries; catalogue files are well formed."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from hma.catalogue import CatalogueError, load_builtin, parse_entry
+
+ROOT = Path(__file__).resolve().parents[2]
+LITERAL = re.compile(r"""["'`]((?:GPU|NEURON|EFA|SYS|KERNEL|HMA|SLURM|SITE)_[A-Z0-9_]+)["'`]""")
+# Upper-case names with a code prefix that are not finding codes: environment variables, journal
+# field names and prefixes used to build codes.
+NOT_CODES = re.compile(
+    r"^(HMA_(CONFIG|NODE|ACTION|REASON|ACTION_ID|FINDINGS_FILE|UPDATE_GOLDEN|STUCK_SECONDS"
+    r"|CODE|COMPONENT|SEVERITY|PROBE|KIND|DETAILS|TS|NVML_.*|SMI_.*|TEST_.*|JOURNAL_.*)"
+    r"|GPU_XID_|SITE_)$"
+)
+
+
+def emitted_literals() -> dict[str, str]:
+    """Code-like literals in the program (not the catalogue itself), with one place each."""
+    found: dict[str, str] = {}
+    sources = [*ROOT.glob("hma/**/*.py"), *ROOT.glob("probes/*.py"), *ROOT.glob("hma/rules/*.toml")]
+    for path in sources:
+        for match in LITERAL.finditer(path.read_text()):
+            code = match.group(1)
+            if not NOT_CODES.match(code):
+                found.setdefault(code, str(path.relative_to(ROOT)))
+    return found
+
+
+def test_every_emitted_code_is_catalogued() -> None:
+    cat = load_builtin()
+    missing = {c: where for c, where in emitted_literals().items() if c not in cat}
+    assert missing == {}
+
+
+def test_every_catalogued_code_is_emitted() -> None:
+    emitted = set(emitted_literals())
+    # GPU_XID_<n> codes are built from the Xid number by hma.xid (PREFIX + n).
+    generated = re.compile(r"^GPU_XID_\d+$")
+    unused = [
+        e.code for e in load_builtin() if e.code not in emitted and not generated.match(e.code)
+    ]
+    assert unused == []
+
+
+def test_agent_codes_never_drain() -> None:
+    for entry in load_builtin():
+        if entry.family == "HMA":
+            assert not entry.drains, entry.code
+
+
+@pytest.mark.parametrize(
+    "code, raw, problem",
+    [
+        ("BAD", {}, "UPPER_SNAKE"),
+        (
+            "SYS_X",
+            {
+                "summary": "s",
+                "remedy": "r",
+                "severity": "x",
+                "action": "none",
+                "clears": "observation",
+            },
+            "unknown severity",
+        ),
+        (
+            "SYS_X",
+            {"summary": "s", "remedy": "r", "severity": "ok", "action": "none", "clears": "window"},
+            "window_s",
+        ),
+        (
+            "HMA_X",
+            {
+                "summary": "s",
+                "remedy": "r",
+                "severity": "ok",
+                "action": "none",
+                "clears": "observation",
+                "drains": True,
+            },
+            "never drain",
+        ),
+        ("SYS_X", {"summary": "s"}, "missing"),
+        (
+            "SYS_X",
+            {
+                "summary": "s",
+                "remedy": "r",
+                "severity": "ok",
+                "action": "none",
+                "clears": "observation",
+                "colour": "red",
+            },
+            "unknown field",
+        ),
+    ],
+)
+def test_malformed_entries(code: str, raw: dict, problem: str) -> None:
+    with pytest.raises(CatalogueError, match=problem):
+        parse_entry(code, raw)

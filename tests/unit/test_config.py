@@ -1,0 +1,137 @@
+"""Every invalid-configuration case we can think of, each with its message; `hma config check`."""
+
+from __future__ import annotations
+
+import pytest
+
+from hma import assembly, catalogue, registry
+from hma.config import ConfigError, render_defaults, validate
+
+CLASSES, BROKEN = registry.discover()
+SCHEMA = assembly.schema_for(CLASSES, BROKEN, catalogue.load_builtin())
+
+
+def errors_of(raw: dict) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        validate(raw, SCHEMA)
+    return info.value.errors
+
+
+@pytest.mark.parametrize(
+    "raw, expected",
+    [
+        (
+            {"agent": {"state_dirr": "/x"}},
+            "agent.state_dirr: unknown key (did you mean 'state_dir'?)",
+        ),
+        ({"agent": {"state_dir": "relative"}}, "agent.state_dir: must be an absolute path"),
+        ({"agent": {"state_dir": 3}}, "agent.state_dir: expected a path string, got int 3"),
+        ({"agent": "x"}, "agent: expected a table"),
+        ({"agent": {"history_days": 0}}, "agent.history_days: must be > 0"),
+        ({"agent": {"exec_output_cap": 10}}, "agent.exec_output_cap: must be >= 256"),
+        ({"agnet": {}}, "agnet: unknown section (did you mean 'agent'?)"),
+        ({"probes": {"system": {"interval": -1}}}, "probes.system.interval: must be > 0"),
+        ({"probes": {"system": {"interval": "60"}}}, "probes.system.interval: expected a number"),
+        (
+            {"probes": {"system": {"enabled": "yes"}}},
+            "probes.system.enabled: expected true or false",
+        ),
+        (
+            {"probes": {"system": {"filesystems": "/"}}},
+            "probes.system.filesystems: expected a list",
+        ),
+        (
+            {"probes": {"system": {"min_free_percent": 120}}},
+            "probes.system.min_free_percent: must be a percentage",
+        ),
+        ({"probes": {"systen": {}}}, "probes.systen: no such probe (did you mean 'system'?)"),
+        (
+            {"probes": {"system": {"intervall": 5}}},
+            "probes.system.intervall: unknown key (did you mean 'interval'?)",
+        ),
+        ({"probes": []}, "probes: expected a table"),
+        (
+            {"codes": {"SYS_FS_FULL": {"severity": "fatal"}}},
+            "codes.SYS_FS_FULL.severity: expected one of",
+        ),
+        (
+            {"codes": {"SYS_FS_FULL": {"action": "explode"}}},
+            "codes.SYS_FS_FULL.action: expected one of",
+        ),
+        (
+            {"codes": {"SYS_FS_FULL": {"fail_after": 0}}},
+            "codes.SYS_FS_FULL.fail_after: must be >= 1",
+        ),
+        (
+            {"codes": {"SYS_FS_FULL": {"fail_after": True}}},
+            "codes.SYS_FS_FULL.fail_after: expected an integer",
+        ),
+        ({"codes": {"SYS_NOPE": {}}}, "codes.SYS_NOPE: unknown code"),
+        ({"codes": {"SYS_FS_FULL": {"colour": 1}}}, "codes.SYS_FS_FULL.colour: unknown key"),
+        ({"reporters": {"nosuch": {}}}, "reporters.nosuch: no such reporter"),
+        ({"sources": {"nosuch": {}}}, "sources.nosuch: no such source"),
+    ],
+)
+def test_invalid(raw: dict, expected: str) -> None:
+    errs = errors_of(raw)
+    assert any(e.startswith(expected) for e in errs), errs
+
+
+def test_all_errors_at_once() -> None:
+    errs = errors_of({"agent": {"x": 1, "y": 2}, "probes": {"system": {"interval": 0}}})
+    assert len(errs) == 3
+
+
+def test_defaults_filled() -> None:
+    cfg = validate({}, SCHEMA)
+    assert cfg.section("agent")["state_dir"] == "/var/lib/hma"
+    assert cfg.probe("system")["interval"] == 60.0
+    assert cfg.probe("system")["filesystems"] == ["/", "/tmp"]
+
+
+def test_defaults_render_every_key() -> None:
+    text = render_defaults(SCHEMA)
+    for section, options in SCHEMA.sections.items():
+        assert f"# [{section}]" in text
+        for key in options:
+            assert f"# {key} = " in text
+
+
+def test_cli_config_check(hma_env) -> None:  # type: ignore[no-untyped-def]
+    assert hma_env.hma("config", "check").returncode == 0
+    hma_env.write('[probes.system]\ninterval = "soon"\n[bogus]\n')
+    res = hma_env.hma("config", "check")
+    assert res.returncode == 2
+    assert res.stderr.splitlines() == [
+        "probes.system.interval: expected a number, got str 'soon'",
+        "bogus: unknown section",
+    ]
+
+
+def test_cli_dropins_merge_in_name_order(hma_env) -> None:  # type: ignore[no-untyped-def]
+    dropins = hma_env.base / "hma.d"
+    dropins.mkdir()
+    (dropins / "10-a.toml").write_text("[probes.system]\ninterval = 5\n")
+    (dropins / "20-b.toml").write_text("[probes.system]\ninterval = 0\n")
+    res = hma_env.hma("config", "check")
+    assert res.returncode == 2 and "probes.system.interval: must be > 0" in res.stderr
+    (dropins / "20-b.toml").write_text("[probes.system]\nenabled = true\n")
+    assert hma_env.hma("config", "check").returncode == 0
+
+
+def test_cli_broken_toml(hma_env) -> None:  # type: ignore[no-untyped-def]
+    hma_env.config.write_text("[agent\n")
+    res = hma_env.hma("config", "check")
+    assert res.returncode == 2 and "invalid TOML" in res.stderr
+
+
+def test_cli_missing_explicit_file(hma_env) -> None:  # type: ignore[no-untyped-def]
+    res = hma_env.hma("--config", str(hma_env.base / "nope.toml"), "config", "check")
+    assert res.returncode == 2 and "file not found" in res.stderr
+
+
+def test_run_refuses_invalid_config_with_78(hma_env) -> None:  # type: ignore[no-untyped-def]
+    hma_env.write("[probes.system]\ninterval = 0\n")
+    res = hma_env.hma("run", timeout=30)
+    assert res.returncode == 78
+    assert "probes.system.interval: must be > 0" in res.stderr

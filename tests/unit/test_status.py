@@ -1,0 +1,207 @@
+"""status.json: atomic write, reading and judging it, the summary, `hma status`."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hma import cli, status
+
+pytestmark = pytest.mark.timeout(30)
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "status"
+BOOT = "6f1c2c8d3e9a4b7f8a1d2e3f4a5b6c7d"
+
+
+def sample() -> dict:
+    return json.loads((FIXTURES / "sample.json").read_text("utf-8"))
+
+
+def live(doc: dict) -> dict:
+    """The sample as if this test process were a healthy daemon writing it now."""
+    doc = copy.deepcopy(doc)
+    doc.update(pid=os.getpid(), boot_id=status.current_boot_id() or BOOT, generated=time.time())
+    return doc
+
+
+@pytest.fixture()
+def utc(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait(10)
+    return proc.pid
+
+
+def test_write_atomic_round_trips(tmp_path: Path) -> None:
+    doc = live(sample())
+    path = status.status_path(tmp_path)
+    status.write_atomic(path, doc)
+    status.write_atomic(path, doc)  # replaces
+    assert json.loads(path.read_text()) == doc
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    assert os.listdir(tmp_path) == ["status.json"]
+    assert status.read(tmp_path) == (doc, "")
+
+
+def test_write_atomic_failure_leaves_nothing(tmp_path: Path) -> None:
+    with pytest.raises(TypeError):
+        status.write_atomic(tmp_path / "status.json", {"bad": object()})
+    assert os.listdir(tmp_path) == []
+    with pytest.raises(FileNotFoundError):
+        status.write_atomic(tmp_path / "missing" / "status.json", {})
+
+
+def test_no_file_means_no_daemon(tmp_path: Path) -> None:
+    doc, problem = status.read(tmp_path)
+    assert doc is None
+    assert problem.startswith("no daemon:") and "status.json does not exist" in problem
+    assert status.exit_code(doc, problem) == 3
+
+
+@pytest.mark.parametrize(
+    ("text", "expect"),
+    [("{not json", "cannot parse"), ("[1]", "not a JSON object"), ('{"schema": 2}', "schema 2")],
+)
+def test_unusable_file(tmp_path: Path, text: str, expect: str) -> None:
+    (tmp_path / "status.json").write_text(text)
+    doc, problem = status.read(tmp_path)
+    assert doc is None and expect in problem and status.exit_code(doc, problem) == 3
+
+
+def test_dead_pid_means_no_daemon(tmp_path: Path) -> None:
+    doc = live(sample())
+    doc["pid"] = dead_pid()
+    status.write_atomic(status.status_path(tmp_path), doc)
+    got, problem = status.read(tmp_path)
+    assert got == doc
+    assert f"the hma daemon (pid {doc['pid']}) is not running" in problem
+    assert status.exit_code(got, problem) == 3
+
+
+def test_earlier_boot_means_no_daemon(tmp_path: Path) -> None:
+    status.write_atomic(status.status_path(tmp_path), live(sample()))
+    _doc, problem = status.read(tmp_path, boot_id="00000000-0000-0000-0000-000000000000")
+    assert "from an earlier boot" in problem
+
+
+def test_stale_file(tmp_path: Path) -> None:
+    doc = live(sample())
+    status.write_atomic(status.status_path(tmp_path), doc)
+    fresh = doc["generated"] + 3 * doc["heartbeat_s"] - 1
+    assert status.read(tmp_path, now=fresh)[1] == ""
+    got, problem = status.read(tmp_path, now=doc["generated"] + 3 * doc["heartbeat_s"] + 1)
+    assert problem.startswith("stale:") and "every 15 s" in problem
+    assert status.exit_code(got, problem) == 3
+
+
+def _doc(severity: str, faults=(), probes=()) -> dict:
+    return {"severity": severity, "faults": list(faults), "probes": list(probes)}
+
+
+@pytest.mark.parametrize(
+    ("doc", "code"),
+    [
+        (_doc("ok"), 0),
+        (_doc("warning"), 1),
+        (_doc("critical"), 2),
+        (_doc("unknown"), 3),
+        (_doc("ok", [{"severity": "warning"}, {"severity": "unknown"}]), 3),
+        (_doc("ok", [{"severity": "unknown"}, {"severity": "critical"}]), 2),
+        (_doc("ok", [{"severity": "critical", "active": False}]), 0),  # pending only
+        (_doc("warning", probes=[{"status": "timed_out"}]), 3),
+        (_doc("critical", probes=[{"status": "failed"}]), 2),
+        (_doc("ok", probes=[{"status": "unsupported"}, {"status": "disabled"}]), 0),
+        (_doc("bogus"), 3),
+    ],
+)
+def test_exit_code_precedence(doc: dict, code: int) -> None:
+    assert status.exit_code(doc) == code
+
+
+def test_render_golden(utc) -> None:
+    doc = sample()
+    text = status.render(doc, now=doc["generated"] + 2.0)
+    golden = FIXTURES / "sample.txt"
+    if os.environ.get("HMA_UPDATE_GOLDEN") == "1":
+        golden.write_text(text, "utf-8")
+    assert text == golden.read_text("utf-8")
+
+
+def test_render_healthy_and_problem(utc) -> None:
+    doc = {
+        "schema": 1,
+        "node": "n2",
+        "pid": 1,
+        "generated": 1000.0,
+        "severity": "ok",
+        "probes": [],
+        "faults": [],
+        "remediation": {},
+    }
+    text = status.render(doc, "stale: old", now=1100.0)
+    assert text.splitlines()[:2] == [
+        "hma status: stale: old",
+        "Last known status (may be out of date):",
+    ]
+    assert "n2: OK" in text and "Active faults: none" in text
+    assert "Remediation: not running" in text
+    assert status.render(None, "no daemon: x") == "hma status: no daemon: x"
+
+
+def test_render_neutralises_control_characters() -> None:
+    doc = sample()
+    doc["faults"][0]["details"] = {"line": "evil\x1b[2J\x07 text"}
+    text = status.render(doc, now=doc["generated"])
+    assert "\x1b" not in text and "\x07" not in text and "evil\\x1b[2J\\x07 text" in text
+
+
+def _config(tmp_path: Path, run_dir: Path) -> str:
+    cfg = tmp_path / "hma.toml"
+    cfg.write_text(f'[agent]\nrun_dir = "{run_dir}"\n')
+    return str(cfg)
+
+
+def test_cli_status_summary_and_json(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    doc = live(sample())
+    status.write_atomic(status.status_path(run), doc)
+    cfg = _config(tmp_path, run)
+    assert cli.main(["--config", cfg, "status"]) == 2
+    out = capsys.readouterr().out
+    assert out.startswith("node1: CRITICAL, recommended action reboot\n")
+    assert "HELD: circuit breaker open" in out
+    assert cli.main(["status", "--json", "--config", cfg]) == 2
+    assert json.loads(capsys.readouterr().out) == doc
+
+
+def test_cli_status_without_daemon(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    cfg = _config(tmp_path, tmp_path / "nothing")
+    assert cli.main(["--config", cfg, "status"]) == 3
+    assert capsys.readouterr().out.startswith("hma status: no daemon:")
+    assert cli.main(["--config", cfg, "status", "--json"]) == 3
+    captured = capsys.readouterr()
+    assert captured.out == "" and "no daemon" in captured.err
+
+
+def test_run_dir_of_ignores_the_rest_of_a_broken_config(tmp_path: Path) -> None:
+    cfg = tmp_path / "hma.toml"
+    cfg.write_text('[agent]\nrun_dir = "/x/run"\n[probes.nope]\nbogus = 1\n')
+    assert status.run_dir_of(str(cfg)) == ("/x/run", [])
+    cfg.write_text('[agent]\nrun_dir = "relative"\n')
+    run_dir, problems = status.run_dir_of(str(cfg))
+    assert run_dir == "/run/hma" and "absolute" in problems[0]

@@ -1,0 +1,94 @@
+"""The system probe over committed fixture roots, and the golden `hma check --json`."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES
+
+ROOTS = FIXTURES / "roots"
+GOLDEN = FIXTURES / "golden"
+
+
+def configure(hma_env, variant: str, extra: str = "") -> None:  # type: ignore[no-untyped-def]
+    root = ROOTS / variant
+    hma_env.write(
+        f'[paths]\nsysfs = "{root}/sys"\nprocfs = "{root}/proc"\n'
+        f'[probes.system]\nfilesystems = ["/"]\nexpected_memory_gib = 2000\n'
+        f'processes = ["slurmd"]\n' + extra
+    )
+
+
+def normalized(stdout: str) -> dict:
+    doc = json.loads(stdout)
+    doc["node"] = "<node>"
+    for probe in doc["probes"]:
+        probe["duration_s"] = 0.0
+        for f in probe["findings"]:
+            for key in ("free_percent", "inodes_free_percent"):
+                f["details"].pop(key, None)
+    return doc
+
+
+@pytest.mark.parametrize("variant, rc", [("healthy", 0), ("faulty", 2)])
+def test_golden_check_json(hma_env, variant: str, rc: int) -> None:  # type: ignore[no-untyped-def]
+    configure(hma_env, variant)
+    res = hma_env.hma("check", "system", "--json")
+    assert res.returncode == rc, res.stderr
+    doc = normalized(res.stdout)
+    golden = GOLDEN / f"check-system-{variant}.json"
+    if os.environ.get("HMA_UPDATE_GOLDEN"):
+        golden.parent.mkdir(exist_ok=True)
+        golden.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    assert doc == json.loads(golden.read_text())
+
+
+def test_evaluate_table() -> None:
+    from hma.probes.system import SystemProbe, parse_cpulist
+
+    assert parse_cpulist("0-3,8-11,15") == 9
+    assert parse_cpulist("0") == 1
+    from hma.adapters.command import CommandRunner
+    from hma.adapters.files import RootReader
+    from hma.probe import ProbeContext
+
+    opts = {k: o.default for k, o in SystemProbe.options.items()}
+    ctx = ProbeContext(
+        opts, RootReader("/nonexistent"), RootReader("/nonexistent"), CommandRunner()
+    )
+    snap = {
+        "errors": {"meminfo": "/x/meminfo: No such file"},
+        "mounts": [["/", "ext4", "rw"]],
+        "filesystems": {
+            "/": {
+                "exists": True,
+                "free_percent": 1.0,
+                "inodes_free_percent": 50.0,
+                "writable": True,
+            },
+            "/gone": {"exists": False},
+        },
+        "meminfo": None,
+        "processes_wanted": [],
+        "processes": [],
+        "edac": {"mc0": {"ce_count": 500, "ue_count": 0}},
+        "cpus": {"online": 4, "present": 4},
+    }
+    ctx.previous = {"edac": {"mc0": {"ce_count": 10, "ue_count": 0}}}
+    codes = sorted(f.code for f in SystemProbe().evaluate(snap, ctx))
+    assert codes == ["SYS_FS_FULL", "SYS_FS_MISSING", "SYS_MEM_ECC_CE", "SYS_READ_FAILED"]
+
+
+def test_unreadable_roots_give_unknown(hma_env, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    hma_env.write(
+        f'[paths]\nsysfs = "{tmp_path}/nosys"\nprocfs = "{tmp_path}/noproc"\n'
+        "[probes.system]\nfilesystems = []\n"
+    )
+    res = hma_env.hma("check", "system", "--json")
+    doc = json.loads(res.stdout)
+    assert res.returncode == 3 and doc["severity"] == "unknown"
+    codes = {f["code"] for f in doc["probes"][0]["findings"]}
+    assert codes == {"SYS_READ_FAILED"}
