@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import signal
 import subprocess
 import sys
@@ -25,6 +24,9 @@ import time
 from pathlib import Path
 
 import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import machine  # noqa: E402
 
 NOISE = [
     'audit: type=1400 audit({t}:{i}): apparmor="DENIED" operation="open" profile="snap"',
@@ -59,23 +61,6 @@ def child(fifo: str) -> int:
     source.run(ctx, emit)
     print(json.dumps({"stats": source.stats}), flush=True)
     return 0
-
-
-def machine() -> str:
-    """One line about this machine."""
-    model = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    load = os.getloadavg()[0]
-    return (
-        f"nproc={os.cpu_count()} cpu={model!r} python={platform.python_version()}"
-        f" loadavg1={load:.2f}"
-    )
 
 
 def main() -> int:

@@ -16,7 +16,6 @@ import argparse
 import errno
 import json
 import os
-import platform
 import random
 import signal
 import statistics
@@ -26,21 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-
-def machine() -> str:
-    """One line about this machine."""
-    model = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return (
-        f"nproc={os.cpu_count()} cpu={model!r} python={platform.python_version()}"
-        f" loadavg1={os.getloadavg()[0]:.2f}"
-    )
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import machine  # noqa: E402
 
 
 def components(status: Path) -> set[str]:

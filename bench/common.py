@@ -23,7 +23,8 @@ def machine() -> str:
         pass
     return (
         f"{platform.node()}: {os.cpu_count()} cores ({cpu}), Linux {platform.release()}, "
-        f"Python {platform.python_version()} ({sys.executable})"
+        f"Python {platform.python_version()} ({sys.executable}), "
+        f"load average {os.getloadavg()[0]:.2f}"
     )
 
 

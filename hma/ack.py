@@ -34,6 +34,19 @@ def daemon_pid(run_dir: str) -> Optional[int]:
     return int(doc["pid"]) if doc is not None and not problem else None
 
 
+def ack_alert(code: str, component: Optional[str], who: str, now: float) -> Alert:
+    """The alert that records an acknowledgement."""
+    return Alert(
+        "acknowledged",
+        code,
+        component or "node",
+        Severity.OK,
+        f"{code} acknowledged by {who}",
+        details={"who": who},
+        ts=now,
+    )
+
+
 def _alert_directly(setup: Setup, alert: Alert) -> None:
     """Send an alert through the enabled reporters when no daemon runs to do it."""
 
@@ -85,18 +98,7 @@ def main(setup: Setup, code: str, component: Optional[str]) -> int:
                 sorted(model.changed), {(r.component, r.code): r for r in model.records()}
             )
             store.add_history(now, "acknowledged", code, component or "", who=who)
-            _alert_directly(
-                setup,
-                Alert(
-                    "acknowledged",
-                    code,
-                    component or "node",
-                    Severity.OK,
-                    f"{code} acknowledged by {who}",
-                    details={"who": who},
-                    ts=now,
-                ),
-            )
+            _alert_directly(setup, ack_alert(code, component, who, now))
             print(f"acknowledged {code} ({len(matching)} fault(s)); no daemon running")
     finally:
         store.close()

@@ -156,6 +156,42 @@ def cmd_job_env(args: argparse.Namespace) -> int:
     return autoresume.job_env_main(client, args.format)
 
 
+def cmd_healthcheck(args: argparse.Namespace) -> int:
+    """Slurm HealthCheckProgram: the daemon's verdict (or one probe run), drain state per policy."""
+    from hma.remediation import healthcheck
+
+    return healthcheck.run(args.config, quiet=args.quiet)
+
+
+def cmd_fleet(args: argparse.Namespace) -> int:
+    """Cluster health from Slurm alone: nodes labelled/drained by hma, breaker per partition."""
+    from hma.remediation import fleet
+    from hma.remediation.slurm import SlurmClient, SlurmError
+
+    try:
+        setup = _load(args)
+    except config_mod.ConfigError as exc:
+        return _config_failed(exc, 3)
+    sl, rec = setup.config.section("slurm"), setup.config.section("recovery")
+    client = SlurmClient(
+        list(sl["scontrol"]),
+        list(sl["sinfo"]),
+        list(sl["squeue"]),
+        sl["conf"],
+        float(sl["timeout"]),
+        str(sl["path"] or ""),
+    )
+    try:
+        doc = fleet.collect(
+            client, rec["label_field"], float(rec["max_drained_percent"]), rec["max_drained_nodes"]
+        )
+    except SlurmError as exc:
+        print(f"hma fleet: {exc}", file=sys.stderr)
+        return 3
+    print(json.dumps(doc, indent=2) if args.json else fleet.render_text(doc))
+    return 0
+
+
 def _config_failed(exc: config_mod.ConfigError, code: int) -> int:
     for line in exc.errors:
         print(line, file=sys.stderr)
@@ -196,6 +232,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("code")
     p.add_argument("component", nargs="?")
     p.set_defaults(func=cmd_ack)
+
+    p = sub.add_parser("healthcheck", help="Slurm HealthCheckProgram: verdict and drain state")
+    p.add_argument("--quiet", action="store_true", help="print nothing; only the exit code")
+    p.set_defaults(func=cmd_healthcheck)
+
+    p = sub.add_parser("fleet", help="cluster health from Slurm: hma-held nodes, breaker state")
+    p.add_argument("--json", action="store_true", help="print the JSON document")
+    p.set_defaults(func=cmd_fleet)
 
     p = sub.add_parser("explain", help="explain a finding code")
     p.add_argument("code", nargs="?")

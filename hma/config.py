@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from hma import tomlcompat
 from hma.catalogue import OVERRIDABLE, Catalogue
@@ -45,6 +45,10 @@ CORE_SECTIONS: dict[str, dict[str, Option]] = {
     },
     "recovery": remediation_options.RECOVERY,
     "slurm": remediation_options.SLURM,
+}
+# Checks across the keys of one section (section values -> "key.path: problem" lines).
+SECTION_CHECKS: dict[str, Callable[[Mapping[str, Any]], list[str]]] = {
+    "recovery": remediation_options.problems,
 }
 
 PROBE_COMMON: dict[str, Option] = {
@@ -219,6 +223,8 @@ def validate(raw: Mapping[str, Any], schema: Schema, files: Sequence[str] = ()) 
     sections: dict[str, dict[str, Any]] = {}
     for name, options in schema.sections.items():
         sections[name] = _fill(name, raw.get(name, {}), options, errors)
+        if name in SECTION_CHECKS and not any(e.startswith(f"{name}.") for e in errors):
+            errors += SECTION_CHECKS[name](sections[name])
     probes = _fill_group("probes", raw.get("probes", {}), schema.probes, errors)
     reporters = _fill_group("reporters", raw.get("reporters", {}), schema.reporters, errors)
     sources = _fill_group("sources", raw.get("sources", {}), schema.sources, errors)

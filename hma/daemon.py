@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from hma import __version__, assembly
+from hma.ack import ack_alert
 from hma.adapters.files import ReadError, RootReader
 from hma.adapters.notify import Notifier
 from hma.check import resolve
@@ -179,7 +180,11 @@ class Daemon:
             from hma import remediation
         except ImportError:
             return None
-        return remediation.Remediator(self.setup, self.store, self.clock)
+        remediator = remediation.Remediator(self.setup, self.store, self.clock)
+        # decide on the current verdict at once (after a restart or reload the outbox and the
+        # episode continue from the state store; updates otherwise come only with changes)
+        remediator.update(self.model.verdict(self.clock()), self.boot_id)
+        return remediator
 
     def _start_sources(self) -> None:
         self._source_stop.set()
@@ -416,17 +421,7 @@ class Daemon:
         now = self.clock()
         verdict = self.model.ack(code, component, now, who)
         self.store.add_history(now, "acknowledged", code, component or "", "", "", who=who)
-        self._alert(
-            Alert(
-                "acknowledged",
-                code,
-                component or "node",
-                Severity.OK,
-                f"{code} acknowledged by {who}",
-                details={"who": who},
-                ts=now,
-            )
-        )
+        self._alert(ack_alert(code, component, who, now))
         self._apply(verdict)
 
     def _periodic(self) -> None:

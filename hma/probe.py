@@ -28,6 +28,9 @@ class NodeFacts:
     job_running: Optional[bool] = None
     job_ids: tuple[str, ...] = ()
     slurm_configured: bool = False
+    job_users: tuple[str, ...] = ()
+    slurm_state: str = ""  # sinfo-style state (drained, draining@, down*); "" when unknown
+    slurm_reason: str = ""  # the node's drain/down/fail reason as Slurm shows it
 
 
 @dataclass

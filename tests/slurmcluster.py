@@ -120,13 +120,33 @@ def _kill_pid(pid: int, marker: str, timeout: float = 5.0) -> None:
             pass
 
 
+def _cwd(pid: int) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return ""
+
+
 def _pids_naming(folder: str) -> list[int]:
-    """PIDs of processes whose command line mentions ``folder`` (slurmd, slurmstepd, munged)."""
+    """PIDs of processes whose command line names ``folder`` (slurmd, munged, reboot stand-ins)
+    or whose working directory is inside it (slurmstepd, which names nothing)."""
     out = []
     for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != os.getpid() and folder in _cmdline(int(entry)):
-            out.append(int(entry))
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        pid = int(entry)
+        if folder in _cmdline(pid) or _cwd(pid).startswith(folder + "/"):
+            out.append(pid)
     return out
+
+
+def _kill_hard(pid: int, folder: str) -> None:
+    """SIGKILL ``pid`` if it still belongs to ``folder`` (orphaned slurmstepd ignore SIGTERM)."""
+    if _alive(pid) and (folder in _cmdline(pid) or _cwd(pid).startswith(folder + "/")):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def sweep(tmp: str = tempfile.gettempdir()) -> list[str]:
@@ -141,9 +161,19 @@ def sweep(tmp: str = tempfile.gettempdir()) -> list[str]:
             if pid is not None:
                 _kill_pid(pid, str(entry), timeout=3.0)
         for pid in _pids_naming(str(entry)):
-            _kill_pid(pid, str(entry), timeout=3.0)
+            _kill_hard(pid, str(entry))
         shutil.rmtree(entry, ignore_errors=True)
         removed.append(str(entry))
+    # step daemons of runs whose folder is already gone (cwd shows "... (deleted)")
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            cwd = _cwd(int(entry))
+            if cwd.startswith(os.path.join(tmp, PREFIX)) and cwd.endswith(" (deleted)"):
+                if "slurmstepd" in _cmdline(int(entry)):
+                    try:
+                        os.kill(int(entry), signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
     return removed
 
 
@@ -402,6 +432,10 @@ class SlurmCluster:
             time.sleep(0.1)
         raise RuntimeError(f"slurmctld did not come up; see {self.base}/log/slurmctld.log")
 
+    def _controller_alive(self) -> bool:
+        pid = _read_pid(self.base / "run" / "slurmctld.pid")
+        return pid is not None and _alive(pid)
+
     def stop_controller(self) -> None:
         """Stop slurmctld (clients then fail after about 9 s, as on a real outage)."""
         pid = _read_pid(self.base / "run" / "slurmctld.pid")
@@ -421,13 +455,18 @@ class SlurmCluster:
 
     def stop(self) -> None:
         """Stop every daemon this cluster started (by PID) and remove the folder."""
+        if self.started and self._controller_alive():
+            try:
+                self.run("scancel", f"--nodelist={','.join(self.nodes)}", timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
         for pidfile in sorted((self.base / "run").glob("slurmd-*.pid")):
             pid = _read_pid(pidfile)
             if pid is not None:
                 _kill_pid(pid, "slurmd", timeout=5.0)
         self.stop_controller()
         for pid in _pids_naming(str(self.base)):  # slurmstepd, reboot stand-ins
-            _kill_pid(pid, str(self.base), timeout=2.0)
+            _kill_hard(pid, str(self.base))
         pid = _read_pid(self.base / "run" / "munged.pid")
         if pid is not None:
             _kill_pid(pid, "munged", timeout=5.0)

@@ -63,6 +63,7 @@ class Remediator:
         clock: Callable[[], float] = time.time,
         client: Optional[SlurmClient] = None,
         start: bool = True,
+        node_name: Optional[str] = None,
     ) -> None:
         self.setup = setup
         self.store = store
@@ -88,13 +89,12 @@ class Remediator:
         self._alerts: list[Alert] = []
         self._verdict: Optional[Verdict] = None
         self._boot_id = ""
-        self._node_name: Optional[str] = options_mod.node_name_of(self.sl)
+        self._node_name: Optional[str] = node_name or options_mod.node_name_of(self.sl)
         self._node: Optional[NodeState] = None
         self._jobs: tuple[tuple[str, str], ...] = ()
         self._facts_ok = False
         self._facts_error = ""
         self._breaker: Optional[breaker.Count] = None
-        self._held = ""
         self._breaker_alerted = False
         self._threads: list[threading.Thread] = []
         self._seed_reboots_done = False
@@ -118,11 +118,15 @@ class Remediator:
     def facts(self) -> NodeFacts:
         """Cached node facts (never waits on Slurm)."""
         with self._lock:
+            node = self._node
             return NodeFacts(
                 node_name=self._node_name or "",
                 job_running=(bool(self._jobs) if self._facts_ok else None),
                 job_ids=tuple(j for j, _u in self._jobs),
                 slurm_configured=self.enabled,
+                job_users=tuple(sorted({u for _j, u in self._jobs})),
+                slurm_state=node.label_text if node is not None and self._facts_ok else "",
+                slurm_reason=node.reason if node is not None and self._facts_ok else "",
             )
 
     def update(self, verdict: Verdict, boot_id: str) -> None:
@@ -153,7 +157,7 @@ class Remediator:
                     "reason": node.reason if node is not None else None,
                     "owned": node.owned if node is not None else None,
                 },
-                "held": self._held or None,
+                "held": None,
                 "jobs": list(ep["jobs"]) if ep else [j for j, _u in self._jobs],
                 "episode": ep,
                 "breaker": self._breaker.to_json() if self._breaker is not None else None,
@@ -161,6 +165,8 @@ class Remediator:
                 "actions": self._rows(MAX_ROWS_SHOWN),
             }
         doc["pending"] = sum(1 for r in doc["actions"] if r["state"] in OPEN)
+        held = [r for r in doc["actions"] if r["state"] == "held"]
+        doc["held"] = held[0]["last_error"] if held else None
         return doc
 
     def alerts(self) -> list[Alert]:
@@ -250,6 +256,8 @@ class Remediator:
 
     def _primary(self, now: float) -> tuple[Optional[Fault], Action]:
         faults = self._verdict.draining if self._verdict is not None else ()
+        if not self.rec["adopt_slurm_drains"]:  # Slurm's own drains: reported, never acted on
+            faults = tuple(f for f in faults if not f.code.startswith("SLURM_"))
         if not faults:
             return None, Action.NONE
         ranked = sorted(
@@ -259,8 +267,8 @@ class Remediator:
 
     def _plan(self, now: float) -> None:
         """Bring the outbox in line with the verdict (under the lock)."""
-        if self._node_name is None:
-            return  # decided once Slurm told us who we are
+        if self._node_name is None or self._verdict is None:
+            return  # decided once Slurm told us who we are and the daemon gave a verdict
         state = self._state()
         ep = state.get("episode")
         fault, action = self._primary(now)
@@ -602,7 +610,7 @@ class Remediator:
                             row["kind"],
                             {"action_id": row["id"], "note": note},
                         )
-            self._held = note if outcome == "held" else ""
+
             if outcome != "held":
                 self._breaker_alerted = False
 
@@ -906,8 +914,12 @@ class Remediator:
             )
         with self._lock:
             state = self._state()
-            if state.get("episode") is not None and state["episode"]["id"] == ep.get("id"):
-                state["episode"] = None
+            current = state.get("episode")
+            if current is not None and current["id"] == ep.get("id"):
+                if current["phase"] == "resuming":
+                    state["episode"] = None
+                else:  # the fault came back while resuming: decide the drain again
+                    current.update(owned=None, drained_at=None, acted=None)
                 self.store.kv_set(KV_STATE, state)
             self._breaker_alerted = False
         return "done", note

@@ -350,9 +350,17 @@ class SlurmClient:
                 try:
                     data = json.loads(result.stdout)
                     items = data["nodes"]
+                    errors = data.get("errors") or []
                     self.use_json = True
-                except (ValueError, KeyError, TypeError) as exc:
+                except (ValueError, KeyError, TypeError, AttributeError) as exc:
                     raise SlurmError(f"sinfo --json: unreadable output: {exc}") from None
+                if errors:  # 22.05 exits 0 with an error list when slurmctld is unreachable
+                    text = "; ".join(
+                        str(e.get("error") or e) if isinstance(e, dict) else str(e) for e in errors
+                    )
+                    lines = result.stderr.strip().splitlines()
+                    text = f"{lines[-1][:300]}; {text}" if lines else text
+                    raise SlurmError(f"sinfo --json: {text} (is slurmctld reachable?)")
                 nodes = [node_from_json(i) for i in items if isinstance(i, dict)]
                 # sinfo lists a node once per partition in some versions
                 return list({n.name: n for n in nodes if not names or n.name in names}.values())

@@ -39,8 +39,9 @@ def write_config(
     node: str,
     recovery: Optional[dict[str, Any]] = None,
     slurm: Optional[dict[str, Any]] = None,
+    extra: str = "",
 ) -> Path:
-    """An hma.toml for ``node`` of ``cluster`` with fast timings."""
+    """An hma.toml for ``node`` of ``cluster`` with fast timings (``extra``: more TOML)."""
     folder = path.parent
     sections = {
         "agent": {
@@ -64,7 +65,7 @@ def write_config(
         lines.append(f"[{name}]")
         lines += [f"{k} = {toml_value(v)}" for k, v in values.items()]
         lines.append("")
-    path.write_text("\n".join(lines))
+    path.write_text("\n".join(lines) + "\n" + extra)
     return path
 
 

@@ -214,3 +214,63 @@ def test_reason_is_passed_literally(fresh: SlurmCluster, tmp_path: Path) -> None
         assert not os.path.exists("/tmp/hma-pwned")
     finally:
         rem.close()
+
+
+def test_stuck_drain_escalates_to_down_and_the_action(fresh: SlurmCluster, tmp_path: Path) -> None:
+    rem, _store = make(tmp_path, fresh, "node4", {"drain_timeout": 1.0, "replace_mode": "hyperpod"})
+    try:
+        job = fresh.submit("node4")
+        wait(lambda: rem.facts().job_ids == (job,), what="job in facts")
+        rem.update(verdict(fault(action=Action.REPLACE)), "boot-1")
+        wait(lambda: fresh.node("node4")["reason"] == "Action:Replace", 30, "replace after DOWN")
+        assert [k for k, _s in kinds(rem)] == ["drain", "down", "replace"]
+        assert "FAIL" in fresh.node("node4")["state_flags"]
+        assert any(job in a.message for a in rem.alerts() if a.kind == "action_applied")
+    finally:
+        rem.close()
+
+
+def _slurm_findings(rem: object) -> list:
+    from hma.adapters.command import CommandRunner
+    from hma.adapters.files import RootReader
+    from hma.probe import ProbeContext
+    from hma.probes.slurm import SlurmProbe
+
+    probe = SlurmProbe()
+    c = ProbeContext({}, RootReader("/"), RootReader("/"), CommandRunner(), facts=rem.facts())  # type: ignore[attr-defined]
+    return probe.evaluate(probe.collect(c), c)
+
+
+@pytest.mark.parametrize("adopt", [False, True])
+def test_slurm_own_drain_reported_and_adopted(
+    fresh: SlurmCluster, tmp_path: Path, adopt: bool
+) -> None:
+    from hma.model import Fault, Severity
+
+    fresh.scontrol("update", "NodeName=node3", "State=DRAIN", "Reason=Kill task failed")
+    rem, _store = make(tmp_path, fresh, "node3", {"adopt_slurm_drains": adopt, "resume_after": 0.5})
+    try:
+        wait(lambda: bool(_slurm_findings(rem)), what="probe sees Slurm's drain")
+        found = _slurm_findings(rem)[0]
+        assert found.code == "SLURM_KILL_TASK_FAILED"
+        f = fault(code=found.code, component="node", action=Action.REBOOT)
+        assert isinstance(f, Fault) and f.severity is Severity.CRITICAL
+        boot1 = fresh.boot_id("node3")
+        rem.update(verdict(f, boot=boot1), boot1)
+        if not adopt:  # reported only: Slurm's drain and reason stay, nothing is done
+            import time
+
+            time.sleep(1.0)
+            assert kinds(rem) == []
+            assert fresh.node("node3")["reason"] == "Kill task failed"
+            return
+        wait(lambda: "node3" in fresh.reboots(), 30, "reboot of the adopted node")
+        node = fresh.node("node3")
+        assert node["reason"].startswith("HMA: SLURM_KILL_TASK_FAILED node")
+        wait(lambda: fresh.boot_id("node3") != boot1, what="new boot id")
+        wait(lambda: fresh.node("node3")["state"] == "idle", 30, "slurmd back")
+        boot2 = fresh.boot_id("node3")
+        rem.update(verdict(boot=boot2), boot2)
+        wait(lambda: fresh.state("node3") == "IDLE", 30, "resumed")
+    finally:
+        rem.close()

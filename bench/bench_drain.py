@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""Drain latency on the loopback Slurm cluster (tests/slurmcluster.py; needs root).
+
+    .venv/bin/python bench/bench_drain.py [--runs 40] [--xid-runs 30]
+
+1. finding -> DRAIN: a Remediator gets a verdict with a draining fault (``update()``, as the
+   daemon calls it) until ``scontrol show node`` shows DRAIN; the node is resumed between runs.
+2. Xid line -> DRAIN (``--xid-runs``, 0 to skip): a real ``hma run`` daemon whose
+   ``[sources.kernel_log]`` reads a FIFO (the /dev/kmsg record format); the time from writing an
+   Xid 79 line until ``scontrol show node`` shows DRAIN. A fresh daemon (and state) per run.
+3. The floor: one ``scontrol update State=DRAIN`` call.
+
+The poller runs ``scontrol show node`` back to back (about 4-5 ms a call), so figures include up
+to one poll of delay. Prints min / median / p99 / max in milliseconds and describes the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+from common import machine, median_ms, p99_ms  # noqa: E402
+
+from tests.slurmcluster import SlurmCluster  # noqa: E402
+
+
+def drained(cluster: SlurmCluster, node: str) -> Callable[[], bool]:
+    """A predicate: ``scontrol show node`` shows DRAIN."""
+
+    def check() -> bool:
+        proc = cluster.run("scontrol", "-o", "show", "node", node)
+        return "+DRAIN" in proc.stdout.split("State=", 1)[-1].split(" ", 1)[0]
+
+    return check
+
+
+def spin(predicate: Callable[[], bool], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError("no DRAIN within the timeout")
+
+
+def resume(cluster: SlurmCluster, node: str) -> None:
+    cluster.run("scontrol", "update", f"NodeName={node}", "State=RESUME", "Extra=")
+    cluster.wait(lambda: cluster.state(node) == "IDLE", 30, f"{node} idle")
+
+
+def summary(name: str, samples: list[float]) -> str:
+    s = sorted(samples)
+    return (
+        f"{name} over {len(s)} runs: min {s[0] * 1000:.1f} ms, median {median_ms(s):.1f} ms, "
+        f"p99 {p99_ms(s):.1f} ms, max {s[-1] * 1000:.1f} ms"
+    )
+
+
+def bench_remediator(cluster: SlurmCluster, tmp: Path, runs: int) -> list[float]:
+    from hma.model import Action, Clears
+    from tests.integration.remediation_helpers import fault, make, verdict
+
+    rem, _store = make(tmp, cluster, "node1", {"resume_after": 0.0})
+    out = []
+    try:
+        f = fault(action=Action.NONE, clears=Clears.OBSERVATION)
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            rem.update(verdict(f), "boot-1")
+            spin(drained(cluster, "node1"), 30)
+            out.append(time.perf_counter() - t0)
+            rem.update(verdict(), "boot-1")  # healthy: the agent resumes its own drain
+            cluster.wait(lambda: cluster.state("node1") == "IDLE", 30, "resumed")
+            cluster.wait(lambda: rem.status()["episode"] is None, 30, "episode closed")
+    finally:
+        rem.close()
+    return out
+
+
+def open_writer(fifo: str, deadline: float) -> int:
+    while True:
+        try:
+            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            os.set_blocking(fd, True)
+            return fd
+        except OSError as exc:
+            if exc.errno != errno.ENXIO or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
+def bench_xid(cluster: SlurmCluster, tmp: Path, runs: int) -> list[float]:
+    from tests.integration.remediation_helpers import write_config
+
+    out = []
+    for i in range(runs):
+        base = tmp / f"xid{i}"
+        base.mkdir()
+        fifo = base / "kmsg"
+        os.mkfifo(fifo)
+        extra = (
+            "[probes.system]\nenabled = false\n"
+            f'[sources.kernel_log]\npath = "{fifo}"\nbackend = "kmsg"\n'
+            f'rules_dir = "{base}/rules.d"\n'
+            '[codes.GPU_XID_79]\naction = "none"\n'  # drain only: no reboot between runs
+        )
+        cfg = write_config(base / "hma.toml", cluster, "node2", {}, {}, extra=extra)
+        env = {**os.environ, "HMA_CONFIG": str(cfg)}
+        log = open(base / "daemon.log", "w")  # noqa: SIM115 - closed in finally
+        daemon = subprocess.Popen(
+            [sys.executable, "-m", "hma", "run"], env=env, stdout=log, stderr=subprocess.STDOUT
+        )
+        try:
+            fd = open_writer(str(fifo), time.monotonic() + 60)
+            time.sleep(0.3)  # let the agent settle (remediation learns the node state)
+            line = "NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU off bus"
+            t0 = time.perf_counter()
+            os.write(fd, f"4,{i + 1},{(i + 1) * 1000},-;{line}\n".encode())
+            spin(drained(cluster, "node2"), 30)
+            out.append(time.perf_counter() - t0)
+            os.close(fd)
+        finally:
+            daemon.send_signal(signal.SIGTERM)
+            try:
+                daemon.wait(20)
+            except subprocess.TimeoutExpired:
+                daemon.kill()
+            log.close()
+        cluster.run("scontrol", "cancel_reboot", "node2")
+        resume(cluster, "node2")
+    return out
+
+
+def bench_floor(cluster: SlurmCluster, runs: int) -> list[float]:
+    out = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        cluster.scontrol("update", "NodeName=node3", "State=DRAIN", "Reason=HMA: bench floor")
+        out.append(time.perf_counter() - t0)
+        resume(cluster, "node3")
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=40, help="finding -> DRAIN runs (>= 30)")
+    parser.add_argument("--xid-runs", type=int, default=30, help="Xid line -> DRAIN runs")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="hma-drain-bench-") as tmp, SlurmCluster(4) as cluster:
+        floor = bench_floor(cluster, 20)
+        finding = bench_remediator(cluster, Path(tmp), args.runs)
+        xid = bench_xid(cluster, Path(tmp), args.xid_runs) if args.xid_runs else []
+        version = cluster.run("sinfo", "-V").stdout.strip()
+    print(f"machine: {machine()}")
+    print(f"slurm: {version}, 4 slurmd on loopback")
+    print(summary("scontrol update State=DRAIN (floor)", floor))
+    print(summary("finding -> scontrol show node DRAIN", finding))
+    if xid:
+        print(summary("Xid kernel line -> scontrol show node DRAIN (hma run)", xid))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

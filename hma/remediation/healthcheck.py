@@ -1,0 +1,145 @@
+"""``hma healthcheck`` (and ``hma-healthcheck``): Slurm's ``HealthCheckProgram``.
+
+slurmd runs it every ``HealthCheckInterval`` with only ``SLURMD_NODENAME`` in the environment and
+ignores its exit code, so it sets PATH and SLURM_CONF from the configuration itself and makes the
+node's drain state match the verdict per policy.
+
+- When the daemon runs (fresh ``status.json`` whose pid is alive), the daemon's verdict is the
+  answer: it prints it and returns within a second. The daemon itself remediates (its outbox).
+- Otherwise it runs the probes once, feeds them through the health model kept in the state
+  database (so hysteresis holds across runs) and applies the remediation decisions at once:
+  labels, drains and resumes, with the same ownership rules, breaker and outbox as the daemon.
+
+Exit code: the node's worst severity (0..3), like ``hma check``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from hma import config as config_mod
+from hma.model import Severity
+
+FRESH_FACTOR = 3.0
+
+
+def daemon_status(run_dir: str, now: float) -> Optional[dict[str, Any]]:
+    """The daemon's status document when it is running and fresh, else None."""
+    path = Path(run_dir) / "status.json"
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict):
+        return None
+    try:
+        pid = int(doc.get("pid", 0))
+        os.kill(pid, 0)
+    except (ValueError, TypeError, ProcessLookupError):
+        return None
+    except PermissionError:
+        pass
+    generated = float(doc.get("generated") or 0)
+    if now - generated > FRESH_FACTOR * float(doc.get("heartbeat_s") or 15.0):
+        return None
+    return doc
+
+
+def _prepare_environment(slurm: dict[str, Any]) -> None:
+    """HealthCheckProgram runs with no PATH and no SLURM_CONF: take both from the config."""
+    if not os.environ.get("PATH") and slurm.get("path"):
+        os.environ["PATH"] = str(slurm["path"])
+    if slurm.get("conf") and not os.environ.get("SLURM_CONF"):
+        os.environ["SLURM_CONF"] = str(slurm["conf"])
+
+
+def run(config_file: Optional[str] = None, quiet: bool = False) -> int:
+    """Do one health check; returns the exit code."""
+    from hma import assembly
+
+    try:
+        setup = assembly.load(config_file)
+    except config_mod.ConfigError as exc:
+        for line in exc.errors:
+            print(f"hma healthcheck: {line}", file=sys.stderr)
+        return int(Severity.UNKNOWN)
+    _prepare_environment(setup.config.section("slurm"))
+    now = time.time()
+    doc = daemon_status(setup.config.section("agent")["run_dir"], now)
+    if doc is not None:
+        severity = str(doc.get("severity", "unknown"))
+        faults = [f for f in doc.get("faults", []) if f.get("active")]
+        held = (doc.get("remediation") or {}).get("held")
+        if not quiet:
+            what = ", ".join(f"{f['code']} {f['component']}" for f in faults) or "no active fault"
+            print(
+                f"{doc.get('node')}: {severity.upper()} (daemon pid {doc.get('pid')}): {what}"
+                + (f"; held: {held}" if held else "")
+            )
+        try:
+            return int(Severity.parse(severity))
+        except ValueError:
+            return int(Severity.UNKNOWN)
+    return _standalone(setup, now, quiet)
+
+
+def _standalone(setup: Any, now: float, quiet: bool) -> int:
+    """No daemon: probes once, health model from the state database, remediation applied."""
+    from hma import check
+    from hma.daemon import read_boot_id
+    from hma.health import HealthModel
+    from hma.remediation.engine import Remediator
+    from hma.state import Store
+
+    agent = setup.config.section("agent")
+    store = Store(os.path.join(agent["state_dir"], "state.db"))
+    try:
+        boot_id = read_boot_id(setup.config.section("paths")["procfs"])
+        records, _dropped = store.load_records()
+        model = HealthModel(setup.catalogue, boot_id, records)
+        if boot_id and store.note_boot(boot_id, now) and store.boot_count() > 1:
+            model.new_boot(boot_id, now)
+        runs = check.run_once(setup, setup.enabled(), boot_id=boot_id)
+        verdict = model.verdict(now)
+        for probe_run in runs:
+            verdict = model.observe_run(probe_run, now)
+        changed = sorted(model.changed)
+        if changed:
+            present = {(r.component, r.code): r for r in model.records()}
+            store.save_records(changed, present)
+        node = os.environ.get("SLURMD_NODENAME") or None
+        rem = Remediator(setup, store, start=False, node_name=node)
+        try:
+            rem.refresh()
+            rem.update(verdict, boot_id)
+            rem.flush(timeout=float(setup.config.section("slurm")["timeout"]) * 3)
+            status = rem.status()
+        finally:
+            rem.close()
+    finally:
+        store.close()
+    if not quiet:
+        faults = ", ".join(f"{f.code} {f.component}" for f in verdict.faults) or "no active fault"
+        print(
+            f"{status.get('node') or setup.node_name}: {str(verdict.severity).upper()}: {faults}"
+            f"; slurm {status.get('state')}"
+            + (f"; held: {status['held']}" if status.get("held") else "")
+        )
+    return int(verdict.severity)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """Entry point of ``hma-healthcheck`` (slurm.conf ``HealthCheckProgram`` takes no arguments;
+    the configuration file comes from ``$HMA_CONFIG`` or /etc/hma/hma.toml)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    config_file = args[1] if len(args) >= 2 and args[0] == "--config" else None
+    return run(config_file)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

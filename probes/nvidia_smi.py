@@ -1,0 +1,363 @@
+"""``nvidia_smi`` probe: ``nvidia-smi -q -x`` read into the same per-GPU records as the ``gpu``
+probe and judged by the same rules (probes/_gpu_common.py).
+
+Handles XML schema versions v11 to v13 (``clocks_throttle_reasons`` vs ``clocks_event_reasons``,
+``gpu_reset_status`` vs ``gpu_recovery_action``, absolute vs T.Limit temperatures, ``N/A``, units
+inside values). nvidia-smi exit codes that mean hardware trouble become the same findings as the
+matching NVML errors; a hang past ``command_timeout`` is the same hang evidence as an NVML hang; a
+malformed document is ``unknown`` with the parser's error.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import xml.etree.ElementTree as ET
+from typing import Any, ClassVar, Mapping, Optional
+
+from hma.model import Finding
+from hma.options import Option, positive
+from hma.probe import Probe, ProbeContext
+from hma.probes import _gpu_common as rules
+
+# nvidia-smi exit code -> the NVML error number the rules know (nvidia-smi(1) "RETURN VALUE").
+EXIT_CODES: Mapping[int, int] = {
+    8: 8,  # external power cables not attached
+    9: 9,  # NVIDIA driver is not loaded
+    10: 11,  # the kernel detected an interrupt issue with a GPU
+    12: 12,  # NVML shared library could not be found
+    14: 14,  # infoROM is corrupted
+    15: 15,  # the GPU has fallen off the bus or has otherwise become inaccessible
+}
+EXIT_TEXT = {
+    2: "invalid argument",
+    3: "operation not available",
+    4: "insufficient permissions",
+    6: "query unsuccessful",
+    8: "external power cables not attached",
+    9: "NVIDIA driver is not loaded",
+    10: "interrupt issue with a GPU",
+    12: "NVML shared library not found",
+    13: "NVML does not implement this function",
+    14: "infoROM is corrupted",
+    15: "GPU has fallen off the bus or is inaccessible",
+    255: "other error or internal driver error",
+}
+HANDLE_RE = re.compile(
+    r"Unable to determine the device handle for GPU\s*([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:"
+    r"[0-9A-Fa-f]{2}\.[0-9A-Fa-f]):\s*(.+)"
+)
+HANDLE_ERRORS = {"gpu is lost": 15, "unknown error": 999, "gpu requires reset": 16}
+NUMBER_RE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)")
+
+
+class NvidiaSmiProbe(Probe):
+    """``nvidia-smi -q -x`` against the shared GPU rules."""
+
+    name = "nvidia_smi"
+    description = "NVIDIA GPUs through nvidia-smi -q -x (same rules as the gpu probe)"
+    default_interval = 300.0
+    default_timeout = 60.0
+    options: ClassVar[Mapping[str, Option]] = {
+        "command": Option("argv", ["nvidia-smi", "-q", "-x"], "nvidia-smi argv (XML output)."),
+        "command_timeout": Option(
+            "float",
+            30.0,
+            "Seconds nvidia-smi may run before the run reports a hang (< timeout).",
+            check=positive,
+        ),
+        **rules.RULE_OPTIONS,
+    }
+
+    def applies(self, ctx: ProbeContext) -> Optional[str]:
+        exe = ctx.options["command"][0]
+        if shutil.which(exe) is None and not rules.expected_count(ctx.options, ctx.instance_type):
+            return f"{exe} not found and no GPUs expected"
+        return None
+
+    def collect(self, ctx: ProbeContext) -> Any:
+        argv = list(ctx.options["command"])
+        timeout = float(ctx.options["command_timeout"])
+        result = ctx.runner.run(argv, timeout)
+        if result.timed_out:
+            return {
+                "reader": "nvidia-smi",
+                "hang": {"call": " ".join(argv), "device": None, "after_s": timeout, "streak": 1},
+                "gpus": [],
+            }
+        raw = {
+            "rc": result.rc,
+            "start_error": result.error,
+            "stdout": result.stdout,
+            "stderr": result.stderr[-4000:],
+        }
+        return parse_result(raw)
+
+    def evaluate(self, snapshot: Any, ctx: ProbeContext) -> list[Finding]:
+        elapsed = ctx.clock() - ctx.previous_ts if ctx.previous_ts else 0.0
+        return rules.evaluate(snapshot, ctx.options, ctx.instance_type, ctx.previous, elapsed)
+
+
+def parse_result(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """The normalized snapshot from one nvidia-smi run (exit code, stdout, stderr)."""
+    snap: dict[str, Any] = {"reader": "nvidia-smi", "gpus": [], "init_error": None}
+    argv = "nvidia-smi"
+    if raw.get("start_error"):
+        snap["init_error"] = {"call": argv, "code": 12, "text": str(raw["start_error"])}
+        return snap
+    rc = raw.get("rc")
+    text = str(raw.get("stdout") or "")
+    handle_errors = _handle_errors(text + "\n" + str(raw.get("stderr") or ""))
+    parsed: Optional[dict[str, Any]] = None
+    parse_error = ""
+    if "<nvidia_smi_log" in text:
+        try:
+            parsed = parse_xml(text[text.index("<") :] if not text.startswith("<") else text)
+        except (ET.ParseError, ValueError) as exc:
+            parse_error = f"malformed nvidia-smi XML: {exc}"
+    if parsed is not None:
+        snap.update(parsed)
+    snap["gpus"] = list(snap.get("gpus") or []) + handle_errors
+    if parsed is None and "No devices were found" in text + str(raw.get("stderr") or ""):
+        snap["count"] = 0
+        return snap
+    if isinstance(rc, int) and rc != 0 and not handle_errors:
+        code = EXIT_CODES.get(rc, -rc)
+        why = EXIT_TEXT.get(rc, "unexpected exit status")
+        message = f"exit status {rc}: {why}"
+        if parsed is None or code in rules.FATAL_ERRORS:
+            snap["init_error"] = {"call": argv, "code": code, "text": message}
+        return snap
+    if parsed is None and not handle_errors:
+        why = parse_error or "no <nvidia_smi_log> document in the output"
+        snap["init_error"] = {"call": argv, "code": -1, "text": why}
+    return snap
+
+
+def _handle_errors(text: str) -> list[dict[str, Any]]:
+    out = []
+    for match in HANDLE_RE.finditer(text):
+        message = match.group(2).strip()
+        code = HANDLE_ERRORS.get(message.lower(), 999)
+        out.append(
+            {
+                "bus_id": match.group(1),
+                "error": {"call": "nvidia-smi (device handle)", "code": code, "text": message},
+            }
+        )
+    return out
+
+
+def parse_xml(text: str) -> dict[str, Any]:
+    """Node readings and GPU records from an ``nvidia-smi -q -x`` document (v11..v13)."""
+    root = ET.fromstring(text)
+    if root.tag != "nvidia_smi_log":
+        raise ValueError(f"root element is <{root.tag}>, not <nvidia_smi_log>")
+    gpus = [_gpu(index, node) for index, node in enumerate(root.findall("gpu"))]
+    count = _int(root.findtext("attached_gpus"))
+    return {
+        "driver": _value(root.findtext("driver_version")),
+        "count": count if count is not None else len(gpus),
+        "gpus": gpus,
+        "nvswitch": any((g.get("fabric") or {}).get("state") not in (None, 0) for g in gpus),
+        "fabric_manager": None,  # nvidia-smi does not tell; the gpu probe checks the process
+    }
+
+
+def _value(text: Optional[str]) -> Optional[str]:
+    """Element text, None for absent, ``N/A``, ``[Not Supported]`` and deprecated markers."""
+    if text is None:
+        return None
+    text = text.strip()
+    low = text.lower().strip("[]")
+    if not text or low in ("n/a", "not supported", "unknown error") or "deprecated" in low:
+        return None
+    return text
+
+
+def _int(text: Optional[str]) -> Optional[int]:
+    value = _value(text)
+    if value is None:
+        return None
+    match = NUMBER_RE.match(value)
+    return int(float(match.group(1))) if match else None
+
+
+def _yes(text: Optional[str]) -> Optional[bool]:
+    value = _value(text)
+    if value is None:
+        return None
+    return value.lower() in ("yes", "active", "enabled", "true")
+
+
+def _sum(*values: Optional[int]) -> Optional[int]:
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def _gpu(index: int, node: ET.Element) -> dict[str, Any]:
+    arch = _value(node.findtext("product_architecture"))
+    gpu: dict[str, Any] = {
+        "index": index,
+        "bus_id": node.get("id") or _value(node.findtext("pci/pci_bus_id")),
+        "name": _value(node.findtext("product_name")),
+        "uuid": _value(node.findtext("uuid")),
+        "arch": arch.lower() if arch else None,
+    }
+    current_ecc = _yes(node.findtext("ecc_mode/current_ecc"))
+    if current_ecc is not None:
+        gpu["ecc_mode"] = {
+            "current": current_ecc,
+            "pending": _yes(node.findtext("ecc_mode/pending_ecc")),
+        }
+    gpu["ecc"] = {
+        f"{scope}_{kind}": _ecc(node, scope, kind)
+        for scope in ("volatile", "aggregate")
+        for kind in ("corrected", "uncorrected")
+    }
+    retired = node.find("retired_pages")
+    if retired is not None:
+        pending = _yes(retired.findtext("pending_retirement"))
+        if pending is None:
+            pending = _yes(retired.findtext("pending_blacklist"))
+        sbe = _int(retired.findtext("multiple_single_bit_retirement/retired_count"))
+        dbe = _int(retired.findtext("double_bit_retirement/retired_count"))
+        if pending is not None or sbe is not None or dbe is not None:
+            gpu["retired"] = {"sbe": sbe, "dbe": dbe, "pending": bool(pending)}
+    remap = node.find("remapped_rows")
+    if remap is not None and len(remap):  # the whole element is "N/A" without remapping / MIG
+        gpu["remap"] = {
+            "corrected": _int(remap.findtext("remapped_row_corr")),
+            "uncorrected": _int(remap.findtext("remapped_row_unc")),
+            "pending": bool(_yes(remap.findtext("remapped_row_pending"))),
+            "failure": bool(_yes(remap.findtext("remapped_row_failure"))),
+        }
+    link = "pci/pci_gpu_link_info"
+    gpu["pcie"] = {
+        "width": _int(node.findtext(f"{link}/link_widths/current_link_width")),
+        "max_width": _int(node.findtext(f"{link}/link_widths/max_link_width")),
+        "gen": _int(node.findtext(f"{link}/pcie_gen/current_link_gen")),
+        "max_gen": _int(node.findtext(f"{link}/pcie_gen/max_link_gen")),
+    }
+    gpu["clocks"] = _clocks(node)
+    _temperature(node, gpu)
+    gpu["fabric"] = _fabric(node.find("fabric"))
+    gpu["recovery_action"] = _recovery(node)
+    _value_errors(node, gpu)
+    return gpu
+
+
+def _value_errors(node: ET.Element, gpu: dict[str, Any]) -> None:
+    """Values that nvidia-smi could not read: "GPU is lost" makes the GPU lost; "Unknown Error"
+    fields are a read failure (unknown), never silently N/A."""
+    texts = [(el.tag, (el.text or "").strip().strip("[]").lower()) for el in node.iter()]
+    if any(text == "gpu is lost" for _tag, text in texts):
+        gpu["error"] = {"call": "nvidia-smi", "code": 15, "text": "GPU is lost"}
+        return
+    failed = sorted({tag for tag, text in texts if text == "unknown error"})
+    if failed:
+        shown = ", ".join(failed[:5]) + (" ..." if len(failed) > 5 else "")
+        gpu["call_errors"] = {"nvidia-smi": f"Unknown Error in {len(failed)} field(s): {shown}"}
+
+
+def _ecc(node: ET.Element, scope: str, kind: str) -> Optional[int]:
+    part = node.find(f"ecc_errors/{scope}")
+    if part is None:
+        return None
+    if kind == "corrected":
+        names = ["sram_correctable", "dram_correctable", "single_bit/total"]
+    else:
+        names = [
+            "sram_uncorrectable",
+            "sram_uncorrectable_parity",
+            "sram_uncorrectable_secded",
+            "dram_uncorrectable",
+            "double_bit/total",
+        ]
+    return _sum(*(_int(part.findtext(name)) for name in names))
+
+
+def _clocks(node: ET.Element) -> Optional[dict[str, bool]]:
+    for group, prefix in (
+        ("clocks_event_reasons", "clocks_event_reason_"),
+        ("clocks_throttle_reasons", "clocks_throttle_reason_"),  # v11 and drivers before 535
+    ):
+        part = node.find(group)
+        if part is None:
+            continue
+        return {
+            name: bool(_yes(part.findtext(prefix + name)))
+            for name in (
+                "gpu_idle",
+                "hw_slowdown",
+                "hw_thermal_slowdown",
+                "hw_power_brake_slowdown",
+            )
+        }
+    return None
+
+
+def _temperature(node: ET.Element, gpu: dict[str, Any]) -> None:
+    temp = node.find("temperature")
+    if temp is None:
+        return
+    slow = _int(temp.findtext("gpu_temp_slow_threshold"))
+    if slow is not None:
+        gpu["temp"], gpu["temp_slowdown"] = _int(temp.findtext("gpu_temp")), slow
+        return
+    # Drivers 590+ on H100/H200 report T.Limit: degrees *below* the limit, and the slowdown point
+    # on that scale (e.g. margin 46 C, slowdown at -2 C). Negate both so "temp >= slowdown" holds.
+    margin = _int(temp.findtext("gpu_temp_tlimit"))
+    slow_tlimit = _int(temp.findtext("gpu_temp_slow_tlimit_threshold"))
+    if margin is not None and slow_tlimit is not None:
+        gpu["temp"], gpu["temp_slowdown"] = -margin, -slow_tlimit
+        gpu["temp_scale"] = "tlimit"
+    else:
+        gpu["temp"] = _int(temp.findtext("gpu_temp"))
+
+
+FABRIC_STATE_TEXT = {"not supported": 0, "not started": 1, "in progress": 2, "completed": 3}
+SUMMARY_TEXT = {"healthy": 1, "unhealthy": 2, "limited capacity": 3}
+
+
+def _fabric(part: Optional[ET.Element]) -> Optional[dict[str, Any]]:
+    if part is None:
+        return None
+    state = _value(part.findtext("state"))
+    if state is None:
+        return None
+    status = _value(part.findtext("status"))
+    summary = _value(part.findtext("health/summary"))
+    return {
+        "state": FABRIC_STATE_TEXT.get(state.lower(), -1),
+        "status": 0 if status is None or status.lower() == "success" else status,
+        "summary": SUMMARY_TEXT.get(summary.lower(), None) if summary else None,
+        "health_mask": None,
+    }
+
+
+def _recovery(node: ET.Element) -> Optional[int]:
+    text = _value(node.findtext("gpu_recovery_action"))
+    if text is not None:
+        low = text.lower()
+        for words, code in (
+            (("none",), 0),
+            (("drain", "p2p"), 3),
+            (("drain", "reset"), 4),
+            (("imex",), 5),
+            (("bus", "reset"), 6),
+            (("system", "reboot"), 7),
+            (("reboot",), 2),
+            (("reset",), 1),
+        ):
+            if all(w in low for w in words):
+                return code
+        return 99  # an action this version does not know: still not "none"
+    status = node.find("gpu_reset_status")  # v12
+    if status is None:
+        return None
+    if _yes(status.findtext("drain_and_reset_recommended")):
+        return 4
+    if _yes(status.findtext("reset_required")):
+        return 1
+    return 0

@@ -1,0 +1,225 @@
+"""Remediation decisions with a stand-in Slurm client (the outermost boundary) and the real store.
+
+The same flows run against the real Slurm in tests/integration; these cover the rules that need
+odd Slurm states or many reboots, and run anywhere (no Slurm installed).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hma import assembly
+from hma.model import Action, Clears, Fault, Severity, Verdict
+from hma.remediation.engine import Remediator
+from hma.remediation.slurm import Job, NodeState, SlurmClient, SlurmError
+from hma.state import Store
+
+pytestmark = pytest.mark.timeout(30)
+
+
+class FakeSlurm(SlurmClient):
+    """In-memory Slurm: node states plus a log of every write."""
+
+    def __init__(self, *names: str) -> None:
+        super().__init__(scontrol=["/bin/true"])
+        self.state = {n: NodeState(n, "idle", partitions=("gpu",)) for n in names}
+        self.calls: list[tuple[Any, ...]] = []
+        self.down = False
+
+    def nodes(self, names: Any = ()) -> list[NodeState]:
+        if self.down:
+            raise SlurmError("Unable to contact slurm controller (connect failure)")
+        return [self.state[n] for n in (names or sorted(self.state))]
+
+    def jobs(self, node: str) -> list[Job]:
+        return []
+
+    def update(self, node: str, **fields: str) -> None:
+        if self.down:
+            raise SlurmError("Unable to contact slurm controller (connect failure)")
+        self.calls.append(("update", node, dict(fields)))
+        n = self.state[node]
+        flags = set(n.flags)
+        state = fields.get("State")
+        if state == "DRAIN":
+            flags.add("DRAIN")
+        elif state == "RESUME":
+            flags -= {"DRAIN", "FAIL"}
+        elif state == "FAIL":
+            flags.add("FAIL")
+        reason = fields.get("Reason", "" if state == "RESUME" else n.reason)
+        self.state[node] = replace(
+            n,
+            flags=frozenset(flags),
+            reason=reason,
+            extra=fields.get("Extra", n.extra),
+            reason_time=time.time() if "Reason" in fields else n.reason_time,
+        )
+
+    def reboot(self, node: str, reason: str) -> None:
+        self.calls.append(("reboot", node, reason))
+        n = self.state[node]
+        self.state[node] = replace(n, flags=n.flags | {"REBOOT_REQUESTED"})
+
+
+def make(tmp: Path, fake: FakeSlurm, node: str = "n1", **recovery: Any) -> Remediator:
+    rec = {"recheck_interval": 0.1, "resume_after": 0.0, "min_reboot_interval": 0.0, **recovery}
+    lines = [
+        "[agent]",
+        f'state_dir = "{tmp}/state"',
+        f'run_dir = "{tmp}/run"',
+        f'probes_dir = "{tmp}/probes.d"',
+        "[slurm]",
+        f'node_name = "{node}"',
+        "[recovery]",
+    ]
+    for key, value in rec.items():
+        lines.append(
+            f"{key} = {repr(value).lower() if isinstance(value, bool) else repr(value)}".replace(
+                "'", '"'
+            )
+        )
+    (tmp / "hma.toml").write_text("\n".join(lines) + "\n")
+    setup = assembly.load(str(tmp / "hma.toml"))
+    return Remediator(setup, Store(str(tmp / "state" / "state.db")), client=fake, start=False)
+
+
+def fault(action: Action = Action.REBOOT, code: str = "GPU_XID_79") -> Fault:
+    now = time.time()
+    return Fault(
+        code,
+        "gpu:0000:3b:00",
+        Severity.CRITICAL,
+        action,
+        "m",
+        {},
+        "t",
+        now,
+        now,
+        1,
+        True,
+        Clears.REBOOT,
+        True,
+    )
+
+
+def run(rem: Remediator, faults: tuple[Fault, ...], boot: str = "b1") -> None:
+    fake = rem.client
+    assert isinstance(fake, FakeSlurm)
+    if boot != getattr(fake, "boot", "b1"):  # the node came back from a reboot
+        for name, n in fake.state.items():
+            fake.state[name] = replace(n, flags=n.flags - {"REBOOT_REQUESTED"})
+    fake.boot = boot  # type: ignore[attr-defined]
+    rem.update(Verdict(time.time(), boot, faults), boot)
+    rem.flush(5)
+
+
+def writes(fake: FakeSlurm) -> list[str]:
+    return [c[0] if c[0] == "reboot" else str(c[2].get("State", "label")) for c in fake.calls]
+
+
+def test_automatic_drain_reboot_resume(tmp_path: Path) -> None:
+    fake = FakeSlurm("n1", "n2", "n3", "n4")
+    rem = make(tmp_path, fake)
+    run(rem, (fault(),))
+    assert writes(fake) == ["DRAIN", "reboot"]
+    assert fake.state["n1"].reason == "HMA: GPU_XID_79 gpu:0000:3b:00"
+    run(rem, (fault(),))  # same boot: nothing more
+    assert writes(fake) == ["DRAIN", "reboot"]
+    run(rem, (), boot="b2")  # back, healthy
+    assert writes(fake)[-1] == "RESUME" and "DRAIN" not in fake.state["n1"].flags
+    assert "hma=recovered:GPU_XID_79:reboot" in fake.state["n1"].extra
+    assert rem.status()["reboots"] == {"GPU_XID_79 gpu:0000:3b:00": 1}
+
+
+def test_escalates_to_replace_after_max_reboots(tmp_path: Path) -> None:
+    fake = FakeSlurm("n1")
+    rem = make(tmp_path, fake, max_reboots=2, replace_mode="hyperpod", max_drained_percent=100.0)
+    for boot in ("b1", "b2"):
+        run(rem, (fault(),), boot=boot)
+    assert writes(fake).count("reboot") == 2
+    run(rem, (fault(),), boot="b3")
+    assert fake.state["n1"].reason == "Action:Replace" and "FAIL" in fake.state["n1"].flags
+    assert "hma=unhealthy:GPU_XID_79:replace" in fake.state["n1"].extra and ",r=2" in (
+        fake.state["n1"].extra
+    )
+
+
+def test_reboot_rate_limit_holds(tmp_path: Path) -> None:
+    fake = FakeSlurm("n1")
+    rem = make(tmp_path, fake, min_reboot_interval=3600.0, max_drained_percent=100.0)
+    run(rem, (fault(),), boot="b1")
+    run(rem, (fault(),), boot="b2")
+    assert writes(fake).count("reboot") == 1
+    status = rem.status()
+    assert status["held"].startswith("rate") and ("reboot", "held") in [
+        (r["kind"], r["state"]) for r in status["actions"]
+    ]
+    assert "h=rate" in fake.state["n1"].extra
+
+
+def test_state_not_understood_does_nothing(tmp_path: Path) -> None:
+    fake = FakeSlurm("n1")
+    fake.state["n1"] = replace(fake.state["n1"], flags=frozenset({"BRAND_NEW_FLAG"}))
+    rem = make(tmp_path, fake)
+    run(rem, (fault(),))
+    assert fake.calls == []
+    assert "not understood" in rem.status()["held"]
+
+
+def test_dry_run_and_policy_none(tmp_path: Path) -> None:
+    fake = FakeSlurm("n1")
+    (tmp_path / "a").mkdir()
+    rem = make(tmp_path / "a", fake, dry_run=True)
+    run(rem, (fault(Action.REPLACE),))
+    assert fake.calls == []
+    assert [(r["kind"], r["state"]) for r in rem.status()["actions"]] == [
+        ("drain", "dry_run"),
+        ("replace", "dry_run"),
+    ]
+    (tmp_path / "b").mkdir()
+    rem = make(tmp_path / "b", fake, policy="none")
+    run(rem, (fault(),))
+    assert writes(fake) == ["label"] and "h=policy" in fake.state["n1"].extra
+    run(rem, ())
+    assert fake.state["n1"].extra == "" and "DRAIN" not in fake.state["n1"].flags
+
+
+def test_outage_retries_with_backoff_then_applies(tmp_path: Path) -> None:
+    fake = FakeSlurm("n1")
+    rem = make(tmp_path, fake, retry_min=0.05, retry_max=0.1)
+    fake.down = True
+    run(rem, (fault(Action.NONE),))
+    row = rem.status()["actions"][0]
+    assert row["state"] == "failed" and "contact" in row["last_error"] and row["attempts"] == 1
+    assert [a.kind for a in rem.alerts()] == ["action_requested", "action_failed"]
+    fake.down = False
+    time.sleep(0.1)
+    rem.flush(5)
+    assert rem.status()["actions"][0]["state"] == "done"
+    assert writes(fake) == ["DRAIN"]
+
+
+def test_seeds_reboot_count_from_label_after_wiped_disk(tmp_path: Path) -> None:
+    fake = FakeSlurm("n1")
+    now = int(time.time())
+    fake.state["n1"] = replace(
+        fake.state["n1"], extra=f"hma=recovered:GPU_XID_79:reboot,c=gpu:0000:3b:00,t={now},r=2"
+    )
+    rem = make(tmp_path, fake, replace_mode="hyperpod")
+    rem.refresh()
+    run(rem, (fault(),))
+    assert "reboot" not in writes(fake)  # 2 reboots already: straight to replace
+    assert fake.state["n1"].reason == "Action:Replace"
+
+
+def test_missing_hook_is_a_config_error(tmp_path: Path) -> None:
+    from hma.config import ConfigError
+
+    with pytest.raises(ConfigError, match="reboot_command"):
+        make(tmp_path, FakeSlurm("n1"), reboot_mode="command")
