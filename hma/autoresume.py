@@ -218,6 +218,8 @@ def watch(
     start = clock()
     nodes: list[NodeState] = []
     error = ""
+    if not names:  # an empty name list would read every node of the cluster
+        return nodes, 0.0, "the job has no nodes"
     while True:
         try:
             nodes = client.nodes(names)

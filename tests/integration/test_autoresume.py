@@ -12,27 +12,28 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
-import shutil
-import subprocess
-import sys
-import uuid
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Iterator
 
 import pytest
 
 from hma.remediation import Remediator
 from hma.remediation import label as label_mod
 from hma.remediation.autoresume import find_marker
+from tests.integration.autoresume_helpers import (
+    ROOT,
+    USER,
+    Work,
+    ensure_user,
+    hosts,
+    job,
+    python_for,
+    remove_user,
+)
 from tests.integration.remediation_helpers import fault, make, verdict, wait
 from tests.slurmcluster import SlurmCluster, available
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
-
-ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = ROOT / "docs" / "examples"
-USER = "hmaresume"
 
 
 @pytest.fixture(scope="session")
@@ -40,39 +41,12 @@ def user() -> Iterator[str]:
     """An ordinary user for the jobs (root hides permission errors)."""
     if available():
         pytest.skip(str(available()))
-    created = False
-    try:
-        pwd.getpwnam(USER)
-    except KeyError:
-        subprocess.run(["useradd", "-M", "-s", "/bin/sh", USER], check=True, timeout=30)
-        created = True
+    created = ensure_user(USER)
     try:
         yield USER
     finally:
         if created:
-            subprocess.run(["userdel", USER], check=False, timeout=30)
-
-
-def _python_for(name: str) -> Optional[str]:
-    """A Python >= 3.9 the user can run (the test venv may live in root's home)."""
-    for candidate in (sys.executable, "/usr/bin/python3"):
-        proc = subprocess.run(
-            [
-                "runuser",
-                "-u",
-                name,
-                "--",
-                candidate,
-                "-c",
-                "import sys; assert sys.version_info >= (3, 9)",
-            ],
-            capture_output=True,
-            timeout=30,
-            check=False,
-        )
-        if proc.returncode == 0:
-            return candidate
-    return None
+            remove_user(USER)
 
 
 @pytest.fixture(scope="module")
@@ -85,91 +59,11 @@ def cluster(user: str) -> Iterator[SlurmCluster]:
         c.stop()
 
 
-class Work:
-    """A folder the job user can write: hma wrapper, checkpoints, job output."""
-
-    def __init__(self, cluster: SlurmCluster, name: str, python: str) -> None:
-        self.cluster = cluster
-        self.user = name
-        self.base = Path(f"/tmp/hma-ar-{uuid.uuid4().hex[:8]}")
-        self.bin = self.base / "bin"
-        self.ckpt = self.base / "ckpt"
-        for folder in (self.base, self.bin, self.ckpt):
-            folder.mkdir()
-            os.chmod(folder, 0o777)
-        hma = self.bin / "hma"
-        hma.write_text(f'#!/bin/sh\nPYTHONPATH={ROOT} exec {python} -m hma "$@"\n')
-        hma.chmod(0o755)
-        self.config = self.base / "hma.toml"
-        self.config.write_text("")
-        self.config.chmod(0o644)
-
-    def env(self) -> list[str]:
-        """``env`` arguments of a job submission."""
-        return [
-            f"SLURM_CONF={self.cluster.conf}",
-            f"PATH={self.bin}:/usr/local/bin:/usr/bin:/bin",
-            f"HMA_CONFIG={self.config}",
-            f"CKPT_DIR={self.ckpt}",
-            f"EXAMPLES={EXAMPLES}",
-            "HMA_EXAMPLE_TRAINER=1",
-            "HMA_AUTO_RESUME_GRACE=5",
-        ]
-
-    def sbatch(self, *args: str) -> str:
-        """Submit as the user; returns the job id."""
-        proc = subprocess.run(
-            ["runuser", "-u", self.user, "--", "env", *self.env(), "sbatch", "--parsable", *args],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-            cwd=self.base,
-        )
-        assert proc.returncode == 0, proc.stderr
-        return proc.stdout.strip().split(";")[0]
-
-    def submit(self, *trainer: str, comment: str = "") -> str:
-        """docs/examples/batch.sh with trainer options."""
-        extra = [f"--comment={comment}"] if comment else []
-        return self.sbatch(
-            *extra,
-            f"--output={self.out}",
-            f"--chdir={self.base}",
-            str(EXAMPLES / "batch.sh"),
-            *trainer,
-        )
-
-    @property
-    def out(self) -> Path:
-        """The job's output file (all attempts)."""
-        return self.base / "out.txt"
-
-    def output(self) -> str:
-        """The output so far."""
-        return self.out.read_text() if self.out.exists() else ""
-
-    def history(self) -> list[dict[str, str]]:
-        """The trainer's start lines."""
-        path = self.ckpt / "history.log"
-        lines = path.read_text().splitlines() if path.exists() else []
-        return [dict(p.split("=", 1) for p in line.split()[1:]) for line in lines]
-
-    def step(self) -> int:
-        """The checkpointed step."""
-        path = self.ckpt / "checkpoint.json"
-        return int(json.loads(path.read_text())["step"]) if path.exists() else 0
-
-    def remove(self) -> None:
-        """Delete the folder."""
-        shutil.rmtree(self.base, ignore_errors=True)
-
-
 @pytest.fixture
 def work(cluster: SlurmCluster, user: str) -> Iterator[Work]:
     if not os.access(ROOT, os.R_OK):
         pytest.skip("the source tree must be readable by the job user")
-    python = _python_for(user)
+    python = python_for(user)
     if python is None:
         pytest.skip(f"no Python >= 3.9 that {user} can run")
     cluster.reset()
@@ -195,22 +89,10 @@ def agents(cluster: SlurmCluster, tmp_path: Path, work: Work) -> Iterator[dict[s
             rem.close()
 
 
-def job(cluster: SlurmCluster, job_id: str) -> dict:
-    """The job's ``squeue --json`` object ({} once gone)."""
-    out = cluster.run("squeue", "--json", "-j", job_id).stdout
-    jobs = json.loads(out).get("jobs", []) if out.strip() else []
-    return jobs[0] if jobs else {}
-
-
 def show_job(cluster: SlurmCluster, job_id: str) -> dict[str, str]:
     """``scontrol -o show job`` as key=value (free-text fields may be cut: not used here)."""
     proc = cluster.run("scontrol", "-o", "show", "job", job_id)
     return dict(p.split("=", 1) for p in proc.stdout.split() if "=" in p)
-
-
-def hosts(cluster: SlurmCluster, nodelist: str) -> list[str]:
-    """A node list expression expanded."""
-    return cluster.scontrol("show", "hostnames", nodelist).split()
 
 
 def running(cluster: SlurmCluster, work: Work, job_id: str, restarts: int) -> list[str]:
@@ -221,7 +103,8 @@ def running(cluster: SlurmCluster, work: Work, job_id: str, restarts: int) -> li
 
     wait(lambda: len(started()) == 2, 60, f"job {job_id} running (restarts={restarts})")
     info = job(cluster, job_id)
-    assert info["restart_cnt"] == restarts, (info, work.history(), work.output())
+    brief = {k: info.get(k) for k in ("job_state", "restart_cnt", "nodes", "comment")}
+    assert info["restart_cnt"] == restarts, (brief, work.history(), work.output())
     nodes = sorted(started())
     assert hosts(cluster, info["nodes"]) == nodes
     return nodes

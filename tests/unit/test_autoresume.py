@@ -429,3 +429,9 @@ def test_job_env_outside_a_job() -> None:
     cl, _ = client({})
     with pytest.raises(ar.UsageError, match="not inside a Slurm job"):
         ar.job_env(cl, {})
+
+
+def test_watch_never_reads_the_whole_cluster() -> None:
+    cl, runner = client({("sinfo", "--json"): fixture("sinfo-faulty.json")})
+    assert ar.watch(cl, [], 5) == ([], 0.0, "the job has no nodes")
+    assert runner.calls == []
