@@ -392,7 +392,10 @@ class SlurmClient:
         return jobs
 
     def job_infos(self, ids: Sequence[str]) -> list[JobInfo]:
-        """Queued/running jobs among ``ids`` (``squeue --json``; gone jobs are simply absent)."""
+        """Queued/running jobs among ``ids`` (``squeue --json``; gone jobs are simply absent).
+
+        Slurm 22.05's ``squeue --json`` ignores ``-j`` and lists every job: the ids are filtered
+        here (``-j`` is kept for versions that honour it)."""
         if not ids:
             return []
         out = self._run([*self.squeue, "--json", "-j", ",".join(ids)]).stdout
@@ -400,7 +403,9 @@ class SlurmClient:
             items = json.loads(out)["jobs"]
         except (ValueError, KeyError, TypeError) as exc:
             raise SlurmError(f"squeue --json: unreadable output: {exc}") from None
-        return [job_from_json(i) for i in items if isinstance(i, dict)]
+        wanted = {str(i) for i in ids}  # squeue --json (22.05) ignores -j: filter here
+        jobs = [job_from_json(i) for i in items if isinstance(i, dict)]
+        return [j for j in jobs if j.id in wanted]
 
     def job_info(self, job_id: str) -> JobInfo:
         """One job; ``SlurmError`` when Slurm no longer knows it."""

@@ -142,10 +142,10 @@ class Work:
 
 
 def job(cluster: SlurmCluster, job_id: str) -> dict:
-    """The job's ``squeue --json`` object ({} once gone)."""
+    """The job's ``squeue --json`` object ({} once gone; 22.05 ignores -j, so filter here)."""
     out = cluster.run("squeue", "--json", "-j", job_id).stdout
     jobs = json.loads(out).get("jobs", []) if out.strip() else []
-    return jobs[0] if jobs else {}
+    return next((j for j in jobs if str(j.get("job_id")) == str(job_id)), {})
 
 
 def hosts(cluster: SlurmCluster, nodelist: str) -> list[str]:

@@ -435,3 +435,13 @@ def test_watch_never_reads_the_whole_cluster() -> None:
     cl, runner = client({("sinfo", "--json"): fixture("sinfo-faulty.json")})
     assert ar.watch(cl, [], 5) == ([], 0.0, "the job has no nodes")
     assert runner.calls == []
+
+
+def test_job_infos_filters_what_squeue_json_lists() -> None:
+    # Slurm 22.05's squeue --json ignores -j and lists every job (checked on the loopback cluster)
+    both = json.loads(fixture("squeue-running.json"))
+    other = dict(both["jobs"][0], job_id=99, comment="")
+    both["jobs"].append(other)
+    cl, _ = client({("squeue", "--json"): json.dumps(both)})
+    assert [j.id for j in cl.job_infos(["99"])] == ["99"]
+    assert cl.job_info("6").comment == "my run hma-resume=1,a=0"
