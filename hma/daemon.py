@@ -513,6 +513,7 @@ class Daemon:
                     "next_run": now + max(0.0, state.next_due - mono),
                     "error": last.error if last else "",
                     "findings": len(last.findings) if last else 0,
+                    "summary": self._summary(name, state),
                 }
             )
         faults = [self.model.fault(r) for r in self.model.records()]
@@ -540,6 +541,15 @@ class Daemon:
             "faults": [_fault_json(f) for f in faults],
             "remediation": remediation,
         }
+
+    def _summary(self, name: str, state: ProbeState) -> Any:
+        """The probe's digest of its last snapshot (e.g. the EFA mesh matrix), or None."""
+        if state.previous is None:
+            return None
+        try:
+            return self.setup.probes[name].summary(state.previous)
+        except Exception as exc:  # noqa: BLE001 - a bad summary must not break the status file
+            return {"error": f"{type(exc).__name__}: {exc}"}
 
     def _write_status(self) -> None:
         self._last_status = self.clock()

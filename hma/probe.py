@@ -79,6 +79,11 @@ class Probe:
         """Pure: turn a snapshot plus expectations into findings."""
         raise NotImplementedError
 
+    def summary(self, snapshot: Any) -> Optional[dict]:
+        """Pure: a small JSON-able digest of a snapshot for the status document (probes[].summary),
+        e.g. the efa_mesh matrix; None (the default) when there is nothing worth showing."""
+        return None
+
 
 def unknown(code: str, component: str, message: str, **details: Any) -> Finding:
     """A finding that says "could not measure": severity unknown whatever the catalogue says."""

@@ -550,7 +550,9 @@ class SlurmCluster:
 
     def reset(self) -> None:
         """Return every node to IDLE with empty Extra/Comment and no jobs (between tests)."""
-        self.run("scancel", f"--nodelist={','.join(self.nodes)}")
+        jobs = self.run("squeue", "-h", "-o", "%i").stdout.split()
+        if jobs:  # running ones and requeued (pending) ones alike
+            self.run("scancel", *jobs)
         self.wait(lambda: not self.run("squeue", "-h", "-o", "%i").stdout.strip(), 30.0, "no jobs")
         for node in self.nodes:
             pid = _read_pid(self.base / "run" / f"slurmd-{node}.pid")

@@ -96,6 +96,7 @@ class Remediator:
         self._facts_error = ""
         self._breaker: Optional[breaker.Count] = None
         self._breaker_alerted = False
+        self._last_recheck = 0.0
         self._threads: list[threading.Thread] = []
         self._seed_reboots_done = False
         self._autoresume = AutoResume(clock)  # hma srun --auto-resume jobs (autoresume.py)
@@ -494,6 +495,7 @@ class Remediator:
                 with self._lock:
                     self._plan(self.clock())
                 self._process_due()
+                self._recheck_breaker()
                 with self._lock:
                     self._plan(self.clock())
             except Exception:  # noqa: BLE001 - the worker never dies
@@ -504,6 +506,28 @@ class Remediator:
                 wait = max(0.0, min(wait, nxt - self.clock()))
             self._wake.wait(wait)
             self._wake.clear()
+
+    def _recheck_breaker(self) -> None:
+        """Every cycle while hma holds a drain it has not acted on yet: if the node turns out to
+        be beyond the limit (drains that raced past the recount), undo it; the drain is decided
+        again and held by the breaker."""
+        now = self.clock()
+        if now - self._last_recheck < float(self.rec["recheck_interval"]) or self.rec["dry_run"]:
+            return
+        self._last_recheck = now
+        with self._lock:
+            ep = self._state().get("episode")
+            name = self._node_name
+        if not ep or ep["phase"] != "open" or not ep.get("owned") or ep.get("acted") or not name:
+            return
+        if self._due_rows():
+            return  # the outbox is busy with this episode; its rows do their own counting
+        try:
+            count = self._count(self.client.nodes(), name)
+            if count.beyond(name):
+                self._undo(name, count)
+        except SlurmError as exc:
+            log.info("breaker recheck skipped: %s", exc)
 
     def _due_rows(self) -> list[dict[str, Any]]:
         with self.store.transaction() as conn:

@@ -121,22 +121,24 @@ def test_reboot_flow_end_to_end(fresh: SlurmCluster, tmp_path: Path) -> None:
 def test_persisting_fault_escalates_to_replace_hyperpod(
     fresh: SlurmCluster, tmp_path: Path
 ) -> None:
-    rem, _store = make(
-        tmp_path, fresh, "node2", {"reboot_mode": "hyperpod", "replace_mode": "hyperpod"}
-    )
+    rem, _store = make(tmp_path, fresh, "node2", {"replace_mode": "hyperpod"})
     try:
         f = fault()
-        for n in range(2):  # reboot 1 and 2 (HyperPod reboots: here we fake the new boot)
-            rem.update(verdict(f, boot=f"boot-{n}"), f"boot-{n}")
-            wait(lambda: fresh.node("node2")["reason"] == "Action:Reboot", what=f"reboot {n}")
-            assert "FAIL" in fresh.node("node2")["state_flags"]
-            fresh.scontrol("update", "NodeName=node2", "State=DRAIN", f"Reason={REASON}")
-        rem.update(verdict(f, boot="boot-2"), "boot-2")
-        wait(lambda: fresh.node("node2")["reason"] == "Action:Replace", what="replace")
+        for n in (1, 2):  # the fault is still there after each of two real reboots
+            boot = fresh.boot_id("node2")
+            rem.update(verdict(f, boot=boot), boot)
+            wait(lambda n=n: fresh.reboots().count("node2") == n, 30, f"reboot {n}")
+            wait(lambda b=boot: fresh.boot_id("node2") != b, 30, f"new boot id {n}")
+            wait(lambda: fresh.node("node2")["state"] == "idle", 30, "slurmd back")
+            assert "DRAIN" in fresh.node("node2")["state_flags"]
+        boot = fresh.boot_id("node2")
+        rem.update(verdict(f, boot=boot), boot)
+        wait(lambda: fresh.node("node2")["reason"] == "Action:Replace", 30, "replace")
         node = fresh.node("node2")
-        assert "FAIL" in node["state_flags"]
+        assert "FAIL" in node["state_flags"] and fresh.reboots().count("node2") == 2
         found = label_mod.find(node["extra"])
         assert found is not None and found.action == "replace" and found.reboots == 2
+        assert [k for k, _s in kinds(rem)] == ["drain", "reboot", "reboot", "label", "replace"]
     finally:
         rem.close()
 
@@ -150,7 +152,8 @@ def test_replace_command_hook_gets_environment_and_findings(
         f"#!{sys.executable}\nimport json, os\n"
         "env = {k: v for k, v in os.environ.items() if k.startswith('HMA_')}\n"
         "findings = json.load(open(os.environ['HMA_FINDINGS_FILE']))\n"
-        f"json.dump({{'env': env, 'findings': findings}}, open({str(out)!r}, 'w'))\n"
+        f"json.dump({{'env': env, 'findings': findings}}, open({str(out)!r} + '.tmp', 'w'))\n"
+        f"os.replace({str(out)!r} + '.tmp', {str(out)!r})\n"
     )
     hook.chmod(hook.stat().st_mode | stat.S_IEXEC)
     rem, _store = make(
@@ -272,5 +275,22 @@ def test_slurm_own_drain_reported_and_adopted(
         boot2 = fresh.boot_id("node3")
         rem.update(verdict(boot=boot2), boot2)
         wait(lambda: fresh.state("node3") == "IDLE", 30, "resumed")
+    finally:
+        rem.close()
+
+
+def test_hyperpod_reboot_mode_sets_fail_action_reboot(fresh: SlurmCluster, tmp_path: Path) -> None:
+    rem, _store = make(tmp_path, fresh, "node1", {"reboot_mode": "hyperpod"})
+    try:
+        before = fresh.reboots().count("node1")
+        rem.update(verdict(fault()), "boot-1")
+        wait(lambda: fresh.node("node1")["reason"] == "Action:Reboot", what="Action:Reboot")
+        node = fresh.node("node1")
+        assert "FAIL" in node["state_flags"] and fresh.reboots().count("node1") == before
+        assert "hma=unhealthy:GPU_XID_79:reboot" in node["extra"]
+        # HyperPod rebooted the node: new boot, healthy -> the agent resumes the FAIL it set
+        rem.update(verdict(boot="boot-2"), "boot-2")
+        wait(lambda: "FAIL" not in fresh.node("node1")["state_flags"], what="resumed")
+        assert fresh.node("node1")["reason"] == ""
     finally:
         rem.close()

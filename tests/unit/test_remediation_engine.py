@@ -223,3 +223,22 @@ def test_missing_hook_is_a_config_error(tmp_path: Path) -> None:
 
     with pytest.raises(ConfigError, match="reboot_command"):
         make(tmp_path, FakeSlurm("n1"), reboot_mode="command")
+
+
+def test_drain_that_raced_past_the_recount_undoes_itself(tmp_path: Path) -> None:
+    fake = FakeSlurm("n1", "n2", "n3", "n4")
+    rem = make(tmp_path, fake, max_drained_percent=25.0)
+    run(rem, (fault(Action.NONE),))
+    assert "DRAIN" in fake.state["n1"].flags
+    # n2 was drained by its agent a moment *earlier* (d=), but became visible only now
+    fake.state["n2"] = replace(
+        fake.state["n2"],
+        flags=frozenset({"DRAIN"}),
+        reason="HMA: GPU_XID_79 gpu:0000:3b:00",
+        extra="hma=unhealthy:GPU_XID_79:none,d=1.000",
+    )
+    rem._recheck_breaker()  # what the worker does every recheck_interval
+    rem.flush(5)
+    assert "DRAIN" not in fake.state["n1"].flags and "h=breaker" in fake.state["n1"].extra
+    assert rem.status()["held"].startswith("breaker")
+    assert [a.code for a in rem.alerts()].count("HMA_BREAKER_OPEN") == 1

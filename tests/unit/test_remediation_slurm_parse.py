@@ -3,8 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from hma.remediation.slurm import NodeState, node_from_json, parse_show_node
+import pytest
+
+from hma.adapters.command import CommandResult
+from hma.remediation.slurm import (
+    NodeState,
+    SlurmClient,
+    SlurmError,
+    node_from_json,
+    parse_show_node,
+)
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
 
@@ -69,3 +79,40 @@ def test_unknown_states_are_not_understood() -> None:
     assert state("idle").understood
     assert not state("weird").understood
     assert not state("idle", "SOMETHING_NEW").understood
+
+
+class CannedRunner:
+    """Serves one canned output per tool (the outermost boundary)."""
+
+    def __init__(self, outputs: dict[str, tuple[int, str, str]]) -> None:
+        self.outputs = outputs
+        self.calls: list[list[str]] = []
+
+    def run(self, argv: Any, timeout: float, env: Any = None, stdin: Any = None) -> CommandResult:
+        self.calls.append(list(argv))
+        rc, out, err = self.outputs[Path(argv[0]).name]
+        return CommandResult(tuple(argv), rc, out, err, 0.01)
+
+
+def test_node_name_from_hostname_and_json_fallback() -> None:
+    show = (FIXTURES / "scontrol-show-node-22.05.txt").read_text()
+    show = show.replace("NodeHostName=localhost", "NodeHostName=gpu-a", 1)
+    runner = CannedRunner(
+        {"scontrol": (0, show, ""), "sinfo": (1, "", "sinfo: unrecognized option '--json'")}
+    )
+    client = SlurmClient(runner=runner)  # type: ignore[arg-type]
+    assert client.find_node_name(["gpu-a"]) == "node1"
+    assert client.find_node_name(["nope"]) is None
+    assert client.node("node1").drained  # sinfo --json unsupported: scontrol -o show node
+    assert client.use_json is False
+    env = SlurmClient(conf="/etc/x/slurm.conf", path="/opt/slurm/bin").env()
+    assert env["SLURM_CONF"] == "/etc/x/slurm.conf" and env["PATH"] == "/opt/slurm/bin"
+
+
+def test_sinfo_json_error_list_is_an_error() -> None:
+    runner = CannedRunner(
+        {"sinfo": (0, '{"errors": [{"error": "Unspecified error"}], ' '"nodes": []}', "")}
+    )
+    client = SlurmClient(runner=runner)  # type: ignore[arg-type]
+    with pytest.raises(SlurmError, match="slurmctld"):
+        client.nodes()

@@ -1,0 +1,418 @@
+"""``efa`` probe: Elastic Fabric Adapters through ``class/infiniband`` in sysfs.
+
+EFA devices are the RDMA devices whose PCI function has vendor 0x1d0f (Amazon); their names are
+``efa_N`` or ``rdmap<bus>s<slot>``, and other RDMA devices (mlx5, rxe, ...) are ignored. Checks:
+adapter count against the instance type (or ``expected_adapters``), port state ``ACTIVE``,
+``hw_counters`` as rates between two reads against thresholds, and growth of the device-level
+``cmds_err`` / ``no_completion_cmds``. The first read is the previous run's snapshot
+(``ctx.previous``, kept by the daemon) or, under ``hma check``, a sample taken
+``oneshot_sample_s`` earlier. A counter that goes down is a reset (or a 64-bit wrap), never a
+fault. docs/neuron-efa.md has the details.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, ClassVar, Mapping, Optional
+
+from hma.adapters.files import ReadError, RootReader
+from hma.model import Finding, Severity
+from hma.options import Option
+from hma.probe import Probe, ProbeContext, unknown
+
+IB = "class/infiniband"
+NODE = "node"
+AMAZON = "0x1d0f"
+U64 = 1 << 64
+
+
+@dataclass(frozen=True)
+class Expected:
+    """EFA adapters expected on an instance type; ``verified`` against a primary source."""
+
+    count: int
+    verified: bool
+
+
+# REFERENCE 5.3. Unverified counts only warn: a wrong table entry must not drain a fleet.
+EXPECTED_ADAPTERS: dict[str, Expected] = {
+    "p5.48xlarge": Expected(32, True),
+    "p5e.48xlarge": Expected(32, True),
+    "trn1.32xlarge": Expected(8, True),
+    "trn1n.32xlarge": Expected(16, True),
+    "p5en.48xlarge": Expected(16, False),
+    "p4d.24xlarge": Expected(4, False),
+    "p4de.24xlarge": Expected(4, False),
+    "p6-b200.48xlarge": Expected(8, False),
+    "trn2.48xlarge": Expected(16, False),
+    "trn2u.48xlarge": Expected(16, False),
+}
+
+DEFAULT_RATE_LIMITS: dict[str, float] = {
+    "rx_drops": 100.0,
+    "rdma_read_wr_err": 100.0,
+    "rdma_write_wr_err": 100.0,
+    "retrans_timeout_events": 100.0,
+    "unresponsive_remote_events": 100.0,
+    "impaired_remote_conn_events": 100.0,
+    "retrans_pkts": 1000.0,
+    "retrans_bytes": 1e6,
+}
+# Device-level counters whose growth is a fault, and their code.
+GROWTH_CODES = {"no_completion_cmds": "EFA_CMD_TIMEOUT", "cmds_err": "EFA_CMD_ERRORS"}
+
+
+def _limits_check(value: Any) -> Optional[str]:
+    for key, limit in value.items():
+        if isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit <= 0:
+            return f"{key}: expected a positive number per second"
+    return None
+
+
+def _vendor_check(value: Any) -> Optional[str]:
+    for item in value:
+        try:
+            int(item, 16)
+        except ValueError:
+            return f"not a hex vendor id: {item!r}"
+    return None
+
+
+class EfaProbe(Probe):
+    """EFA adapter count, port state and error/retransmission rates."""
+
+    name = "efa"
+    description = "EFA adapters: count, port state, error and retransmit rates, admin commands"
+    default_interval = 30.0
+    default_timeout = 20.0
+    subsystems = ("infiniband", "pci")
+    options: ClassVar[Mapping[str, Option]] = {
+        "expected_adapters": Option(
+            "int",
+            None,
+            "EFA adapters expected; unset: the table by instance type (docs/neuron-efa.md).",
+            minimum=0,
+        ),
+        "vendor_ids": Option(
+            "strlist",
+            [AMAZON],
+            "PCI vendor ids that mark an RDMA device as EFA.",
+            check=_vendor_check,
+        ),
+        "rate_limits": Option(
+            "table",
+            DEFAULT_RATE_LIMITS,
+            "Per-second warning limit per hw counter (port or device level).",
+            check=_limits_check,
+        ),
+        "critical_factor": Option(
+            "float", 10.0, "A rate at this multiple of its limit is critical.", minimum=1
+        ),
+        "oneshot_sample_s": Option(
+            "float",
+            1.0,
+            "Under `hma check`: seconds between the two samples for rates (0: not evaluated).",
+            minimum=0,
+        ),
+    }
+
+    def applies(self, ctx: ProbeContext) -> Optional[str]:
+        try:
+            found, _ignored, _errors = discover_adapters(ctx.sysfs, ctx.options["vendor_ids"])
+        except ReadError as exc:
+            return f"cannot list RDMA devices: {exc}"
+        if found or expected_adapters(ctx.options, ctx.instance_type) is not None:
+            return None
+        return "no EFA adapters"
+
+    def collect(self, ctx: ProbeContext) -> Any:
+        snap = read_adapters(ctx.sysfs, ctx.options["vendor_ids"])
+        snap["ts"], snap["boot_id"] = ctx.clock(), ctx.boot_id
+        interval = float(ctx.options["oneshot_sample_s"])
+        if ctx.previous is None and ctx.oneshot and interval > 0:
+            time.sleep(interval)
+            second = read_adapters(ctx.sysfs, ctx.options["vendor_ids"])
+            second["ts"], second["boot_id"] = ctx.clock(), ctx.boot_id
+            second["baseline"] = {"ts": snap["ts"], "adapters": snap["adapters"]}
+            return second
+        return snap
+
+    def evaluate(self, snapshot: Any, ctx: ProbeContext) -> list[Finding]:
+        opts = ctx.options
+        adapters: dict[str, Any] = snapshot.get("adapters", {})
+        out = [
+            unknown(
+                "EFA_READ_FAILED",
+                f"efa:{e['adapter']}" if e.get("adapter") else NODE,
+                f"cannot read {e['path']}: {e['error']}",
+                path=e["path"],
+                error=e["error"],
+            )
+            for e in snapshot.get("errors", [])
+        ]
+        out += _eval_count(adapters, opts, ctx.instance_type)
+        out += _eval_ports(adapters)
+        base, base_ts = _baseline(snapshot, ctx)
+        if base is not None:
+            dt = float(snapshot.get("ts", 0.0)) - base_ts
+            if dt > 0:
+                out += _eval_rates(adapters, base, dt, opts)
+            out += _eval_growth(adapters, base)
+        return out
+
+
+def expected_adapters(opts: Mapping[str, Any], instance_type: Optional[str]) -> Optional[Expected]:
+    """The expected count: ``expected_adapters`` (verified by definition) or the table."""
+    if opts.get("expected_adapters") is not None:
+        return Expected(int(opts["expected_adapters"]), True)
+    return EXPECTED_ADAPTERS.get((instance_type or "").strip().lower())
+
+
+# --- collect ---------------------------------------------------------------------------------
+
+
+def discover_adapters(
+    sysfs: RootReader, vendor_ids: list[str]
+) -> tuple[dict[str, str], list[str], list[dict[str, Any]]]:
+    """EFA adapters as {name: PCI address}, ignored RDMA devices, read errors.
+
+    A device is EFA when ``device/vendor`` is one of ``vendor_ids``; a device without a PCI
+    function (soft RoCE) or with another vendor is ignored.
+    """
+    vendors = {int(v, 16) for v in vendor_ids}
+    found: dict[str, str] = {}
+    ignored: list[str] = []
+    errors: list[dict[str, Any]] = []
+    for name in sysfs.listdir(IB):
+        rel = f"{IB}/{name}/device/vendor"
+        if not sysfs.exists(rel):
+            ignored.append(name)
+            continue
+        try:
+            vendor = sysfs.integer(rel)
+        except ReadError as exc:
+            errors.append({"path": str(sysfs.path(rel)), "error": _reason(exc), "adapter": name})
+            continue
+        if vendor in vendors:
+            found[name] = sysfs.realname(f"{IB}/{name}/device")
+        else:
+            ignored.append(name)
+    return found, ignored, errors
+
+
+def _reason(exc: Exception) -> str:
+    text = str(exc)
+    return text.rsplit(": ", 1)[-1] if ": " in text else text
+
+
+def _counters(
+    sysfs: RootReader, rel: str, adapter: str, errors: list[dict[str, Any]]
+) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for name in sysfs.listdir(rel):
+        if name == "lifespan":  # rdma-core's refresh interval, not a counter
+            continue
+        try:
+            out[name] = sysfs.integer(f"{rel}/{name}")
+        except ReadError as exc:
+            errors.append(
+                {
+                    "path": str(sysfs.path(f"{rel}/{name}")),
+                    "error": _reason(exc),
+                    "adapter": adapter,
+                }
+            )
+    return out
+
+
+def read_adapters(sysfs: RootReader, vendor_ids: list[str]) -> dict[str, Any]:
+    """Read every EFA adapter's ports and counters; errors are recorded, never raised."""
+    try:
+        found, ignored, errors = discover_adapters(sysfs, vendor_ids)
+    except ReadError as exc:
+        error = {"path": str(sysfs.path(IB)), "error": _reason(exc), "adapter": None}
+        return {"adapters": {}, "ignored": [], "errors": [error]}
+    adapters: dict[str, Any] = {}
+    for name, pci in found.items():
+        base = f"{IB}/{name}"
+        ports: dict[str, Any] = {}
+        for port in sysfs.listdir(f"{base}/ports"):
+            prel = f"{base}/ports/{port}"
+            info: dict[str, Any] = {}
+            for key in ("state", "phys_state"):
+                try:
+                    raw = sysfs.text(f"{prel}/{key}")
+                    info[key] = raw.split(":", 1)[-1].strip()
+                except ReadError as exc:
+                    errors.append(
+                        {
+                            "path": str(sysfs.path(f"{prel}/{key}")),
+                            "error": _reason(exc),
+                            "adapter": name,
+                        }
+                    )
+                    info[key] = None
+            info["counters"] = _counters(sysfs, f"{prel}/hw_counters", name, errors)
+            ports[port] = info
+        adapters[name] = {
+            "pci": pci,
+            "ports": ports,
+            "counters": _counters(sysfs, f"{base}/hw_counters", name, errors),
+        }
+    return {"adapters": adapters, "ignored": ignored, "errors": errors}
+
+
+# --- evaluate (pure) -------------------------------------------------------------------------
+
+
+def _eval_count(
+    adapters: Mapping[str, Any], opts: Mapping[str, Any], instance_type: Optional[str]
+) -> list[Finding]:
+    expected = expected_adapters(opts, instance_type)
+    if expected is None or len(adapters) == expected.count:
+        return []
+    found = len(adapters)
+    source = "expected_adapters" if opts.get("expected_adapters") is not None else instance_type
+    details = {
+        "found": found,
+        "expected": expected.count,
+        "expected_from": source,
+        "verified": expected.verified,
+        "adapters": sorted(adapters),
+    }
+    fewer = found < expected.count
+    severity = None if fewer and expected.verified else Severity.WARNING
+    note = "" if expected.verified else " (table entry unverified: set expected_adapters)"
+    what = "" if fewer else "more than "
+    return [
+        Finding(
+            "EFA_ADAPTER_COUNT",
+            NODE,
+            f"{found} EFA adapters found, {what}{expected.count} expected ({source}){note}",
+            details,
+            severity=severity,
+        )
+    ]
+
+
+def _eval_ports(adapters: Mapping[str, Any]) -> list[Finding]:
+    out = []
+    for name, info in sorted(adapters.items()):
+        for port, pinfo in sorted(info.get("ports", {}).items()):
+            state = pinfo.get("state")
+            if state is not None and state != "ACTIVE":
+                out.append(
+                    Finding(
+                        "EFA_PORT_DOWN",
+                        f"efa:{name}",
+                        f"{name} port {port} is {state} (phys {pinfo.get('phys_state')})",
+                        {"port": port, "state": state, "phys_state": pinfo.get("phys_state")},
+                    )
+                )
+        if not info.get("ports"):
+            out.append(
+                Finding(
+                    "EFA_PORT_DOWN",
+                    f"efa:{name}",
+                    f"{name} has no ports",
+                    {"port": None, "state": None},
+                )
+            )
+    return out
+
+
+def _baseline(
+    snapshot: Mapping[str, Any], ctx: ProbeContext
+) -> tuple[Optional[Mapping[str, Any]], float]:
+    if isinstance(snapshot.get("baseline"), dict):
+        base = snapshot["baseline"]
+        return dict(base.get("adapters", {})), float(base.get("ts", 0.0))
+    prev = ctx.previous
+    if not isinstance(prev, dict):
+        return None, 0.0
+    if prev.get("boot_id") and snapshot.get("boot_id") and prev["boot_id"] != snapshot["boot_id"]:
+        return None, 0.0  # counters restarted at boot; the next run has a baseline again
+    return dict(prev.get("adapters", {})), float(prev.get("ts", ctx.previous_ts) or ctx.previous_ts)
+
+
+def delta(now: int, before: Optional[int]) -> Optional[int]:
+    """Growth of a counter between reads: None when it was reset (went down, no wrap)."""
+    if before is None:
+        return None
+    if now >= before:
+        return now - before
+    if before >= U64 // 2:  # a u64 counter wrapped
+        return U64 - before + now
+    return None
+
+
+def _flat(info: Mapping[str, Any]) -> dict[str, int]:
+    """Port-1 (first port) counters, then device-level ones."""
+    out: dict[str, int] = {}
+    for _port, pinfo in sorted(info.get("ports", {}).items()):
+        for key, value in pinfo.get("counters", {}).items():
+            out.setdefault(key, value)
+    for key, value in info.get("counters", {}).items():
+        out.setdefault(key, value)
+    return out
+
+
+def _eval_rates(
+    adapters: Mapping[str, Any], base: Mapping[str, Any], dt: float, opts: Mapping[str, Any]
+) -> list[Finding]:
+    limits: Mapping[str, float] = opts["rate_limits"]
+    factor = float(opts["critical_factor"])
+    out = []
+    for name, info in sorted(adapters.items()):
+        before = base.get(name)
+        if not before:
+            continue
+        now_c, before_c = _flat(info), _flat(before)
+        high: dict[str, list[dict[str, Any]]] = {}
+        for counter, limit in sorted(limits.items()):
+            if counter not in now_c:
+                continue
+            grown = delta(now_c[counter], before_c.get(counter))
+            if grown is None:
+                continue
+            rate = grown / dt
+            if rate >= limit:
+                code = (
+                    "EFA_COUNTER_RATE_CRIT" if rate >= limit * factor else "EFA_COUNTER_RATE_WARN"
+                )
+                high.setdefault(code, []).append(
+                    {"counter": counter, "rate_per_s": round(rate, 3), "limit_per_s": limit}
+                )
+        for code, items in sorted(high.items()):
+            what = ", ".join(f"{i['counter']} {i['rate_per_s']:g}/s" for i in items)
+            out.append(
+                Finding(
+                    code,
+                    f"efa:{name}",
+                    f"{name}: {what} over the limit",
+                    {"counters": items, "interval_s": round(dt, 3)},
+                )
+            )
+    return out
+
+
+def _eval_growth(adapters: Mapping[str, Any], base: Mapping[str, Any]) -> list[Finding]:
+    out = []
+    for name, info in sorted(adapters.items()):
+        before = (base.get(name) or {}).get("counters", {})
+        for counter, code in GROWTH_CODES.items():
+            now = info.get("counters", {}).get(counter)
+            if now is None:
+                continue
+            grown = delta(now, before.get(counter))
+            if grown:
+                out.append(
+                    Finding(
+                        code,
+                        f"efa:{name}",
+                        f"{name}: {counter} grew by {grown} (now {now})",
+                        {"counter": counter, "grown": grown, "total": now},
+                    )
+                )
+    return out

@@ -1,0 +1,213 @@
+"""The neuron probe over generated sysfs trees (healthy and fault variants)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from trn_support import codes, gen_sysfs, make_ctx
+
+from hma.catalogue import load_builtin
+from hma.model import Severity
+from hma.probes.neuron import EXPECTED_DEVICES, NeuronProbe, trn2_topology
+
+pytestmark = pytest.mark.timeout(60)
+
+PROBE = NeuronProbe()
+
+
+def run(root: Path, instance: str, **kw):  # type: ignore[no-untyped-def]
+    ctx = make_ctx(NeuronProbe, root, instance, **kw)
+    snap = PROBE.collect(ctx)
+    return snap, PROBE.evaluate(snap, ctx)
+
+
+@pytest.mark.parametrize("instance", ["trn1.32xlarge", "trn2.48xlarge", "inf2.48xlarge"])
+def test_healthy_trees_have_no_findings(tmp_path: Path, instance: str) -> None:
+    root = gen_sysfs.build(tmp_path, instance)
+    snap, findings = run(root, instance)
+    assert findings == []
+    assert len(snap["devices"]) == EXPECTED_DEVICES[instance]
+
+
+FAULTS = {
+    "neuron_missing_device": {("NEURON_DEVICE_COUNT", "node")},
+    "neuron_core_count": {("NEURON_CORE_COUNT", "neuron:3")},
+    "neuron_mem_ecc": {("NEURON_MEM_ECC_UNCORRECTED", "neuron:2")},
+    "neuron_sram_ecc": {("NEURON_SRAM_ECC_UNCORRECTED", "neuron:5")},
+    "neuron_mem_ecc_repairable": {("NEURON_MEM_ECC_REPAIRABLE", "neuron:1")},
+    "neuron_topology": {("NEURON_TOPOLOGY", "neuron:0")},
+    "neuron_unreadable": {("NEURON_READ_FAILED", "neuron:4")},
+    "neuron_missing_file": {("NEURON_READ_FAILED", "neuron:6")},
+    "neuron_garbage": {("NEURON_READ_FAILED", "neuron:7")},
+    "neuron_doc_layout": set(),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_fault_variants_on_trn2(tmp_path: Path, fault: str) -> None:
+    root = gen_sysfs.build(tmp_path, "trn2.48xlarge", [fault])
+    _snap, findings = run(root, "trn2.48xlarge")
+    assert codes(findings) == FAULTS[fault]
+    cat = load_builtin()
+    for f in findings:
+        assert f.code in cat
+
+
+def test_missing_device_details_and_severity(tmp_path: Path) -> None:
+    root = gen_sysfs.build(tmp_path, "trn1.32xlarge", ["neuron_missing_device"])
+    _snap, findings = run(root, "trn1.32xlarge")
+    (f,) = findings
+    assert f.details["missing"] == [15] and f.details["found"] == 15
+    assert load_builtin().resolve(f).severity is Severity.CRITICAL
+
+
+def test_read_failure_names_the_path_and_other_checks_go_on(tmp_path: Path) -> None:
+    root = gen_sysfs.build(tmp_path, "trn1.32xlarge", ["neuron_unreadable", "neuron_mem_ecc"])
+    _snap, findings = run(root, "trn1.32xlarge")
+    unread = [f for f in findings if f.code == "NEURON_READ_FAILED"]
+    assert len(unread) == 1 and unread[0].severity is Severity.UNKNOWN
+    assert unread[0].details["path"].endswith("neuron4/stats/hardware/mem_ecc_uncorrected")
+    assert str(tmp_path) in unread[0].message
+    assert ("NEURON_MEM_ECC_UNCORRECTED", "neuron:2") in codes(findings)
+
+
+def test_core_count_without_trailing_newline_is_read(tmp_path: Path) -> None:
+    root = gen_sysfs.build(tmp_path, "trn2.48xlarge")
+    raw = (gen_sysfs.neuron_dev(root, 0) / "core_count").read_bytes()
+    assert raw == b"4"
+    snap, _ = run(root, "trn2.48xlarge")
+    assert snap["devices"]["0"]["core_count"] == 4
+
+
+def test_expected_core_count_option(tmp_path: Path) -> None:
+    root = gen_sysfs.build(tmp_path, "inf2.48xlarge")
+    _snap, findings = run(root, "inf2.48xlarge", expected_core_count=4)
+    assert len(findings) == 12 and {f.code for f in findings} == {"NEURON_CORE_COUNT"}
+
+
+def test_expected_devices_option_overrides_the_table(tmp_path: Path) -> None:
+    root = gen_sysfs.build(tmp_path, "inf2.48xlarge")
+    _snap, findings = run(root, "inf2.48xlarge", expected_devices=16)
+    assert codes(findings) == {("NEURON_DEVICE_COUNT", "node")}
+    assert findings[0].details["missing"] == [12, 13, 14, 15]
+    _snap, findings = run(root, "inf2.48xlarge", expected_devices=8)
+    assert findings[0].severity is Severity.WARNING  # more than expected: not a drain
+
+
+def test_symmetry_check_without_documented_topology(tmp_path: Path) -> None:
+    root = gen_sysfs.build(tmp_path, "trn1.32xlarge", ["neuron_topology"])
+    _snap, findings = run(root, "trn1.32xlarge")
+    # neuron0 now lists 9 (which does not list 0) and no longer lists 12 (which lists 0)
+    assert codes(findings) == {("NEURON_TOPOLOGY", "neuron:0"), ("NEURON_TOPOLOGY", "neuron:12")}
+
+
+def test_expected_topology_option(tmp_path: Path) -> None:
+    root = gen_sysfs.build(tmp_path, "trn2.48xlarge")
+    topo = trn2_topology()
+    topo["5"] = [1, 4, 9, 7]
+    _snap, findings = run(root, "trn2.48xlarge", expected_topology=topo)
+    assert codes(findings) == {("NEURON_TOPOLOGY", "neuron:5")}
+    _snap, findings = run(root, "trn2.48xlarge", expected_topology=topo, check_topology=False)
+    assert findings == []
+
+
+def test_absent_devices_apply_only_when_expected(tmp_path: Path) -> None:
+    tmp_path.mkdir(exist_ok=True)
+    assert PROBE.applies(make_ctx(NeuronProbe, tmp_path)) is not None
+    ctx = make_ctx(NeuronProbe, tmp_path, "trn1.32xlarge")
+    assert PROBE.applies(ctx) is None
+    findings = PROBE.evaluate(PROBE.collect(ctx), ctx)
+    assert codes(findings) == {("NEURON_DEVICE_COUNT", "node")}
+    assert findings[0].details["found"] == 0
+
+
+# --- growth of totals ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "group,counter,code",
+    [
+        ("status", "hw_error", "NEURON_CORE_HW_ERROR"),
+        ("status", "hw_dma_abort_error", "NEURON_CORE_HW_ERROR"),
+        ("status", "hw_collectives_error", "NEURON_CORE_HW_ERROR"),
+        ("status", "hw_hbm_ue_error", "NEURON_CORE_UE_ERROR"),
+        ("status", "hw_nc_ue_error", "NEURON_CORE_UE_ERROR"),
+        ("other_info", "reset_fail_count", "NEURON_RESET_FAILED"),
+    ],
+)
+def test_growing_totals_are_faults(tmp_path: Path, group: str, counter: str, code: str) -> None:
+    root = gen_sysfs.build(tmp_path, "trn1.32xlarge")
+    first, findings = run(root, "trn1.32xlarge")
+    assert findings == []
+    gen_sysfs.set_neuron_counter(root, 3, 1, group, counter, 2)
+    second, findings = run(root, "trn1.32xlarge", previous=first)
+    assert codes(findings) == {(code, "neuron:3")}
+    (item,) = findings[0].details["counters"]
+    assert item == {"core": 1, "counter": counter, "total": 2, "grown": 2}
+    # steady afterwards: no growth, no finding
+    _third, findings = run(root, "trn1.32xlarge", previous=second)
+    assert findings == []
+
+
+def test_totals_going_down_are_a_reset_not_a_fault(tmp_path: Path) -> None:
+    root = gen_sysfs.build(tmp_path, "trn1.32xlarge")
+    gen_sysfs.set_neuron_counter(root, 0, 0, "status", "hw_error", 9)
+    first, _ = run(root, "trn1.32xlarge")
+    gen_sysfs.set_neuron_counter(root, 0, 0, "status", "hw_error", 1)
+    _second, findings = run(root, "trn1.32xlarge", previous=first)
+    assert findings == []
+
+
+def test_first_run_has_no_baseline(tmp_path: Path) -> None:
+    root = gen_sysfs.build(tmp_path, "trn1.32xlarge")
+    gen_sysfs.set_neuron_counter(root, 0, 0, "status", "hw_error", 9)
+    _snap, findings = run(root, "trn1.32xlarge")
+    assert findings == []
+
+
+def test_after_a_reboot_the_baseline_is_zero(tmp_path: Path) -> None:
+    root = gen_sysfs.build(tmp_path, "trn1.32xlarge")
+    gen_sysfs.set_neuron_counter(root, 2, 0, "status", "hw_error", 50)
+    before, _ = run(root, "trn1.32xlarge", boot_id="boot-1")
+    gen_sysfs.set_neuron_counter(root, 2, 0, "status", "hw_error", 3)  # since the new boot
+    _snap, findings = run(root, "trn1.32xlarge", previous=before, boot_id="boot-2")
+    assert codes(findings) == {("NEURON_CORE_HW_ERROR", "neuron:2")}
+    assert findings[0].details["counters"][0]["grown"] == 3
+
+
+def test_doc_layout_and_names_are_read(tmp_path: Path) -> None:
+    root = gen_sysfs.build(tmp_path, "trn1.32xlarge", ["neuron_doc_layout"])
+    status = gen_sysfs.neuron_dev(root, 1) / "neuron_core0" / "status"
+    assert (status / "infer_failed_to_queue").is_dir()
+    wanted = ["hw_error", "execute_failed_to_queue"]
+    first, _ = run(root, "trn1.32xlarge", status_counters=wanted)
+    assert first["devices"]["1"]["cores"]["0"]["status"] == {
+        "hw_error": 0,
+        "execute_failed_to_queue": 0,
+    }
+    (status / "hw_error" / "total").write_text("4\n")
+    (status / "infer_failed_to_queue" / "total").write_text("1\n")
+    _snap, findings = run(root, "trn1.32xlarge", previous=first, status_counters=wanted)
+    assert codes(findings) == {("NEURON_CORE_HW_ERROR", "neuron:1")}
+    grown = {i["counter"] for i in findings[0].details["counters"]}
+    assert grown == {"hw_error", "execute_failed_to_queue"}
+
+
+def test_oneshot_takes_two_samples(tmp_path: Path) -> None:
+    root = gen_sysfs.build(tmp_path, "trn1.32xlarge")
+    gen_sysfs.set_neuron_counter(root, 0, 0, "status", "hw_error", 9)
+    snap, findings = run(root, "trn1.32xlarge", oneshot=True, oneshot_sample_s=0.01)
+    assert "baseline" in snap and findings == []
+    # evaluate is pure: a baseline that differs from the current sample is growth
+    snap["baseline"]["devices"]["0"]["cores"]["0"]["status"]["hw_error"] = 5
+    ctx = make_ctx(NeuronProbe, root, "trn1.32xlarge", oneshot=True)
+    assert codes(PROBE.evaluate(snap, ctx)) == {("NEURON_CORE_HW_ERROR", "neuron:0")}
+
+
+def test_generator_makes_real_sysfs_symlinks(tmp_path: Path) -> None:
+    root = gen_sysfs.build(tmp_path, "trn2.48xlarge")
+    link = root / "class" / "neuron_device" / "neuron3"
+    assert link.is_symlink() and link.resolve() == gen_sysfs.neuron_dev(root, 3).resolve()
+    sub = gen_sysfs.neuron_dev(root, 3) / "subsystem"
+    assert sub.is_symlink() and sub.resolve() == (root / "class" / "neuron_device").resolve()
