@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: all setup test unit integration lint compat demo bench clean
+.PHONY: all setup test unit integration lint compat demo bench clean deb rpm vendor install-test
 
 all: test
 
@@ -31,6 +31,20 @@ compat:
 test: setup lint
 	$(PY) -m pytest -q tests
 	$(MAKE) compat
+	$(MAKE) install-test
+
+# Packages (docs/packaging.md) and their install tests (chroots cached in /var/cache/hma-test).
+vendor: setup
+	PIP_PYTHON=$(PY) packaging/build vendor
+
+deb: setup
+	PIP_PYTHON=$(PY) packaging/build deb
+
+rpm: setup
+	PIP_PYTHON=$(PY) packaging/build rpm
+
+install-test: setup
+	HMA_INSTALL_TESTS=1 $(PY) -m pytest -q -p no:cacheprovider tests/install
 
 demo: setup
 	$(PY) scripts/demo.py

@@ -79,6 +79,16 @@ class ThreadSlot:
         """Nothing to release: a stuck thread dies with the process."""
 
 
+def worker_env() -> dict[str, str]:
+    """The environment of a worker: this process's import path first, so that the worker imports
+    the same hma (the packages' private /usr/lib/hma is on sys.path only through the launcher).
+    The caller's PYTHONPATH is kept in ``WORKER_CALLER_PYTHONPATH`` for the worker to restore."""
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    env["WORKER_CALLER_PYTHONPATH"] = os.environ.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    return env
+
+
 class ProcessSlot:
     """Collects in a persistent worker process; kills it on timeout."""
 
@@ -95,7 +105,7 @@ class ProcessSlot:
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 start_new_session=True,
-                env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+                env=worker_env(),
             )
         return self._proc
 

@@ -19,6 +19,7 @@ from hma.runner import Collected, collect_guarded, encode_answer
 
 def main(argv: list[str]) -> int:
     """Serve collect requests for the probe named in ``argv[0]``."""
+    _restore_pythonpath()
     classes, broken = discover()
     name = argv[0] if argv else ""
     cls = classes.get(name)
@@ -56,6 +57,18 @@ def main(argv: list[str]) -> int:
             )
         sys.stdout.flush()
     return 0
+
+
+def _restore_pythonpath() -> None:
+    """Give the probe's own subprocesses the caller's PYTHONPATH, not the one that found hma."""
+    import os
+
+    if "WORKER_CALLER_PYTHONPATH" in os.environ:
+        caller = os.environ.pop("WORKER_CALLER_PYTHONPATH")
+        if caller:
+            os.environ["PYTHONPATH"] = caller
+        else:
+            os.environ.pop("PYTHONPATH", None)
 
 
 if __name__ == "__main__":

@@ -124,13 +124,36 @@ def _prev(ctx: ProbeContext, key: str) -> Any:
     return ctx.previous.get(key) if isinstance(ctx.previous, dict) else None
 
 
+def _unescape(field: str) -> str:
+    for code, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
+        field = field.replace(code, char)
+    return field
+
+
 def _mounts(ctx: ProbeContext) -> list[list[str]]:
+    """Rows ``[mountpoint, fstype, filesystem options, mount options]``.
+
+    From ``self/mountinfo``, the filesystem's own (superblock) options: a disk remounted
+    read-only after I/O errors shows ``ro`` there, while the read-only bind mounts of the agent's
+    own sandbox (systemd ``ProtectSystem=strict``) only set the per-mount flag. ``mounts`` (no
+    such distinction) is the fallback.
+    """
+    try:
+        text = ctx.procfs.text("self/mountinfo", limit=1 << 22)
+    except ReadError:
+        text = ""
     rows = []
+    for line in text.splitlines():
+        left, sep, right = line.partition(" - ")
+        before, after = left.split(), right.split()
+        if sep and len(before) >= 6 and len(after) >= 3:
+            rows.append([_unescape(before[4]), after[0], after[2], before[5]])
+    if rows:
+        return rows
     for line in ctx.procfs.text("mounts", limit=1 << 22).splitlines():
         parts = line.split()
         if len(parts) >= 4:
-            mountpoint = parts[1].replace("\\040", " ")
-            rows.append([mountpoint, parts[2], parts[3]])
+            rows.append([_unescape(parts[1]), parts[2], parts[3]])
     return rows
 
 
@@ -145,6 +168,7 @@ def _fs(path: str) -> dict[str, Any]:
         "inodes_total": st.f_files,
         "inodes_free_percent": round(100.0 * st.f_favail / st.f_files, 2) if st.f_files else None,
         "writable": os.access(path, os.W_OK),
+        "mount_readonly": bool(st.f_flag & os.ST_RDONLY),
     }
 
 
@@ -231,7 +255,9 @@ def _eval_fs(snap: Mapping[str, Any], opts: Mapping[str, Any]) -> list[Finding]:
                     {"path": path, "mount": mount[0], "fstype": mount[1], "options": mount[2]},
                 )
             )
-        elif not fs.get("writable"):
+        elif not fs.get("writable") and not (
+            fs.get("mount_readonly") and mount and len(mount) > 3
+        ):  # read-only only at the mount level (the filesystem is rw): the agent's sandbox
             out.append(Finding("SYS_FS_READONLY", comp, f"{path} is not writable", {"path": path}))
         if fs["free_percent"] < opts["min_free_percent"]:
             out.append(
