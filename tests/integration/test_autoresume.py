@@ -110,9 +110,21 @@ def running(cluster: SlurmCluster, work: Work, job_id: str, restarts: int) -> li
     return nodes
 
 
-def inject(cluster: SlurmCluster, work: Work, rem: Remediator, node: str, job_id: str) -> None:
-    """The agent drains ``node`` with its reason; then the rank there dies."""
+def inject(
+    cluster: SlurmCluster,
+    work: Work,
+    rem: Remediator,
+    node: str,
+    job_id: str,
+    step_dies_first: bool = False,
+) -> None:
+    """The agent drains ``node`` with its reason and the rank there dies, in either order
+    (``step_dies_first``: hma srun must wait, within its grace period, for the agent's drain)."""
     wait(lambda: job_id in rem.facts().job_ids, 20, f"job {job_id} in {node}'s facts")
+    if step_dies_first:
+        died = work.output().count("simulated Xid 79")
+        (work.ckpt / f"FAULT-{node}").write_text("Xid 79\n")
+        wait(lambda: work.output().count("simulated Xid 79") > died, 20, f"rank on {node} dead")
     rem.update(verdict(fault()), "boot-1")
     wait(lambda: "DRAIN" in cluster.state(node), 20, f"{node} drained")
     (work.ckpt / f"FAULT-{node}").write_text("Xid 79\n")
@@ -186,10 +198,9 @@ def test_attempts_exhausted_gives_up(
     first = running(cluster, work, job_id, 0)
     inject(cluster, work, agents[first[0]], first[0], job_id)
     second = running(cluster, work, job_id, 1)
-    inject(cluster, work, agents[second[0]], second[0], job_id)
+    inject(cluster, work, agents[second[0]], second[0], job_id, step_dies_first=True)
     fields = finished(cluster, job_id)
     out = work.output()
-    print(out)
     assert "giving up: 1 of 1 auto-resume attempt(s) used" in out
     assert fields.get("JobState", "FAILED") == "FAILED" and fields.get("Restarts", "1") == "1"
     assert not (work.ckpt / "final.json").exists()
