@@ -136,6 +136,27 @@ def cmd_ack(args: argparse.Namespace) -> int:
     return ack.main(setup, args.code.upper(), args.component)
 
 
+def cmd_srun(args: argparse.Namespace) -> int:
+    """``hma srun``: handled in ``main`` before argparse (srun's options pass through verbatim)."""
+    return cmd_srun_argv(args.config, args.srun_args)
+
+
+def cmd_srun_argv(config: Optional[str], argv: Sequence[str]) -> int:
+    """Run ``hma srun`` with srun's arguments untouched (hma.autoresume)."""
+    from hma import autoresume
+
+    client, journal = autoresume.from_config(config)
+    return autoresume.main(argv, client, autoresume.Log(journal))
+
+
+def cmd_job_env(args: argparse.Namespace) -> int:
+    """Print the job's node list, master node/address, node count and rank (hma.autoresume)."""
+    from hma import autoresume
+
+    client, _journal = autoresume.from_config(args.config)
+    return autoresume.job_env_main(client, args.format)
+
+
 def cmd_healthcheck(args: argparse.Namespace) -> int:
     """Slurm HealthCheckProgram: the daemon's verdict (or one probe run), drain state per policy."""
     from hma.remediation import healthcheck
@@ -226,7 +247,39 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--list", action="store_true", help="list every code")
     p.set_defaults(func=lambda a: cmd_explain_list(a) if a.list or not a.code else cmd_explain(a))
     _add_kernel_log_commands(sub)
+
+    p = sub.add_parser(
+        "srun",
+        help="srun with --auto-resume=N: requeue the job after a hardware fault",
+        description="hma srun [--auto-resume=N] [--grace=S] [srun options] command ... "
+        "(see docs/auto-resume.md); everything after our own options goes to srun verbatim",
+    )
+    p.add_argument("srun_args", nargs=argparse.REMAINDER, metavar="SRUN_ARGS")
+    p.set_defaults(func=cmd_srun)
+    p = sub.add_parser("job-env", help="print NODE_LIST, MASTER_ADDR, NNODES, NODE_RANK of the job")
+    p.add_argument("--format", choices=("sh", "json"), default="sh", help="sh (for eval) or json")
+    p.set_defaults(func=cmd_job_env)
     return parser
+
+
+def _srun_split(argv: Sequence[str]) -> Optional[tuple[Optional[str], list[str]]]:
+    """``(config, srun args)`` when the subcommand is ``srun``, else None.
+
+    srun's own options (``-N 2``, ``--nodes=2``, ``-h``) must reach srun untouched, so the
+    ``srun`` subcommand is split off before argparse sees it.
+    """
+    config, i = None, 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--config" and i + 1 < len(argv):
+            config, i = argv[i + 1], i + 2
+        elif arg.startswith("--config="):
+            config, i = arg.split("=", 1)[1], i + 1
+        elif arg == "srun":
+            return config, list(argv[i + 1 :])
+        else:
+            return None
+    return None
 
 
 def cmd_logscan(args: argparse.Namespace) -> int:
@@ -268,6 +321,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if argv is None and len(sys.argv) == 1 and os.environ.get("SLURMD_NODENAME"):
         # run by slurmd as HealthCheckProgram (no arguments): `hma healthcheck`
         argv = ["healthcheck"]
+    split = _srun_split(list(sys.argv[1:] if argv is None else argv))
+    if split is not None:
+        try:
+            return cmd_srun_argv(*split)
+        except KeyboardInterrupt:
+            return 130
     parser = build_parser()
     # `--config` may also follow the subcommand (`hma check --config X`).
     args, rest = parser.parse_known_args(argv)

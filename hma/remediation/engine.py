@@ -26,6 +26,7 @@ from hma.probe import NodeFacts
 from hma.remediation import breaker
 from hma.remediation import label as label_mod
 from hma.remediation import options as options_mod
+from hma.remediation.autoresume import AutoResume
 from hma.remediation.label import Label
 from hma.remediation.slurm import (
     HYPERPOD_REBOOT,
@@ -99,6 +100,7 @@ class Remediator:
         self._stale_checked = False
         self._threads: list[threading.Thread] = []
         self._seed_reboots_done = False
+        self._autoresume = AutoResume(clock)  # hma srun --auto-resume jobs (autoresume.py)
         if start and self.enabled:
             for target, name in ((self._facts_loop, "facts"), (self._worker_loop, "outbox")):
                 thread = threading.Thread(target=target, name=f"remediation-{name}", daemon=True)
@@ -272,6 +274,8 @@ class Remediator:
         state = self._state()
         ep = state.get("episode")
         fault, action = self._primary(now)
+        hit = ep["jobs"] if ep is not None else [j for j, _u in self._jobs]
+        action = self._autoresume.action_for(action, hit)  # auto-resume job: replace, not reboot
         automatic = self.rec["policy"] == "automatic"
         dry = bool(self.rec["dry_run"])
         with self.store.transaction() as conn:
@@ -1022,6 +1026,7 @@ class Remediator:
                 self._facts_ok = False
                 self._facts_error = str(exc)
             return
+        self._autoresume.observe(self.client, jobs)  # before the jobs are used by _plan
         with self._lock:
             first = self._node_name is None
             self._node_name = name

@@ -101,20 +101,34 @@ def find(text: str) -> Optional[Label]:
 
 def edit(text: str, label: Optional[Label]) -> str:
     """``text`` with the hma token replaced by ``label`` (removed when None), the rest unchanged."""
+    return edit_token(text, PREFIX, label.token() if label is not None else None)
+
+
+def find_token(text: str, prefix: str) -> Optional[str]:
+    """The first space-separated word of ``text`` that starts with ``prefix``, if any."""
+    for word in text.split():
+        if word.startswith(prefix):
+            return word
+    return None
+
+
+def edit_token(text: str, prefix: str, token: Optional[str]) -> str:
+    """``text`` with its ``prefix`` token replaced by ``token`` (removed when None), added at the
+    end when absent; every other word and its spacing is kept (also used for job comments)."""
     words = text.split(" ")
     out: list[str] = []
     placed = False
     for word in words:
-        if word.startswith(PREFIX):
-            if label is not None and not placed:
-                out.append(label.token())
+        if word.startswith(prefix):
+            if token is not None and not placed:
+                out.append(token)
                 placed = True
             continue
         out.append(word)
-    if label is not None and not placed:
-        out.append(label.token())
+    if token is not None and not placed:
+        out.append(token)
     result = " ".join(out)
-    if label is None or not placed:
+    if token is None or not placed:
         result = _squeeze(result, text)
     return result.strip(" ")
 

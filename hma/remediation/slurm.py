@@ -80,6 +80,7 @@ class NodeState:
     partitions: tuple[str, ...] = ()
     hostname: str = ""
     boot_time: float = 0.0
+    address: str = ""  # NodeAddr
 
     @property
     def understood(self) -> bool:
@@ -188,6 +189,7 @@ def node_from_json(item: Mapping[str, Any]) -> NodeState:
         partitions=tuple(str(p) for p in item.get("partitions") or ()),
         hostname=str(item.get("hostname") or ""),
         boot_time=_number(item.get("boot_time")),
+        address=str(item.get("address") or ""),
     )
 
 
@@ -245,6 +247,7 @@ def parse_show_node(text: str) -> list[NodeState]:
                 extra="" if fields.get("Extra") == "(null)" else fields.get("Extra", ""),
                 partitions=tuple(p for p in fields.get("Partitions", "").split(",") if p),
                 hostname=fields.get("NodeHostName", ""),
+                address=fields.get("NodeAddr", ""),
             )
         )
     return nodes
@@ -266,6 +269,42 @@ class Job:
     id: str
     user: str
     state: str = ""
+    comment: str = ""
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """A queued or running job as ``squeue --json`` describes it."""
+
+    id: str
+    user: str
+    state: str  # RUNNING, PENDING, COMPLETING, ... (upper case)
+    reason: str = ""  # state_reason: BeginTime, Resources, None, ...
+    nodes: str = ""  # node list expression (empty while pending)
+    comment: str = ""
+    requeue: bool = True
+    batch: bool = True
+    restarts: int = 0
+    eligible_time: float = 0.0
+
+
+def job_from_json(item: Mapping[str, Any]) -> JobInfo:
+    """A ``JobInfo`` from one ``squeue --json`` job object."""
+    state = item.get("job_state", "")
+    if isinstance(state, list):  # newer Slurm: a list of states
+        state = state[0] if state else ""
+    return JobInfo(
+        id=str(item.get("job_id", "")),
+        user=str(item.get("user_name") or ""),
+        state=str(state).upper(),
+        reason=str(item.get("state_reason") or ""),
+        nodes=str(item.get("nodes") or ""),
+        comment=str(item.get("comment") or ""),
+        requeue=bool(item.get("requeue", True)),
+        batch=bool(item.get("batch_flag", True)),
+        restarts=int(_number(item.get("restart_cnt"))),
+        eligible_time=_number(item.get("eligible_time")),
+    )
 
 
 @dataclass
@@ -343,13 +382,43 @@ class SlurmClient:
 
     def jobs(self, node: str) -> list[Job]:
         """Jobs running (or completing) on ``node``."""
-        out = self._run([*self.squeue, "-h", "-w", node, "-t", "R,CG,S", "-o", "%i %u %T"]).stdout
+        argv = [*self.squeue, "-h", "-w", node, "-t", "R,CG,S", "-o", "%i %u %T %k"]
         jobs = []
-        for line in out.splitlines():
-            parts = line.split()
-            if len(parts) >= 2:
-                jobs.append(Job(parts[0], parts[1], parts[2] if len(parts) > 2 else ""))
+        for line in self._run(argv).stdout.splitlines():
+            parts = line.split(" ", 3)  # the comment (last) may contain spaces
+            if len(parts) >= 2 and parts[0]:
+                comment = parts[3] if len(parts) > 3 and parts[3] != "(null)" else ""
+                jobs.append(Job(parts[0], parts[1], parts[2] if len(parts) > 2 else "", comment))
         return jobs
+
+    def job_infos(self, ids: Sequence[str]) -> list[JobInfo]:
+        """Queued/running jobs among ``ids`` (``squeue --json``; gone jobs are simply absent).
+
+        Slurm 22.05's ``squeue --json`` ignores ``-j`` and lists every job: the ids are filtered
+        here (``-j`` is kept for versions that honour it)."""
+        if not ids:
+            return []
+        out = self._run([*self.squeue, "--json", "-j", ",".join(ids)]).stdout
+        try:
+            items = json.loads(out)["jobs"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise SlurmError(f"squeue --json: unreadable output: {exc}") from None
+        wanted = {str(i) for i in ids}  # squeue --json (22.05) ignores -j: filter here
+        jobs = [job_from_json(i) for i in items if isinstance(i, dict)]
+        return [j for j in jobs if j.id in wanted]
+
+    def job_info(self, job_id: str) -> JobInfo:
+        """One job; ``SlurmError`` when Slurm no longer knows it."""
+        for job in self.job_infos([job_id]):
+            if job.id == str(job_id):
+                return job
+        raise SlurmError(f"job {job_id} not found")
+
+    def hostnames(self, nodelist: str) -> list[str]:
+        """``scontrol show hostnames``: a node list expression expanded, in order."""
+        if not nodelist:
+            return []
+        return self._run([*self.scontrol, "show", "hostnames", nodelist]).stdout.split()
 
     def find_node_name(self, hostnames: Sequence[str] = ()) -> Optional[str]:
         """This host's Slurm node name: NodeHostname (or NodeName) matching the host name."""
@@ -372,6 +441,16 @@ class SlurmClient:
     def reboot(self, node: str, reason: str) -> None:
         """``scontrol reboot reason=<reason> <node>`` (no nextstate: the node stays drained)."""
         self._run([*self.scontrol, "reboot", f"reason={reason}", node])
+
+    def update_job(self, job_id: str, **fields: str) -> None:
+        """``scontrol update JobId=<job> Key=Value ...`` (values passed literally)."""
+        argv = [*self.scontrol, "update", f"JobId={job_id}"]
+        argv += [f"{key}={value}" for key, value in fields.items()]
+        self._run(argv)
+
+    def requeue(self, job_id: str) -> None:
+        """``scontrol requeue <job>`` (run inside the job, this ends the caller)."""
+        self._run([*self.scontrol, "requeue", str(job_id)])
 
 
 def _describe(result: CommandResult) -> str:

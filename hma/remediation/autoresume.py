@@ -1,0 +1,142 @@
+"""The agent's side of ``hma srun --auto-resume``: the job-comment marker and the engine's hook.
+
+``hma srun --auto-resume=N`` puts one token in the job's Comment (the rest of the comment is the
+user's and is never touched)::
+
+    hma-resume=<N>,a=<attempt>,n=<node>+<node>
+
+``N`` is the attempts allowed, ``a`` the requeues hma srun did (0 before the first), ``n`` the
+faulty nodes of the last requeue. The remediation engine calls ``AutoResume.observe`` with the jobs
+on its node at every facts refresh; two things follow (docs/auto-resume.md):
+
+* a node whose fault hit a job running with auto-resume gets ``replace``, not ``reboot``
+  (``action_for``), as managed clusters do: the job restarts elsewhere at once and the node is
+  not put back under it by a quick reboot;
+* when such a job leaves the node because hma srun requeued it, the agent sets its
+  ``StartTime=now`` (Slurm otherwise holds a requeued job back for about 2 minutes).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
+
+from hma.model import Action
+from hma.remediation import label as label_mod
+from hma.remediation.slurm import Job, SlurmClient, SlurmError
+
+log = logging.getLogger("hma.remediation")
+
+MARKER = "hma-resume="
+REMEMBER_S = 600.0  # how long a marked job that left the node is watched for its requeue
+MAX_REMEMBERED = 256
+
+
+@dataclass(frozen=True)
+class Marker:
+    """The parsed ``hma-resume=`` token of a job comment."""
+
+    attempts: int  # N of --auto-resume=N
+    attempt: int = 0  # requeues done by hma srun so far
+    nodes: tuple[str, ...] = ()  # faulty nodes of the last requeue
+
+    def token(self) -> str:
+        """The token text (no spaces)."""
+        text = f"{MARKER}{self.attempts},a={self.attempt}"
+        if self.nodes:
+            text += ",n=" + "+".join(n for n in self.nodes if n)
+        return text
+
+
+def parse_marker(token: str) -> Optional[Marker]:
+    """A marker from its token; None when it is not a well-formed one."""
+    if not token.startswith(MARKER):
+        return None
+    head, _, rest = token[len(MARKER) :].partition(",")
+    values = dict(item.partition("=")[::2] for item in rest.split(",") if "=" in item)
+    try:
+        attempts = int(head)
+        attempt = int(values.get("a", "0") or 0)
+    except ValueError:
+        return None
+    if attempts < 1 or attempt < 0:
+        return None
+    nodes = tuple(n for n in values.get("n", "").split("+") if n)
+    return Marker(attempts, attempt, nodes)
+
+
+def find_marker(comment: str) -> Optional[Marker]:
+    """The marker in a job comment, if any."""
+    token = label_mod.find_token(comment, MARKER)
+    return parse_marker(token) if token else None
+
+
+def with_marker(comment: str, marker: Marker) -> str:
+    """``comment`` with its marker replaced (or added at the end); the user's text is kept."""
+    return label_mod.edit_token(comment, MARKER, marker.token())
+
+
+def recovery_action(action: Action, auto_resume: bool) -> Action:
+    """The recovery for a fault: ``reboot`` becomes ``replace`` when it hit an auto-resume job."""
+    return Action.REPLACE if auto_resume and action is Action.REBOOT else action
+
+
+class AutoResume:
+    """What the engine remembers about auto-resume jobs seen on its node (see module doc)."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock
+        self.marked: dict[str, float] = {}  # job id -> last time seen on this node with a marker
+        self.watch: dict[str, float] = {}  # marked jobs that left the node -> when they left
+        self.hurried: list[str] = []  # jobs whose StartTime this agent set to now
+
+    def observe(self, client: SlurmClient, jobs: Sequence[Job]) -> None:
+        """Note marked jobs on the node; hurry the ones that left it because hma srun requeued
+        them. Never raises (a Slurm error only delays the hurry to the next refresh)."""
+        now = self.clock()
+        here = {j.id for j in jobs}
+        for job in jobs:
+            if find_marker(job.comment) is not None:
+                self.marked[job.id] = now
+                self.watch.pop(job.id, None)
+        for job_id, seen in self.marked.items():
+            if job_id not in here and job_id not in self.watch and now - seen < REMEMBER_S:
+                self.watch[job_id] = now
+        if len(self.marked) > MAX_REMEMBERED:
+            for job_id in sorted(self.marked, key=self.marked.__getitem__)[:-MAX_REMEMBERED]:
+                del self.marked[job_id]
+                self.watch.pop(job_id, None)
+        if self.watch:
+            try:
+                self._hurry(client, now)
+            except SlurmError as exc:
+                log.warning("auto-resume: cannot check requeued jobs: %s", exc)
+
+    def _hurry(self, client: SlurmClient, now: float) -> None:
+        infos = {j.id: j for j in client.job_infos(sorted(self.watch))}
+        for job_id in list(self.watch):
+            info = infos.get(job_id)
+            if info is None or info.state not in ("PENDING", "COMPLETING"):
+                self.watch[job_id] = 0.0  # finished, cancelled or running elsewhere: done
+            else:
+                marker = find_marker(info.comment)
+                ours = marker is not None and marker.attempt > 0 and marker.attempt == info.restarts
+                if info.state == "PENDING" and ours and info.eligible_time > now + 1:
+                    client.update_job(job_id, StartTime="now")
+                    self.hurried.append(job_id)
+                    log.info("auto-resume: job %s requeued by hma srun; StartTime=now", job_id)
+                    self.watch[job_id] = 0.0
+            if now - self.watch[job_id] > REMEMBER_S:
+                del self.watch[job_id]
+                self.marked[job_id] = min(self.marked.get(job_id, 0.0), now - REMEMBER_S)
+
+    def auto_resume(self, job_ids: Sequence[str]) -> bool:
+        """Whether any of these jobs was seen running with auto-resume (remembered for the
+        last MAX_REMEMBERED marked jobs, so an open fault keeps its ``replace``)."""
+        return any(j in self.marked for j in job_ids)
+
+    def action_for(self, action: Action, job_ids: Sequence[str]) -> Action:
+        """The engine's hook: ``recovery_action`` for the jobs the fault hit."""
+        return recovery_action(action, self.auto_resume(job_ids))

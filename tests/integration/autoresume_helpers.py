@@ -1,0 +1,153 @@
+"""Shared pieces of the auto-resume test and benchmark: the job user, a work folder the user can
+write (hma wrapper, checkpoints, output), job queries."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Optional
+
+from tests.slurmcluster import SlurmCluster
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "docs" / "examples"
+USER = "hmaresume"
+
+
+def ensure_user(name: str = USER) -> bool:
+    """Create the ordinary user ``name`` if absent; returns whether it was created here."""
+    try:
+        pwd.getpwnam(name)
+        return False
+    except KeyError:
+        subprocess.run(["useradd", "-M", "-s", "/bin/sh", name], check=True, timeout=30)
+        return True
+
+
+def remove_user(name: str = USER) -> None:
+    """Remove a user created by ``ensure_user``."""
+    subprocess.run(["userdel", name], check=False, timeout=30)
+
+
+def python_for(name: str) -> Optional[str]:
+    """A Python >= 3.9 the user can run (the test venv may live in root's home)."""
+    for candidate in (sys.executable, "/usr/bin/python3"):
+        proc = subprocess.run(
+            [
+                "runuser",
+                "-u",
+                name,
+                "--",
+                candidate,
+                "-c",
+                "import sys; assert sys.version_info >= (3, 9)",
+            ],
+            capture_output=True,
+            timeout=30,
+            check=False,
+        )
+        if proc.returncode == 0:
+            return candidate
+    return None
+
+
+class Work:
+    """A folder the job user can write: hma wrapper, checkpoints, job output."""
+
+    def __init__(self, cluster: SlurmCluster, name: str, python: str) -> None:
+        self.cluster = cluster
+        self.user = name
+        self.base = Path(f"/tmp/hma-ar-{uuid.uuid4().hex[:8]}")
+        self.bin = self.base / "bin"
+        self.ckpt = self.base / "ckpt"
+        for folder in (self.base, self.bin, self.ckpt):
+            folder.mkdir()
+            os.chmod(folder, 0o777)
+        hma = self.bin / "hma"
+        hma.write_text(f'#!/bin/sh\nPYTHONPATH={ROOT} exec {python} -m hma "$@"\n')
+        hma.chmod(0o755)
+        self.config = self.base / "hma.toml"
+        self.config.write_text("")
+        self.config.chmod(0o644)
+
+    def env(self) -> list[str]:
+        """``env`` arguments of a job submission."""
+        return [
+            f"SLURM_CONF={self.cluster.conf}",
+            f"PATH={self.bin}:/usr/local/bin:/usr/bin:/bin",
+            f"HMA_CONFIG={self.config}",
+            f"CKPT_DIR={self.ckpt}",
+            f"EXAMPLES={EXAMPLES}",
+            "HMA_EXAMPLE_TRAINER=1",
+            "HMA_AUTO_RESUME_GRACE=5",
+        ]
+
+    def sbatch(self, *args: str) -> str:
+        """Submit as the user; returns the job id."""
+        proc = subprocess.run(
+            ["runuser", "-u", self.user, "--", "env", *self.env(), "sbatch", "--parsable", *args],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+            cwd=self.base,
+        )
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.strip().split(";")[0]
+
+    def submit(self, *trainer: str, comment: str = "") -> str:
+        """docs/examples/batch.sh with trainer options."""
+        extra = [f"--comment={comment}"] if comment else []
+        return self.sbatch(
+            *extra,
+            f"--output={self.out}",
+            f"--chdir={self.base}",
+            str(EXAMPLES / "batch.sh"),
+            *trainer,
+        )
+
+    @property
+    def out(self) -> Path:
+        """The job's output file (all attempts)."""
+        return self.base / "out.txt"
+
+    def output(self) -> str:
+        """The output so far."""
+        return self.out.read_text() if self.out.exists() else ""
+
+    def history(self) -> list[dict[str, str]]:
+        """The trainer's start lines (ts, restart, node, rank, start)."""
+        path = self.ckpt / "history.log"
+        lines = path.read_text().splitlines() if path.exists() else []
+        out = []
+        for line in lines:
+            ts, *rest = line.split()
+            out.append({"ts": ts, **dict(p.split("=", 1) for p in rest)})
+        return out
+
+    def step(self) -> int:
+        """The checkpointed step."""
+        path = self.ckpt / "checkpoint.json"
+        return int(json.loads(path.read_text())["step"]) if path.exists() else 0
+
+    def remove(self) -> None:
+        """Delete the folder."""
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+def job(cluster: SlurmCluster, job_id: str) -> dict:
+    """The job's ``squeue --json`` object ({} once gone; 22.05 ignores -j, so filter here)."""
+    out = cluster.run("squeue", "--json", "-j", job_id).stdout
+    jobs = json.loads(out).get("jobs", []) if out.strip() else []
+    return next((j for j in jobs if str(j.get("job_id")) == str(job_id)), {})
+
+
+def hosts(cluster: SlurmCluster, nodelist: str) -> list[str]:
+    """A node list expression expanded."""
+    return cluster.scontrol("show", "hostnames", nodelist).split()

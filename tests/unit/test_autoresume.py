@@ -1,0 +1,447 @@
+"""hma srun --auto-resume / hma job-env: argument parsing, the decision table, the marker, the
+agent's hook. Slurm's answers are recorded outputs (tests/fixtures/slurm/autoresume) served by a
+stand-in CommandRunner (the outermost boundary); the real cluster is in
+tests/integration/test_autoresume.py."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import pytest
+
+from hma import autoresume as ar
+from hma import cli
+from hma.adapters.command import CommandResult
+from hma.model import Action
+from hma.remediation.autoresume import (
+    AutoResume,
+    Marker,
+    find_marker,
+    parse_marker,
+    recovery_action,
+    with_marker,
+)
+from hma.remediation.slurm import Job, NodeState, SlurmClient, node_from_json
+
+pytestmark = pytest.mark.timeout(20)
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "slurm" / "autoresume"
+NOW = 1795948763.0  # when squeue-requeued.json was recorded (its eligible_time is 2 min later)
+
+
+def fixture(name: str) -> str:
+    return (FIX / name).read_text()
+
+
+def nodes(name: str) -> dict[str, NodeState]:
+    return {n["name"]: node_from_json(n) for n in json.loads(fixture(name))["nodes"]}
+
+
+class Runner:
+    """Serves recorded outputs by argv prefix; records every call."""
+
+    def __init__(self, answers: dict[tuple[str, ...], Any]) -> None:
+        self.answers = answers
+        self.calls: list[list[str]] = []
+
+    def run(
+        self,
+        argv: Sequence[str],
+        timeout: float,
+        env: Optional[Any] = None,
+        stdin: Optional[bytes] = None,
+    ) -> CommandResult:
+        self.calls.append(list(argv))
+        for prefix in sorted(self.answers, key=len, reverse=True):
+            if tuple(argv[: len(prefix)]) == prefix:
+                answer = self.answers[prefix]
+                if callable(answer):
+                    answer = answer(list(argv))
+                if isinstance(answer, tuple):
+                    rc, out = answer
+                    return CommandResult(tuple(argv), rc, "" if rc else out, out if rc else "", 0.0)
+                return CommandResult(tuple(argv), 0, answer, "", 0.0)
+        return CommandResult(tuple(argv), 0, "", "", 0.0)
+
+
+def client(answers: dict[tuple[str, ...], Any]) -> tuple[SlurmClient, Runner]:
+    runner = Runner(answers)
+    return SlurmClient(runner=runner, timeout=5.0), runner  # type: ignore[arg-type]
+
+
+# --- arguments ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv, attempts, grace, rest",
+    [
+        (["--auto-resume=1", "-N2", "python", "t.py"], 1, 60.0, ["-N2", "python", "t.py"]),
+        (["--auto-resume", "3", "--grace", "5", "--nodes=2", "x"], 3, 5.0, ["--nodes=2", "x"]),
+        (["--grace=0", "--auto-resume=2", "--", "--auto-resume=9"], 2, 0.0, ["--auto-resume=9"]),
+        # srun's own options stop ours; a later --auto-resume is srun's (or the command's)
+        (["-N2", "--auto-resume=1", "cmd"], None, 60.0, ["-N2", "--auto-resume=1", "cmd"]),
+        (["-h"], None, 60.0, ["-h"]),
+        (["cmd", "--grace", "3"], None, 60.0, ["cmd", "--grace", "3"]),
+    ],
+)
+def test_parse_args(
+    argv: list[str], attempts: Optional[int], grace: float, rest: list[str]
+) -> None:
+    opts = ar.parse_args(argv, env={})
+    assert (opts.attempts, opts.grace, opts.srun_args) == (attempts, grace, rest)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--auto-resume=0", "cmd"], "not a positive integer"),
+        (["--auto-resume=-1", "cmd"], "not a positive integer"),
+        (["--auto-resume=1.5", "cmd"], "not a positive integer"),
+        (["--auto-resume=abc", "cmd"], "not a positive integer"),
+        (["--auto-resume"], "needs a value"),
+        (["--auto-resume=1"], "no command given"),
+        (["--grace=-3", "--auto-resume=1", "cmd"], "seconds >= 0"),
+    ],
+)
+def test_parse_args_errors(argv: list[str], message: str) -> None:
+    with pytest.raises(ar.UsageError, match=message):
+        ar.parse_args(argv, env={})
+
+
+def test_grace_default_from_environment() -> None:
+    assert ar.parse_args(["--auto-resume=1", "x"], env={ar.GRACE_ENV: "7"}).grace == 7.0
+    assert ar.parse_args(["--grace=2", "x"], env={ar.GRACE_ENV: "7"}).grace == 2.0
+
+
+def test_cli_hands_srun_arguments_through_untouched() -> None:
+    assert cli._srun_split(["srun", "-h", "--config", "x"]) == (None, ["-h", "--config", "x"])
+    assert cli._srun_split(["--config", "c.toml", "srun", "-N2", "cmd"]) == (
+        "c.toml",
+        ["-N2", "cmd"],
+    )
+    assert cli._srun_split(["--config=c.toml", "srun"]) == ("c.toml", [])
+    assert cli._srun_split(["check", "srun"]) is None
+
+
+@pytest.mark.parametrize(
+    "argv, err",
+    [
+        (["srun", "--auto-resume=0", "true"], "not a positive integer"),
+        (["srun", "--auto-resume=1", "true"], "needs a Slurm allocation"),
+    ],
+)
+def test_cli_errors(
+    argv: list[str], err: str, monkeypatch: pytest.MonkeyPatch, capsys: Any, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    (tmp_path / "hma.toml").write_text("")
+    assert cli.main(["--config", str(tmp_path / "hma.toml"), *argv]) == 2
+    assert err in capsys.readouterr().err
+
+
+# --- the decision table (recorded sinfo --json) ----------------------------------------------
+
+
+def test_fault_of_recorded_states() -> None:
+    got = {name: ar.fault_of(n) for name, n in nodes("sinfo-faulty.json").items()}
+    assert "HMA: GPU_XID_79" in got["node1"]  # draining, hma's reason
+    assert "held: breaker" in got["node2"]  # labelled unhealthy, still schedulable
+    assert "Action:Replace" in got["node3"]  # HyperPod's reason
+    assert got["node4"] == ""  # an admin's drain is not hardware
+    assert all(not ar.fault_of(n) for n in nodes("sinfo-healthy.json").values())
+
+
+def test_decision_table() -> None:
+    bad, ok = nodes("sinfo-faulty.json"), nodes("sinfo-healthy.json")
+    job = [bad["node1"], ok["node3"]]
+    d = ar.decide(1, job, attempt=0, attempts=1, waited=0.4)
+    assert d.kind == "requeue" and d.faulty == ("node1",)
+    assert "attempt 1 of 1" in d.message
+    d = ar.decide(1, job, attempt=1, attempts=1, waited=0.4)
+    assert d.kind == "give_up" and "giving up: 1 of 1" in d.message
+    d = ar.decide(1, [bad["node1"], bad["node3"]], attempt=1, attempts=3, waited=0)
+    assert d.kind == "requeue" and d.faulty == ("node1", "node3")
+    d = ar.decide(3, [ok["node1"], ok["node2"]], attempt=0, attempts=1, waited=60)
+    assert d.kind == "not_hardware" and "exited 3" in d.message
+    d = ar.decide(3, [bad["node4"], ok["node1"]], attempt=0, attempts=1, waited=60)
+    assert d.kind == "not_hardware"  # drained by an admin, not by the agent
+    d = ar.decide(1, [bad["node1"], bad["node2"]], attempt=0, attempts=1, waited=0)
+    assert d.kind == "unsafe" and "node2 is still schedulable" in d.message
+    d = ar.decide(1, [], attempt=0, attempts=1, waited=60, error="sinfo timed out")
+    assert d.kind == "unknown" and "sinfo timed out" in d.message
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.t += seconds
+
+
+def test_watch_waits_for_the_agents_then_stops_early() -> None:
+    reads = iter(["sinfo-healthy.json", "sinfo-healthy.json", "sinfo-faulty.json"])
+    cl, runner = client({("sinfo", "--json"): lambda argv: fixture(next(reads))})
+    clock = Clock()
+    found, waited, error = ar.watch(cl, ["node1", "node3"], 60, 1.0, clock, clock.sleep)
+    assert waited == 2.0 and not error  # the third read saw node1 drained: no need to wait on
+    assert [n.name for n in found] == ["node1", "node3"]
+    assert runner.calls[0] == ["sinfo", "--json", "-n", "node1,node3"]
+
+
+def test_watch_gives_up_after_grace_and_survives_slurm_errors() -> None:
+    cl, _runner = client({("sinfo", "--json"): (1, "Unable to contact slurm controller")})
+    clock = Clock()
+    found, waited, error = ar.watch(cl, ["node1"], 5, 1.0, clock, clock.sleep)
+    assert found == [] and waited == 5.0 and "Unable to contact" in error
+
+
+# --- main with a stand-in srun -------------------------------------------------------------------
+
+
+def srun_exiting(code: int) -> list[str]:
+    return [sys.executable, "-c", f"import sys; sys.exit({code})"]
+
+
+def run_main(
+    answers: dict[tuple[str, ...], Any], code: int, env: dict[str, str], argv: Sequence[str] = ()
+) -> tuple[int, str, Runner]:
+    cl, runner = client(answers)
+    err = io.StringIO()
+    log = ar.Log(None, err)
+    old = sys.stderr
+    sys.stderr = err
+    try:
+        rc = ar.main(
+            list(argv) or ["--auto-resume=1", "--grace=0", "-N2", "train"],
+            cl,
+            log,
+            env,
+            srun_exiting(code),
+        )
+    finally:
+        sys.stderr = old
+    return rc, err.getvalue(), runner
+
+
+RUNNING = {
+    ("squeue", "--json"): fixture("squeue-running.json"),
+    ("scontrol", "show", "hostnames"): "node1\nnode2\n",
+}
+
+
+def test_exit_zero_passes_through_without_looking() -> None:
+    rc, err, runner = run_main(RUNNING, 0, {"SLURM_JOB_ID": "6"})
+    assert rc == 0 and err == ""
+    assert not any(c[0] == "sinfo" for c in runner.calls)
+
+
+def test_plain_failure_exits_with_sruns_code() -> None:
+    rc, err, runner = run_main(
+        {**RUNNING, ("sinfo", "--json"): fixture("sinfo-healthy.json")}, 3, {"SLURM_JOB_ID": "6"}
+    )
+    assert rc == 3 and "not a hardware failure, no requeue; exit 3" in err
+    assert not any(c[:2] == ["scontrol", "requeue"] for c in runner.calls)
+
+
+def test_faulty_node_still_schedulable_is_not_requeued_onto() -> None:
+    rc, err, runner = run_main(
+        {**RUNNING, ("sinfo", "--json"): fixture("sinfo-faulty.json")}, 1, {"SLURM_JOB_ID": "6"}
+    )
+    assert rc == 1 and "hardware fault on node1" in err and "node2 is still schedulable" in err
+    assert ["scontrol", "requeue", "6"] not in runner.calls
+
+
+def test_requeue_when_every_faulty_node_is_out_of_service(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ar, "REQUEUE_WAIT_S", 0.0)
+    faulty = json.loads(fixture("sinfo-faulty.json"))
+    faulty["nodes"] = [n for n in faulty["nodes"] if n["name"] != "node2"]
+    answers = {
+        **RUNNING,
+        ("scontrol", "show", "hostnames"): "node1\nnode3\n",
+        ("sinfo", "--json"): json.dumps(faulty),
+    }
+    rc, err, runner = run_main(answers, 1, {"SLURM_JOB_ID": "6", "SLURM_RESTART_COUNT": "0"})
+    requeue = runner.calls.index(["scontrol", "requeue", "6"])
+    comments = [c for c in runner.calls if c[:3] == ["scontrol", "update", "JobId=6"]]
+    assert comments[-1][-1] == "Comment=my run hma-resume=1,a=1,n=node1+node3"
+    assert runner.calls.index(comments[-1]) < requeue  # recorded before the requeue ends us
+    assert "requeueing the job (attempt 1 of 1)" in err
+    assert "not ended" in err and rc == 1
+
+
+def test_attempts_used_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    faulty = json.loads(fixture("sinfo-faulty.json"))
+    faulty["nodes"] = [n for n in faulty["nodes"] if n["name"] == "node1"]
+    answers = {**RUNNING, ("sinfo", "--json"): json.dumps(faulty)}
+    rc, err, runner = run_main(answers, 1, {"SLURM_JOB_ID": "6", "SLURM_RESTART_COUNT": "1"})
+    assert rc == 1 and "giving up: 1 of 1 auto-resume attempt(s) used" in err
+    assert ["scontrol", "requeue", "6"] not in runner.calls
+
+
+def test_job_that_cannot_be_requeued() -> None:
+    job = json.loads(fixture("squeue-running.json"))
+    job["jobs"][0]["requeue"] = False
+    rc, err, _ = run_main(
+        {**RUNNING, ("squeue", "--json"): json.dumps(job)}, 0, {"SLURM_JOB_ID": "6"}
+    )
+    assert rc == 2 and "cannot be requeued" in err and "--requeue" in err
+    job["jobs"][0]["requeue"], job["jobs"][0]["batch_flag"] = True, False
+    rc, err, _ = run_main(
+        {**RUNNING, ("squeue", "--json"): json.dumps(job)}, 0, {"SLURM_JOB_ID": "6"}
+    )
+    assert rc == 2 and "interactive allocation (salloc)" in err
+
+
+def test_marks_the_job_at_start_keeping_the_users_comment() -> None:
+    job = json.loads(fixture("squeue-running.json"))
+    job["jobs"][0]["comment"] = "my run"
+    answers = {**RUNNING, ("squeue", "--json"): json.dumps(job)}
+    _rc, _err, runner = run_main(answers, 0, {"SLURM_JOB_ID": "6"}, ["--auto-resume=2", "t"])
+    assert ["scontrol", "update", "JobId=6", "Comment=my run hma-resume=2,a=0"] in runner.calls
+
+
+def test_without_auto_resume_it_is_plain_srun() -> None:
+    rc, err, runner = run_main({}, 5, {}, ["-N2", "cmd"])
+    assert rc == 5 and runner.calls == [] and err == ""
+
+
+def test_log_goes_to_the_journal_reporter_too() -> None:
+    from hma.reporters.journal import JournalReporter, decode
+
+    sent: list[bytes] = []
+
+    class Captured(JournalReporter):
+        def _send(self, datagram: bytes) -> Optional[str]:
+            sent.append(datagram)
+            return None
+
+    err = io.StringIO()
+    ar.Log(Captured({}), err)("job 6: requeueing", job="6", decision="requeue")
+    entry = decode(sent[0])
+    assert entry["MESSAGE"] == "hma srun: job 6: requeueing"
+    assert json.loads(entry["HMA_DETAILS"]) == {"job": "6", "decision": "requeue"}
+    assert err.getvalue() == "hma srun: job 6: requeueing\n"
+
+
+# --- the marker and the agent's hook -----------------------------------------------------------
+
+
+def test_marker_round_trip_and_users_comment_kept() -> None:
+    m = Marker(2, 1, ("node1", "node3"))
+    assert parse_marker(m.token()) == m
+    assert with_marker("", m) == "hma-resume=2,a=1,n=node1+node3"
+    text = with_marker("run 7  (lr=3e-4)", Marker(2))
+    assert text == "run 7  (lr=3e-4) hma-resume=2,a=0"
+    assert with_marker(text, m) == "run 7  (lr=3e-4) hma-resume=2,a=1,n=node1+node3"
+    assert find_marker(with_marker(text, m)) == m
+    assert find_marker("hma-resume=0,a=1") is None and find_marker("hma-resume=x") is None
+    assert find_marker("no marker") is None
+
+
+def test_recovery_action() -> None:
+    assert recovery_action(Action.REBOOT, True) is Action.REPLACE
+    assert recovery_action(Action.REBOOT, False) is Action.REBOOT
+    assert recovery_action(Action.NONE, True) is Action.NONE
+    assert recovery_action(Action.REPLACE, True) is Action.REPLACE
+
+
+def test_agent_hook_remembers_marked_jobs_and_hurries_their_requeue() -> None:
+    cl, runner = client({("squeue", "--json"): fixture("squeue-requeued.json")})
+    hook = AutoResume(clock=lambda: NOW)
+    hook.observe(cl, [Job("7", "hmajob", "RUNNING", "my run hma-resume=1,a=0"), Job("8", "u")])
+    assert runner.calls == []  # nothing left the node: no Slurm call
+    assert hook.action_for(Action.REBOOT, ["7"]) is Action.REPLACE
+    assert hook.action_for(Action.REBOOT, ["8"]) is Action.REBOOT
+    hook.observe(cl, [])  # job 7 left the node: hma srun requeued it
+    assert runner.calls[0] == ["squeue", "--json", "-j", "7"]
+    assert ["scontrol", "update", "JobId=7", "StartTime=now"] in runner.calls
+    assert hook.hurried == ["7"]
+    assert hook.action_for(Action.REBOOT, ["7"]) is Action.REPLACE  # still, for the open fault
+    hook.observe(cl, [])
+    assert runner.calls.count(["scontrol", "update", "JobId=7", "StartTime=now"]) == 1
+
+
+def test_agent_hook_leaves_other_requeues_alone() -> None:
+    requeued = json.loads(fixture("squeue-requeued.json"))
+    requeued["jobs"][0]["comment"] = "my run hma-resume=1,a=0"  # requeued by someone else
+    cl, runner = client({("squeue", "--json"): json.dumps(requeued)})
+    hook = AutoResume(clock=lambda: NOW)
+    hook.observe(cl, [Job("7", "hmajob", "RUNNING", "hma-resume=1,a=0")])
+    hook.observe(cl, [])
+    assert not any(c[:2] == ["scontrol", "update"] for c in runner.calls)
+    gone = AutoResume(clock=lambda: NOW)
+    cl2, runner2 = client({("squeue", "--json"): '{"jobs": []}'})
+    gone.observe(cl2, [Job("7", "u", "RUNNING", "hma-resume=1,a=0")])
+    gone.observe(cl2, [])  # finished: forgotten, not asked about again
+    gone.observe(cl2, [])
+    assert runner2.calls.count(["squeue", "--json", "-j", "7"]) == 1
+
+
+def test_jobs_parse_the_comment_of_squeue() -> None:
+    out = "6 hmajob RUNNING my run  hma-resume=1,a=0\n7 root RUNNING (null)\n"
+    cl, _ = client({("squeue", "-h"): out})
+    assert cl.jobs("node1") == [
+        Job("6", "hmajob", "RUNNING", "my run  hma-resume=1,a=0"),
+        Job("7", "root", "RUNNING", ""),
+    ]
+
+
+# --- hma job-env ----------------------------------------------------------------------------------
+
+
+def test_job_env_values_and_shell_output() -> None:
+    answers = {
+        ("squeue", "--json"): fixture("squeue-running.json"),
+        ("scontrol", "show", "hostnames"): "node1\nnode2\n",
+        ("sinfo", "--json"): fixture("sinfo-healthy.json"),
+    }
+    cl, runner = client(answers)
+    values = ar.job_env(cl, {"SLURM_JOB_ID": "6", "SLURMD_NODENAME": "node2"})
+    assert values == {
+        "JOB_ID": "6",
+        "NODE_LIST": ["node1", "node2"],
+        "MASTER_NODE": "node1",
+        "MASTER_ADDR": "127.0.0.1",
+        "NNODES": 2,
+        "NODE_RANK": 1,
+    }
+    assert ["scontrol", "show", "hostnames", "node[1-2]"] in runner.calls  # fresh, not the env
+    if shutil.which("sh"):
+        script = ar.render_env(values, "sh") + '\necho "$NODE_RANK|$NNODES|$NODE_LIST|$MASTER_ADDR"'
+        out = subprocess.run(
+            ["sh", "-c", script], capture_output=True, text=True, timeout=5, check=False
+        )
+        assert out.stdout.strip() == "1|2|node1 node2|127.0.0.1"
+    assert json.loads(ar.render_env(values, "json")) == values
+
+
+def test_job_env_outside_a_job() -> None:
+    cl, _ = client({})
+    with pytest.raises(ar.UsageError, match="not inside a Slurm job"):
+        ar.job_env(cl, {})
+
+
+def test_watch_never_reads_the_whole_cluster() -> None:
+    cl, runner = client({("sinfo", "--json"): fixture("sinfo-faulty.json")})
+    assert ar.watch(cl, [], 5) == ([], 0.0, "the job has no nodes")
+    assert runner.calls == []
+
+
+def test_job_infos_filters_what_squeue_json_lists() -> None:
+    # Slurm 22.05's squeue --json ignores -j and lists every job (checked on the loopback cluster)
+    both = json.loads(fixture("squeue-running.json"))
+    other = dict(both["jobs"][0], job_id=99, comment="")
+    both["jobs"].append(other)
+    cl, _ = client({("squeue", "--json"): json.dumps(both)})
+    assert [j.id for j in cl.job_infos(["99"])] == ["99"]
+    assert cl.job_info("6").comment == "my run hma-resume=1,a=0"
