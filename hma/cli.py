@@ -47,7 +47,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     run_dir, problems = status.run_dir_of(args.config)
     for line in problems:
         print(f"hma status: config: {line} (looking in {run_dir})", file=sys.stderr)
-    doc, problem = status.read(run_dir)
+    doc, problem = status.read(run_dir, boot_id=status.boot_id_of(args.config))
     if args.json:
         if doc is not None:
             print(json.dumps(doc, indent=2))

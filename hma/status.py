@@ -331,9 +331,26 @@ def _remediation_lines(rem: Mapping[str, Any], now: float) -> list[str]:
         lines.append(row)
         if a.get("state") == "held" and rem.get("held"):
             lines.append(f"      held: {_clean(rem['held'])}")
-        if a.get("last_error"):
-            lines.append(f"      last error: {_clean(a['last_error'])}")
+        if a.get("last_error"):  # on a done action the field holds how it was done
+            label = "result" if a.get("state") == "done" else "last error"
+            lines.append(f"      {label}: {_clean(a['last_error'])}")
     return lines
+
+
+def boot_id_of(config_file: Optional[str]) -> Optional[str]:
+    """This boot's id as the daemon reads it: under ``[paths] procfs`` when the configuration
+    sets one other than /proc ("" when unreadable there), else None (read() uses /proc)."""
+    from hma import config as config_mod
+
+    raw, _files, _errors = config_mod.read_raw(config_mod.config_path(config_file))
+    paths = raw.get("paths")
+    procfs = paths.get("procfs") if isinstance(paths, dict) else None
+    if not isinstance(procfs, str) or not procfs.startswith("/") or procfs.rstrip("/") == "/proc":
+        return None
+    try:
+        return (Path(procfs) / BOOT_ID_PATH[len("/proc/") :]).read_text().strip()
+    except OSError:
+        return ""
 
 
 def run_dir_of(config_file: Optional[str]) -> tuple[str, list[str]]:

@@ -1,98 +1,284 @@
 #!/usr/bin/env python3
-"""`make demo`: run the agent on this machine with an embedded default configuration.
+"""`make demo`: a fatal Xid on a simulated GPU node, from detection to the node back in service.
 
-Everything lives in a temporary folder (config, state, status file, a site probe that reports a
-failed fan); nothing on the host is changed. It shows `hma check`, starts `hma run`, waits for the
-fault to be raised, prints `hma status`, acknowledges nothing, stops the daemon and cleans up.
+On this machine, with no configuration and nothing changed outside temporary folders:
+
+1. a real Slurm on loopback (munged, slurmctld, 4 slurmd; tests/slurmcluster.py) whose
+   RebootProgram is a stand-in: it restarts the node's slurmd with ``-b`` and gives the node a
+   new boot id instead of rebooting the machine;
+2. node ``p5-002`` made a simulated p5.48xlarge (tests/simnode.py): 8 H100 through a stand-in
+   NVML library, 32 EFA adapters in a generated sysfs tree, a FIFO as its /dev/kmsg;
+3. ``hma run`` for that node, ``[recovery] policy = automatic``;
+4. ``hma inject xid --xid 79`` (GPU has fallen off the bus) into the FIFO, then the timeline:
+   detected, drained, reboot issued, (the agent restarts on the new boot id as after a real
+   reboot), healthy, resumed -- with ``hma status`` and ``sinfo -R`` at each step.
+
+Each step prints a line ``[+SECONDS] STEP <name>: ...`` (tests/integration/test_demo.py reads
+them). A step that does not happen in time stops the demo with ``demo: FAILED at step <name>``
+and exit status 1; everything is torn down either way (processes stopped by PID, folders
+removed).
 """
 
 from __future__ import annotations
 
-import os
+import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, Callable, Optional
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.simnode import INSTANCE, RECOVERY, SimNode  # noqa: E402
+from tests.slurmcluster import SlurmCluster, available  # noqa: E402
+from tests.standin import nvmlstub  # noqa: E402
+
+NODES = ["p5-001", "p5-002", "p5-003", "p5-004"]
+NODE = "p5-002"
+GPU = 3  # the stand-in GPU that "falls off the bus"
+XID = 79
+SINFO_FORMAT = "%48E %19H %10T %N"  # sinfo -R, with the whole reason and the node state
+STEP_TIMEOUT = 30.0  # seconds any one step may take
+REBOOT_DELAY = 3.0  # seconds the RebootProgram stand-in "shuts down" before the new boot
+T0 = time.monotonic()
 
 
-def hma(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "hma", *args],
-        env=env,
-        text=True,
-        capture_output=True,
-        timeout=60,
-        check=False,
+class StepFailed(Exception):
+    """A step did not happen; the message names it."""
+
+
+def say(text: str = "") -> None:
+    """Print at once (the demo is watched live)."""
+    print(text, flush=True)
+
+
+def step(name: str, text: str) -> None:
+    """The timeline line of a step that happened (the test parses these)."""
+    say(f"\n[+{time.monotonic() - T0:5.1f}s] STEP {name}: {text}")
+
+
+def indent(text: str, prefix: str = "    ") -> str:
+    """Indent a block of command output."""
+    return "\n".join(prefix + line for line in text.rstrip().splitlines())
+
+
+def trim(text: str, probes: bool) -> str:
+    """`hma status` without the evidence blocks (and the probe table unless ``probes``)."""
+    out: list[str] = []
+    section, evidence = "", -1
+    for line in text.rstrip().splitlines():
+        depth = len(line) - len(line.lstrip())
+        if line and not depth:
+            section, evidence = line.split()[0], -1
+        if section == "Probes" and not probes:
+            continue
+        if evidence >= 0 and (depth > evidence or not line.strip()):
+            continue
+        evidence = depth if line.strip() == "evidence:" else -1
+        if evidence < 0 and not (not line.strip() and out and not out[-1].strip()):
+            out.append(line)
+    return "\n".join(out)
+
+
+def show(node: SimNode, cluster: SlurmCluster, probes: bool = False) -> None:
+    """`hma status` (trimmed) and `sinfo -R` as an admin would run them."""
+    res = node.hma("status")
+    say(f"  $ hma status            (exit {res.returncode}; evidence trimmed)")
+    say(indent(trim(res.stdout, probes)))
+    say(f"  $ sinfo -R -o '{SINFO_FORMAT}'")
+    say(indent(cluster.run("sinfo", "-R", "-o", SINFO_FORMAT).stdout or "(nothing)"))
+
+
+def run_step(name: str, action: Callable[[], Any]) -> Any:
+    """Run one step; any failure becomes StepFailed naming the step."""
+    try:
+        return action()
+    except StepFailed:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the demo reports every failure by step
+        raise StepFailed(f"{name}: {exc}") from exc
+
+
+def slurm_node(cluster: SlurmCluster) -> dict[str, Any]:
+    """The demo node's `sinfo --json` object."""
+    return cluster.node(NODE)
+
+
+def timeline(cluster: SlurmCluster, node: SimNode) -> None:
+    """The demo proper, one step after the other."""
+    pci = node.gpu_pci(GPU)
+
+    def ready() -> None:
+        node.start_agent()
+        node.wait(node.healthy, STEP_TIMEOUT, "a first healthy verdict (every probe ok)")
+
+    run_step("agent-started", ready)
+    boot = node.boot_id()
+    step(
+        "agent-started",
+        f"hma run on {NODE} ({INSTANCE}: {len(node.scenario.devices) if node.scenario else 0}"
+        f" GPUs, 32 EFA), boot id {node.boot_id()[:8]}, all probes ok",
     )
+    show(node, cluster, probes=True)
+
+    say(f"\n  $ hma inject xid --gpu {pci} --xid {XID} --yes-really-drain --kmsg {node.dev_kmsg}")
+    res = node.hma(
+        "inject", "xid", "--gpu", pci, "--xid", str(XID), "--yes-really-drain", "--kmsg",
+        str(node.dev_kmsg),
+    )  # fmt: skip
+    say(indent(res.stdout + res.stderr))
+    if res.returncode != 0:
+        raise StepFailed(f"inject: hma inject exited {res.returncode}")
+
+    def detected() -> dict[str, Any]:
+        node.wait(
+            lambda: any(f["code"] == f"GPU_XID_{XID}" for f in node.faults()),
+            STEP_TIMEOUT,
+            f"GPU_XID_{XID} fault in hma status",
+        )
+        return next(f for f in node.faults() if f["code"] == f"GPU_XID_{XID}")
+
+    fault = run_step("detected", detected)
+    step(
+        "detected",
+        f"{fault['code']} on {fault['component']} ({fault['severity']}, action {fault['action']},"
+        " from the kernel log)",
+    )
+    show(node, cluster)
+
+    def drained() -> dict[str, Any]:
+        node.wait(
+            lambda: slurm_node(cluster)["reason"].startswith("HMA: ")
+            and "DRAIN" in slurm_node(cluster)["state_flags"]
+            and ("drain", "done") in node.actions(),
+            STEP_TIMEOUT,
+            f"{NODE} drained with an HMA: reason",
+        )
+        return slurm_node(cluster)
+
+    info = run_step("drained", drained)
+    step("drained", f"{NODE} drained by hma, reason {info['reason']!r} (no jobs: drained at once)")
+    show(node, cluster)
+
+    def reboot_issued() -> None:
+        node.wait(
+            lambda: NODE in cluster.reboots() and ("reboot", "done") in node.actions(),
+            STEP_TIMEOUT,
+            "scontrol reboot of the node (RebootProgram run, hma status: reboot done)",
+        )
+
+    run_step("reboot-issued", reboot_issued)
+    step(
+        "reboot-issued",
+        f"hma ran `scontrol reboot {NODE}`; slurmd ran the RebootProgram (stand-in: restarts"
+        " slurmd with -b and writes a new boot id instead of rebooting this machine)",
+    )
+    show(node, cluster)
+
+    def rebooted() -> None:
+        node.wait(lambda: node.boot_id() != boot, STEP_TIMEOUT, "a new boot id")
+        node.stop_agent()  # the agent went down with the machine
+        node.wait(
+            lambda: slurm_node(cluster)["state"] == "idle"
+            and "NOT_RESPONDING" not in slurm_node(cluster)["state_flags"],
+            STEP_TIMEOUT,
+            "slurmd back after the reboot",
+        )
+        node.start_agent()  # systemd starts hma.service again at boot
+
+    run_step("rebooted", rebooted)
+    step(
+        "rebooted",
+        f"new boot id {node.boot_id()[:8]} (was {boot[:8]}); slurmd registered again, node still"
+        " drained; hma run started again (as systemd does at boot)",
+    )
+    show(node, cluster)
+
+    def healthy() -> None:
+        node.wait(node.healthy, STEP_TIMEOUT, "a healthy verdict after the reboot")
+
+    run_step("healthy", healthy)
+    step("healthy", f"Xid faults clear on a new boot; every probe ok on {NODE}")
+    show(node, cluster)
+
+    def resumed() -> dict[str, Any]:
+        node.wait(
+            lambda: cluster.state(NODE) == "IDLE"
+            and not slurm_node(cluster)["reason"]
+            and ("resume", "done") in node.actions()
+            and "drain" not in str((node.status().get("remediation") or {}).get("state")),
+            STEP_TIMEOUT,
+            f"{NODE} resumed by hma",
+        )
+        return slurm_node(cluster)
+
+    run_step("resumed", resumed)
+    step(
+        "resumed",
+        f"hma resumed {NODE} after {RECOVERY['resume_after']:g} s of healthy verdicts; label"
+        " cleared, node back in service",
+    )
+    show(node, cluster)
 
 
-def step(title: str) -> None:
-    print(f"\n=== {time.strftime('%H:%M:%S')} {title}", flush=True)
+def preflight() -> None:
+    """What the demo needs; `make demo` installs it (scripts/bootstrap)."""
+    why = available()
+    if why:
+        raise StepFailed(f"preflight: {why}")
+    if nvmlstub.compiler() is None:
+        raise StepFailed("preflight: no C compiler (cc) for the stand-in NVML library")
 
 
 def main() -> int:
-    with tempfile.TemporaryDirectory(prefix="hma-demo-") as tmp:
-        base = Path(tmp)
-        os.chmod(base, 0o755)
-        probes_d = base / "probes.d"
-        probes_d.mkdir(mode=0o755)
-        fan = probes_d / "fans"
-        fan.write_text('#!/bin/sh\necho "fan 3: 0 RPM (failed)"\nexit 2\n')
-        fan.chmod(0o755)
-        config = base / "hma.toml"
-        config.write_text(
-            f'[agent]\nstate_dir = "{base}/state"\nrun_dir = "{base}/run"\n'
-            f'probes_dir = "{probes_d}"\n'
-            '[probes.system]\ninterval = 2\nfilesystems = ["/", "/tmp"]\n'
-            "[probes.fans]\ninterval = 1\n"
-            "[sources.kernel_log]\nenabled = false\n"
+    """Run the demo; 0 when every step was observed."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    cluster: Optional[SlurmCluster] = None
+    node: Optional[SimNode] = None
+    base = Path(tempfile.mkdtemp(prefix="hma-demo-"))
+    failed = ""
+    try:
+        run_step("preflight", preflight)
+        say(f"hma demo: a fatal Xid on a simulated GPU node (files under {base})")
+        cluster = SlurmCluster(NODES, reboot_delay=REBOOT_DELAY)
+        run_step("slurm", cluster.start)
+        step(
+            "slurm",
+            f"Slurm on loopback: munged, slurmctld, slurmd for {', '.join(NODES)}"
+            f" (SLURM_CONF={cluster.conf})",
         )
-        env = {**os.environ, "HMA_CONFIG": str(config)}
-        step(f"configuration {config}")
-        print(config.read_text())
-        step("hma config check")
-        print(hma(env, "config", "check").stdout.strip())
-        step("hma check (one-shot, no remediation)")
-        res = hma(env, "check")
-        print(res.stdout.rstrip())
-        print(f"(exit status {res.returncode})")
-        step("hma run (the daemon) for a few seconds")
-        daemon = subprocess.Popen(
-            [sys.executable, "-m", "hma", "run"],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
+        say("  $ sinfo")
+        say(indent(cluster.run("sinfo").stdout))
+        node = SimNode(cluster, NODE, base)
+        run_step("node", node.build)
+        step(
+            "node",
+            f"{NODE} simulated as {INSTANCE}: stand-in NVML with 8 H100, generated sysfs"
+            f" (32 EFA adapters), /dev/kmsg stand-in {node.dev_kmsg}; config {node.config}",
         )
-        try:
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                if hma(env, "status", "--json").stdout.find("SITE_PROBE_CRITICAL") >= 0:
-                    break
-                if daemon.poll() is not None:
-                    print(daemon.communicate()[0])
-                    print("demo: the daemon exited early", file=sys.stderr)
-                    return 1
-                time.sleep(0.5)
-            else:
-                print("demo: the fault was not raised within 30 s", file=sys.stderr)
-                return 1
-            step("hma status")
-            res = hma(env, "status")
-            print(res.stdout.rstrip())
-            print(f"(exit status {res.returncode})")
-        finally:
-            daemon.send_signal(signal.SIGTERM)
-            try:
-                out = daemon.communicate(timeout=15)[0]
-            except subprocess.TimeoutExpired:
-                daemon.kill()
-                out = daemon.communicate()[0]
-        step("daemon log (stderr; journald where it runs)")
-        print("\n".join(out.splitlines()[-12:]))
-        step("done: temporary folder removed")
+        timeline(cluster, node)
+    except StepFailed as exc:
+        failed = str(exc)
+    except KeyboardInterrupt:
+        failed = "interrupted"
+    finally:
+        if failed and node is not None and node.log.exists():
+            say("\n--- agent log (last lines) ---")
+            say(indent("\n".join(node.log.read_text().splitlines()[-20:])))
+        if node is not None:
+            node.close()
+        if cluster is not None:
+            cluster.stop()
+        shutil.rmtree(base, ignore_errors=True)
+    elapsed = time.monotonic() - T0
+    if failed:
+        say(f"\ndemo: FAILED at step {failed}")
+        say(f"demo: torn down after {elapsed:.1f} s")
+        return 1
+    step("done", f"everything stopped and removed; demo took {elapsed:.1f} s")
     return 0
 
 

@@ -184,6 +184,7 @@ import os, signal, sys, time, uuid
 BASE = {base!r}
 CONF = {conf!r}
 SLURMD = {slurmd!r}
+DELAY = {delay!r}  # seconds "shutting down" before slurmd stops
 
 
 def cmdline(pid):
@@ -220,7 +221,7 @@ if os.fork():
     os._exit(0)
 for fd in (0, 1, 2):
     os.dup2(os.open(os.devnull, os.O_RDWR), fd)
-time.sleep(0.2)
+time.sleep(DELAY)
 try:
     os.kill(pid, signal.SIGTERM)
 except ProcessLookupError:
@@ -253,6 +254,7 @@ class SlurmCluster:
         partition: str = "batch",
         extra_conf: str = "",
         munge: bool = True,
+        reboot_delay: float = 0.2,
     ) -> None:
         self.nodes = (
             [f"node{i + 1}" for i in range(nodes)] if isinstance(nodes, int) else list(nodes)
@@ -262,6 +264,7 @@ class SlurmCluster:
         self.partition = partition
         self.extra_conf = extra_conf
         self.munge = munge
+        self.reboot_delay = reboot_delay  # RebootProgram: seconds before it stops slurmd
         self.conf = self.base / "etc" / "slurm.conf"
         self.env = dict(os.environ, SLURM_CONF=str(self.conf))
         self.started = False
@@ -353,6 +356,7 @@ class SlurmCluster:
                 base=str(self.base),
                 conf=str(self.conf),
                 slurmd=_which("slurmd"),
+                delay=float(self.reboot_delay),
             )
         )
         reboot.chmod(0o755)

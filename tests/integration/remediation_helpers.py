@@ -40,8 +40,10 @@ def write_config(
     recovery: Optional[dict[str, Any]] = None,
     slurm: Optional[dict[str, Any]] = None,
     extra: str = "",
+    paths: Optional[dict[str, Any]] = None,
 ) -> Path:
-    """An hma.toml for ``node`` of ``cluster`` with fast timings (``extra``: more TOML)."""
+    """An hma.toml for ``node`` of ``cluster`` with fast timings (``extra``: more TOML;
+    ``paths``: more ``[paths]`` keys, e.g. a generated sysfs root)."""
     folder = path.parent
     sections = {
         "agent": {
@@ -50,7 +52,7 @@ def write_config(
             "node_name": node,
             "probes_dir": str(folder / "probes.d"),
         },
-        "paths": {"procfs": str(cluster.procfs(node))},
+        "paths": {"procfs": str(cluster.procfs(node)), **(paths or {})},
         "slurm": {
             "conf": str(cluster.conf),
             "node_name": node,

@@ -205,3 +205,40 @@ def test_run_dir_of_ignores_the_rest_of_a_broken_config(tmp_path: Path) -> None:
     cfg.write_text('[agent]\nrun_dir = "relative"\n')
     run_dir, problems = status.run_dir_of(str(cfg))
     assert run_dir == "/run/hma" and "absolute" in problems[0]
+
+
+def test_boot_id_comes_from_the_configured_procfs(tmp_path: Path) -> None:
+    cfg = tmp_path / "hma.toml"
+    cfg.write_text("")
+    assert status.boot_id_of(str(cfg)) is None  # default /proc: read() looks there itself
+    procfs = tmp_path / "proc"
+    cfg.write_text(f'[paths]\nprocfs = "{procfs}"\n')
+    assert status.boot_id_of(str(cfg)) == ""  # unreadable there: no boot check
+    (procfs / "sys/kernel/random").mkdir(parents=True)
+    (procfs / "sys/kernel/random/boot_id").write_text("11111111-2222-3333-4444-555555555555\n")
+    assert status.boot_id_of(str(cfg)) == "11111111-2222-3333-4444-555555555555"
+    doc = live(sample())
+    doc["boot_id"] = "11111111-2222-3333-4444-555555555555"
+    status.write_atomic(status.status_path(tmp_path), doc)
+    assert status.read(tmp_path, boot_id=status.boot_id_of(str(cfg)))[1] == ""
+    (procfs / "sys/kernel/random/boot_id").write_text("99999999-2222-3333-4444-555555555555\n")
+    _doc, problem = status.read(tmp_path, boot_id=status.boot_id_of(str(cfg)))
+    assert "from an earlier boot" in problem
+
+
+def test_done_action_shows_its_result_not_an_error() -> None:
+    doc = live(sample())
+    doc["remediation"] = {
+        "policy": "automatic",
+        "state": "drained",
+        "actions": [
+            {"id": 1, "kind": "reboot", "state": "done", "attempts": 1,
+             "last_error": "reboot via scontrol"},
+            {"id": 2, "kind": "resume", "state": "pending", "attempts": 2,
+             "last_error": "slurmctld unreachable"},
+        ],
+    }  # fmt: skip
+    text = status.render(doc, "")
+    assert "      result: reboot via scontrol" in text
+    assert "      last error: slurmctld unreachable" in text
+    assert "last error: reboot via scontrol" not in text
