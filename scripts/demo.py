@@ -21,10 +21,8 @@ removed).
 
 from __future__ import annotations
 
-import shutil
 import signal
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -44,6 +42,8 @@ SINFO_FORMAT = "%48E %19H %10T %N"  # sinfo -R, with the whole reason and the no
 STEP_TIMEOUT = 30.0  # seconds any one step may take
 REBOOT_DELAY = 3.0  # seconds the RebootProgram stand-in "shuts down" before the new boot
 T0 = time.monotonic()
+TIMELINE: list[tuple[float, str]] = []  # (seconds since the start, step) of the steps seen
+CURRENT = "start"  # the step in progress (named when the demo is interrupted)
 
 
 class StepFailed(Exception):
@@ -57,7 +57,9 @@ def say(text: str = "") -> None:
 
 def step(name: str, text: str) -> None:
     """The timeline line of a step that happened (the test parses these)."""
-    say(f"\n[+{time.monotonic() - T0:5.1f}s] STEP {name}: {text}")
+    at = time.monotonic() - T0
+    TIMELINE.append((at, name))
+    say(f"\n[+{at:5.1f}s] STEP {name}: {text}")
 
 
 def indent(text: str, prefix: str = "    ") -> str:
@@ -94,6 +96,8 @@ def show(node: SimNode, cluster: SlurmCluster, probes: bool = False) -> None:
 
 def run_step(name: str, action: Callable[[], Any]) -> Any:
     """Run one step; any failure becomes StepFailed naming the step."""
+    global CURRENT
+    CURRENT = name
     try:
         return action()
     except StepFailed:
@@ -233,17 +237,20 @@ def preflight() -> None:
         raise StepFailed("preflight: no C compiler (cc) for the stand-in NVML library")
 
 
+def _interrupt(*_: Any) -> None:
+    raise KeyboardInterrupt  # SIGTERM: tear down as for Ctrl-C
+
+
 def main() -> int:
     """Run the demo; 0 when every step was observed."""
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     cluster: Optional[SlurmCluster] = None
     node: Optional[SimNode] = None
-    base = Path(tempfile.mkdtemp(prefix="hma-demo-"))
     failed = ""
     try:
         run_step("preflight", preflight)
-        say(f"hma demo: a fatal Xid on a simulated GPU node (files under {base})")
         cluster = SlurmCluster(NODES, reboot_delay=REBOOT_DELAY)
+        say(f"hma demo: a fatal Xid on a simulated GPU node (files under {cluster.base})")
         run_step("slurm", cluster.start)
         step(
             "slurm",
@@ -252,7 +259,7 @@ def main() -> int:
         )
         say("  $ sinfo")
         say(indent(cluster.run("sinfo").stdout))
-        node = SimNode(cluster, NODE, base)
+        node = SimNode(cluster, NODE)
         run_step("node", node.build)
         step(
             "node",
@@ -263,7 +270,7 @@ def main() -> int:
     except StepFailed as exc:
         failed = str(exc)
     except KeyboardInterrupt:
-        failed = "interrupted"
+        failed = f"{CURRENT}: interrupted"
     finally:
         if failed and node is not None and node.log.exists():
             say("\n--- agent log (last lines) ---")
@@ -271,14 +278,19 @@ def main() -> int:
         if node is not None:
             node.close()
         if cluster is not None:
-            cluster.stop()
-        shutil.rmtree(base, ignore_errors=True)
+            cluster.stop()  # also removes the node's files
+        signal.signal(signal.SIGTERM, previous)
     elapsed = time.monotonic() - T0
     if failed:
         say(f"\ndemo: FAILED at step {failed}")
         say(f"demo: torn down after {elapsed:.1f} s")
         return 1
     step("done", f"everything stopped and removed; demo took {elapsed:.1f} s")
+    say("\nTimeline (seconds since the start):")
+    previous_at = 0.0
+    for at, name in TIMELINE:
+        say(f"  {at:6.1f}  (+{at - previous_at:4.1f})  {name}")
+        previous_at = at
     return 0
 
 

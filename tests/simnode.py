@@ -62,12 +62,14 @@ def _section(name: str, values: dict[str, Any]) -> str:
 
 
 class SimNode:
-    """The simulated node ``node`` of ``cluster``; files under ``base`` (removed by the caller)."""
+    """The simulated node ``node`` of ``cluster``; its files live under the cluster's folder
+    (``sim/<node>``), so that ``cluster.stop()`` removes them and the cluster's sweep of dead runs
+    also stops an agent left behind (its command line names its config file there)."""
 
-    def __init__(self, cluster: SlurmCluster, node: str, base: Path) -> None:
+    def __init__(self, cluster: SlurmCluster, node: str) -> None:
         self.cluster = cluster
         self.node = node
-        self.base = base
+        self.base = base = cluster.base / "sim" / node
         self.procfs = cluster.procfs(node)
         self.sysfs = base / "sysfs"
         self.kmsg = base / "kmsg"  # records, read by the agent
@@ -137,7 +139,7 @@ class SimNode:
             log.write(f"--- hma run, start {self.starts + 1}, boot id {self.boot_id()}\n")
             log.flush()
             self.agent = subprocess.Popen(
-                [sys.executable, "-m", "hma", "run"],
+                [sys.executable, "-m", "hma", "--config", str(self.config), "run"],
                 env=self.env(),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -160,7 +162,7 @@ class SimNode:
             proc.wait(10)
 
     def close(self) -> None:
-        """Stop the agent and the kmsg stand-in (the files stay for the caller to remove)."""
+        """Stop the agent and the kmsg stand-in (``cluster.stop()`` removes the files)."""
         self.stop_agent()
         if self._kernel is not None:
             self._kernel.close()
