@@ -540,7 +540,7 @@ class Daemon:
             "action": str(verdict.action),
             "instance_type": self.setup.instance_type(),
             "probes": probes,
-            "faults": [_fault_json(f) for f in faults],
+            "faults": [f.to_json() for f in faults],
             "remediation": remediation,
         }
 
@@ -572,24 +572,6 @@ class Daemon:
         return (
             f"{verdict.severity}: {len(verdict.faults)} active fault(s), {len(self.probes)} probes"
         )
-
-
-def _fault_json(f: Any) -> dict[str, Any]:
-    return {
-        "code": f.code,
-        "component": f.component,
-        "severity": str(f.severity),
-        "action": str(f.action),
-        "message": f.message,
-        "details": dict(f.details),
-        "probe": f.probe,
-        "first_seen": f.first_seen,
-        "last_seen": f.last_seen,
-        "count": f.count,
-        "drains": f.drains,
-        "clears": str(f.clears),
-        "active": f.active,
-    }
 
 
 def _quietly(fn: Callable[[], Any]) -> None:

@@ -189,6 +189,24 @@ class Fault:
         """Identity of the fault: (component, code)."""
         return (self.component, self.code)
 
+    def to_json(self) -> dict[str, Any]:
+        """The fault as in status.json ``faults`` (docs/status.md)."""
+        return {
+            "code": self.code,
+            "component": self.component,
+            "severity": str(self.severity),
+            "action": str(self.action),
+            "message": self.message,
+            "details": dict(self.details),
+            "probe": self.probe,
+            "first_seen": self.first_seen,
+            "last_seen": self.last_seen,
+            "count": self.count,
+            "drains": self.drains,
+            "clears": str(self.clears),
+            "active": self.active,
+        }
+
     @property
     def draining(self) -> bool:
         """Whether this fault takes the node out of scheduling (active, critical, drains)."""

@@ -917,18 +917,7 @@ class Remediator:
     ) -> None:
         argv = self.rec["reboot_command"] if kind == "reboot" else self.rec["replace_command"]
         verdict = self._verdict
-        findings = [
-            {
-                "code": f.code,
-                "component": f.component,
-                "severity": str(f.severity),
-                "action": str(f.action),
-                "message": f.message,
-                "details": dict(f.details),
-                "first_seen": f.first_seen,
-            }
-            for f in (verdict.draining if verdict is not None else ())
-        ]
+        findings = [f.to_json() for f in (verdict.draining if verdict is not None else ())]
         fd, path = tempfile.mkstemp(prefix="hma-findings-", suffix=".json")
         try:
             with os.fdopen(fd, "w") as fh:

@@ -171,12 +171,16 @@ def test_corrupt_state_reset_then_ack(hma_env: Env, agent_factory) -> None:  # t
 
 @pytest.mark.skipif(shutil.which("ip") is None or os.geteuid() != 0, reason="needs ip and root")
 def test_udev_event_triggers_probe_run(hma_env: Env, agent_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    ns = f"hmat-{uuid.uuid4().hex[:6]}"
-    for leftover in subprocess.run(
+    ns = f"hmat-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    listing = subprocess.run(
         ["ip", "netns", "list"], capture_output=True, text=True, timeout=10, check=False
-    ).stdout.split():
-        if leftover.startswith("hmat-") and leftover != ns:
-            subprocess.run(["ip", "netns", "del", leftover], timeout=10, check=False)
+    )
+    for leftover in listing.stdout.split():
+        parts = leftover.split("-")
+        # sweep only namespaces of earlier runs whose test process is gone
+        if len(parts) == 3 and parts[0] == "hmat" and parts[1].isdigit():
+            if not os.path.exists(f"/proc/{parts[1]}"):
+                subprocess.run(["ip", "netns", "del", leftover], timeout=10, check=False)
     runs = tmp_path / "runs"
     hma_env.exec_probe("nic", f"echo run >> {runs}\necho ok\nexit 0")
     hma_env.write(
