@@ -21,7 +21,7 @@ from typing import Any, Callable, Optional
 
 from hma.adapters.command import CommandRunner
 from hma.config import ConfigError
-from hma.model import Action, Fault, Severity, Verdict
+from hma.model import Action, Clears, Fault, Severity, Verdict
 from hma.probe import NodeFacts
 from hma.remediation import breaker
 from hma.remediation import label as label_mod
@@ -89,6 +89,7 @@ class Remediator:
         self._alerts: list[Alert] = []
         self._verdict: Optional[Verdict] = None
         self._boot_id = ""
+        self._boot_since = 0.0  # when this engine first heard of the current boot id
         self._node_name: Optional[str] = node_name or options_mod.node_name_of(self.sl)
         self._node: Optional[NodeState] = None
         self._jobs: tuple[tuple[str, str], ...] = ()
@@ -135,6 +136,8 @@ class Remediator:
         """Decide on the latest verdict; decisions go to the outbox. Returns at once."""
         with self._lock:
             self._verdict = verdict
+            if boot_id != self._boot_id:
+                self._boot_since = self.clock()
             self._boot_id = boot_id
             if self.enabled:
                 self._plan(self.clock())
@@ -324,7 +327,7 @@ class Remediator:
                             ep["severity"], ep["message"] = str(fault.severity), fault.message
                         self._enqueue(conn, ep, "label", f"ep{ep['id']}:label:{action}", now)
                 if automatic:
-                    self._progress(conn, ep, action, now)
+                    self._progress(conn, ep, action, now, fault)
             else:
                 ep = ep or self._stale_episode(state, now)
             if fault is None and ep is not None and ep["phase"] == "open":
@@ -382,14 +385,18 @@ class Remediator:
         log.info("taking up hma's %s on %s from Slurm", "drain" if owned else "label", node.name)
         return ep
 
-    def _progress(self, conn: Any, ep: dict[str, Any], action: Action, now: float) -> None:
-        """Next recovery step of an open episode whose drain hma owns."""
+    def _progress(
+        self, conn: Any, ep: dict[str, Any], action: Action, now: float, fault: Fault
+    ) -> None:
+        """Next recovery step of an open episode whose drain hma owns (``fault``: its primary)."""
         if not ep.get("owned") or ep["phase"] != "open":
             return
         node = self._node
         acted = ep.get("acted")
         if acted and acted.get("boot_id") == self._boot_id:
             return  # acted in this boot; wait for the reboot (or a human, for replace)
+        if acted and fault.clears is Clears.OBSERVATION and fault.last_seen < self._boot_since:
+            return  # carried over the reboot, not seen on this boot: wait for its probe to look
         if acted and acted.get("kind") == "replace":
             return
         if self.rec["dry_run"]:

@@ -150,6 +150,20 @@ def test_escalates_to_replace_after_max_reboots(tmp_path: Path) -> None:
     )
 
 
+def test_fault_carried_over_the_reboot_waits_for_its_probe(tmp_path: Path) -> None:
+    fake = FakeSlurm("n1")
+    rem = make(tmp_path, fake, max_drained_percent=100.0)
+    lost = replace(fault(code="GPU_LOST"), clears=Clears.OBSERVATION)
+    run(rem, (lost,), boot="b1")
+    assert writes(fake) == ["DRAIN", "reboot"]
+    # the agent starts on the new boot with the fault from before: no new evidence, no reboot
+    run(rem, (lost,), boot="b2")
+    assert writes(fake).count("reboot") == 1
+    # its probe sees it again on this boot: the second reboot
+    run(rem, (replace(lost, last_seen=time.time() + 1.0),), boot="b2")
+    assert writes(fake).count("reboot") == 2
+
+
 def test_reboot_rate_limit_holds(tmp_path: Path) -> None:
     fake = FakeSlurm("n1")
     rem = make(tmp_path, fake, min_reboot_interval=3600.0, max_drained_percent=100.0)
