@@ -137,19 +137,26 @@ def timeline(cluster: SlurmCluster, node: SimNode) -> None:
     if res.returncode != 0:
         raise StepFailed(f"inject: hma inject exited {res.returncode}")
 
-    def detected() -> dict[str, Any]:
-        node.wait(
-            lambda: any(f["code"] == f"GPU_XID_{XID}" for f in node.faults()),
-            STEP_TIMEOUT,
-            f"GPU_XID_{XID} fault in hma status",
-        )
-        return next(f for f in node.faults() if f["code"] == f"GPU_XID_{XID}")
+    node.lose_gpu(GPU)
+    say(f"  (and the driver loses GPU {GPU}: the stand-in NVML answers GPU_IS_LOST for {pci})")
 
-    fault = run_step("detected", detected)
+    def detected() -> list[dict[str, Any]]:
+        want = {f"GPU_XID_{XID}", "GPU_LOST"}
+        node.wait(
+            lambda: want <= {f["code"] for f in node.faults()},
+            STEP_TIMEOUT,
+            f"GPU_XID_{XID} (kernel log) and GPU_LOST (gpu probe) in hma status",
+        )
+        return [f for f in node.faults() if f["code"] in want]
+
+    faults = run_step("detected", detected)
     step(
         "detected",
-        f"{fault['code']} on {fault['component']} ({fault['severity']}, action {fault['action']},"
-        " from the kernel log)",
+        "; ".join(
+            f"{f['code']} on {f['component']} ({f['severity']}, action {f['action']},"
+            f" from {f['probe']})"
+            for f in faults
+        ),
     )
     show(node, cluster)
 
@@ -185,6 +192,7 @@ def timeline(cluster: SlurmCluster, node: SimNode) -> None:
     def rebooted() -> None:
         node.wait(lambda: node.boot_id() != boot, STEP_TIMEOUT, "a new boot id")
         node.stop_agent()  # the agent went down with the machine
+        node.restore_gpus()  # and the GPU came back with the new boot
         node.wait(
             lambda: slurm_node(cluster)["state"] == "idle"
             and "NOT_RESPONDING" not in slurm_node(cluster)["state_flags"],
@@ -196,8 +204,8 @@ def timeline(cluster: SlurmCluster, node: SimNode) -> None:
     run_step("rebooted", rebooted)
     step(
         "rebooted",
-        f"new boot id {node.boot_id()[:8]} (was {boot[:8]}); slurmd registered again, node still"
-        " drained; hma run started again (as systemd does at boot)",
+        f"new boot id {node.boot_id()[:8]} (was {boot[:8]}), GPU {GPU} answers again; slurmd"
+        " registered again, node still drained; hma run started again (as systemd does at boot)",
     )
     show(node, cluster)
 
@@ -205,7 +213,11 @@ def timeline(cluster: SlurmCluster, node: SimNode) -> None:
         node.wait(node.healthy, STEP_TIMEOUT, "a healthy verdict after the reboot")
 
     run_step("healthy", healthy)
-    step("healthy", f"Xid faults clear on a new boot; every probe ok on {NODE}")
+    step(
+        "healthy",
+        f"GPU_XID_{XID} cleared by the new boot, GPU_LOST by the gpu probe seeing the GPU again;"
+        f" every probe ok on {NODE}",
+    )
     show(node, cluster)
 
     def resumed() -> dict[str, Any]:

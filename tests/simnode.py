@@ -90,6 +90,7 @@ class SimNode:
         lib = nvmlstub.build(self.base / "lib")
         self.scenario = nvmlstub.Scenario(self.base / "scenario.txt", ngpus=GPUS)
         gen_sysfs.build(self.sysfs, INSTANCE)
+        self._gpus_on_pci()
         for name in ("online", "present"):
             cpu = self.sysfs / "devices/system/cpu" / name
             cpu.parent.mkdir(parents=True, exist_ok=True)
@@ -117,6 +118,37 @@ class SimNode:
         )
         (self.base / "probes.d").mkdir(mode=0o755, exist_ok=True)
         return self
+
+    def _gpus_on_pci(self) -> None:
+        """The stand-in GPUs as NVIDIA 3D controllers in sysfs (the gpu probe names a GPU that
+        NVML lost by its PCI address there). A bus the tree already uses moves to a free one."""
+        assert self.scenario is not None
+        pci = self.sysfs / "bus/pci/devices"
+        for index in sorted(self.scenario.devices):
+            readings = self.scenario.devices[index]
+            bus = int(str(readings["bus_id"]).split(":")[1], 16)
+            while (pci / f"0000:{bus:02x}:00.0").exists():
+                bus += 1
+            readings["bus_id"] = f"00000000:{bus:02X}:00.0"
+            bdf = f"0000:{bus:02x}:00.0"
+            dev = self.sysfs / "devices" / f"pci0000:{bus:02x}" / f"0000:{bus:02x}:02.0" / bdf
+            dev.mkdir(parents=True)
+            for name, value in (("vendor", "0x10de"), ("device", "0x2330"), ("class", "0x030200")):
+                (dev / name).write_text(value + "\n")
+            (pci / bdf).symlink_to(os.path.relpath(dev, pci))
+        self.scenario.write()
+
+    def lose_gpu(self, index: int) -> None:
+        """The driver loses GPU ``index``: every NVML call on it answers GPU_IS_LOST."""
+        assert self.scenario is not None
+        self.scenario.set(f"err.*.{index}", nvmlstub.ERROR_GPU_IS_LOST)
+
+    def restore_gpus(self) -> None:
+        """All GPUs answer again (what the reboot did for a GPU that fell off the bus)."""
+        assert self.scenario is not None
+        for key in [k for k in self.scenario.extra if k.startswith("err.")]:
+            del self.scenario.extra[key]
+        self.scenario.write()
 
     def gpu_pci(self, index: int) -> str:
         """PCI address of stand-in GPU ``index`` (``0000:5d:00.0``), as ``hma inject`` takes it."""
