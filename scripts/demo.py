@@ -229,13 +229,19 @@ def timeline(cluster: SlurmCluster, node: SimNode) -> None:
             STEP_TIMEOUT,
             f"{NODE} resumed by hma",
         )
+        kinds = [kind for kind, _state in node.actions()]
+        if cluster.reboots() != [NODE] or kinds != ["drain", "reboot", "resume"]:
+            raise StepFailed(
+                f"resumed: expected one drain, one reboot, one resume; hma did {kinds},"
+                f" the RebootProgram ran for {cluster.reboots()}"
+            )
         return slurm_node(cluster)
 
     run_step("resumed", resumed)
     step(
         "resumed",
         f"hma resumed {NODE} after {RECOVERY['resume_after']:g} s of healthy verdicts; label"
-        " cleared, node back in service",
+        " cleared, node back in service (actions: drain, reboot, resume; 1 reboot)",
     )
     show(node, cluster)
 

@@ -64,10 +64,11 @@ def test_demo_runs_every_step_and_cleans_up() -> None:
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     assert STEP_LINE.findall(proc.stdout) == STEPS, out
-    detected = proc.stdout.split("STEP detected:", 1)[1]
-    assert "GPU_XID_79 on gpu:0000:5d:00" in detected.splitlines()[0]
+    detected = proc.stdout.split("STEP detected:", 1)[1].splitlines()[0]
+    assert "GPU_XID_79 on gpu:0000:5d:00" in detected and "GPU_LOST on gpu:0000:5d:00" in detected
     assert "HMA: GPU_XID_79 gpu:0000:5d:00 : reboot issued" in proc.stdout  # sinfo -R
     resumed = proc.stdout.split("STEP resumed:", 1)[1]
+    assert "(actions: drain, reboot, resume; 1 reboot)" in resumed.splitlines()[0]
     assert "resume done" in resumed and "HMA: GPU_XID_79" not in resumed.split("$ sinfo", 1)[1]
     assert_torn_down(proc.stdout)
 
