@@ -276,6 +276,8 @@ class Remediator:
             return  # decided once Slurm told us who we are and the daemon gave a verdict
         state = self._state()
         ep = state.get("episode")
+        if ep is not None and self._node is not None and self._facts_ok:
+            self._stale_checked = True  # an episode at start: nothing in Slurm to take up later
         fault, action = self._primary(now)
         hit = ep["jobs"] if ep is not None else [j for j, _u in self._jobs]
         action = self._autoresume.action_for(action, hit)  # auto-resume job: replace, not reboot

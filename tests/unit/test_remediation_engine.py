@@ -277,3 +277,23 @@ def test_drain_found_in_slurm_without_state_is_resumed_when_healthy(tmp_path: Pa
     rem2.refresh()
     run(rem2, ())
     assert fake.state["n2"].extra == ""
+
+
+def test_stale_facts_after_the_resume_are_not_taken_up(tmp_path: Path) -> None:
+    fake = FakeSlurm("n1")
+    rem = make(tmp_path, fake, max_drained_percent=100.0)
+    rem.refresh()
+    run(rem, (replace(fault(action=Action.NONE), clears=Clears.OBSERVATION),))
+    assert writes(fake) == ["DRAIN"]
+    drained = fake.state["n1"]
+    rem.update(Verdict(time.time(), "b1", ()), "b1")  # healthy: the resume is planned
+    while rem._process_due():  # ... and applied, the episode closed
+        pass
+    assert writes(fake)[-1] == "RESUME" and "DRAIN" not in fake.state["n1"].flags
+    # Slurm facts fetched just before the resume arrive after it: still drained by hma
+    resumed, fake.state["n1"] = fake.state["n1"], drained
+    rem.refresh()
+    fake.state["n1"] = resumed
+    rem.flush(5)
+    assert writes(fake).count("RESUME") == 1
+    assert [r["kind"] for r in rem.status()["actions"]] == ["drain", "resume"]
