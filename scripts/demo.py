@@ -1,22 +1,24 @@
 #!/usr/bin/env python3
 """`make demo`: a fatal Xid on a simulated GPU node, from detection to the node back in service.
 
-On this machine, with no configuration and nothing changed outside temporary folders:
+On this machine, with no configuration and nothing changed outside one temporary folder
+(/tmp/hma-slurm-<id>, removed at the end):
 
 1. a real Slurm on loopback (munged, slurmctld, 4 slurmd; tests/slurmcluster.py) whose
    RebootProgram is a stand-in: it restarts the node's slurmd with ``-b`` and gives the node a
    new boot id instead of rebooting the machine;
 2. node ``p5-002`` made a simulated p5.48xlarge (tests/simnode.py): 8 H100 through a stand-in
-   NVML library, 32 EFA adapters in a generated sysfs tree, a FIFO as its /dev/kmsg;
+   NVML library, 32 EFA adapters in a generated sysfs tree, a /dev/kmsg stand-in;
 3. ``hma run`` for that node, ``[recovery] policy = automatic``;
-4. ``hma inject xid --xid 79`` (GPU has fallen off the bus) into the FIFO, then the timeline:
-   detected, drained, reboot issued, (the agent restarts on the new boot id as after a real
-   reboot), healthy, resumed -- with ``hma status`` and ``sinfo -R`` at each step.
+4. ``hma inject xid --xid 79`` (GPU has fallen off the bus) into the /dev/kmsg stand-in, and
+   the stand-in NVML loses that GPU until the reboot; then the timeline: detected, drained,
+   reboot issued, rebooted (the agent restarts on the new boot id, as after a real reboot),
+   healthy, resumed -- with ``hma status`` and ``sinfo -R`` at each step. See docs/demo.md.
 
 Each step prints a line ``[+SECONDS] STEP <name>: ...`` (tests/integration/test_demo.py reads
 them). A step that does not happen in time stops the demo with ``demo: FAILED at step <name>``
-and exit status 1; everything is torn down either way (processes stopped by PID, folders
-removed).
+and exit status 1; everything is torn down either way (processes stopped by PID, the folder
+removed; ``HMA_KEEP_SLURM=1`` keeps the folder for a look at the logs).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from typing import Any, Callable, Optional
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.simnode import INSTANCE, RECOVERY, SimNode  # noqa: E402
+from tests.simnode import GPUS, INSTANCE, RECOVERY, SimNode  # noqa: E402
 from tests.slurmcluster import SlurmCluster, available  # noqa: E402
 from tests.standin import nvmlstub  # noqa: E402
 
@@ -70,18 +72,20 @@ def indent(text: str, prefix: str = "    ") -> str:
 def trim(text: str, probes: bool) -> str:
     """`hma status` without the evidence blocks (and the probe table unless ``probes``)."""
     out: list[str] = []
-    section, evidence = "", -1
+    section, evidence_depth = "", None
     for line in text.rstrip().splitlines():
         depth = len(line) - len(line.lstrip())
-        if line and not depth:
-            section, evidence = line.split()[0], -1
+        if line.strip() and not depth:
+            section = line.split()[0]
+            if out and out[-1].strip() and not (section == "Probes" and not probes):
+                out.append("")  # the blank line before a section (an evidence block took it)
         if section == "Probes" and not probes:
             continue
-        if evidence >= 0 and (depth > evidence or not line.strip()):
-            continue
-        evidence = depth if line.strip() == "evidence:" else -1
-        if evidence < 0 and not (not line.strip() and out and not out[-1].strip()):
-            out.append(line)
+        if evidence_depth is not None and (depth > evidence_depth or not line.strip()):
+            continue  # inside an evidence block
+        evidence_depth = depth if line.strip() == "evidence:" else None
+        if evidence_depth is None and (line.strip() or (out and out[-1].strip())):
+            out.append(line)  # (no two blank lines in a row)
     return "\n".join(out)
 
 
@@ -123,8 +127,7 @@ def timeline(cluster: SlurmCluster, node: SimNode) -> None:
     boot = node.boot_id()
     step(
         "agent-started",
-        f"hma run on {NODE} ({INSTANCE}: {len(node.scenario.devices) if node.scenario else 0}"
-        f" GPUs, 32 EFA), boot id {node.boot_id()[:8]}, all probes ok",
+        f"hma run on {NODE} ({INSTANCE}: {GPUS} GPUs, 32 EFA), boot id {boot[:8]}, all probes ok",
     )
     show(node, cluster, probes=True)
 
