@@ -32,8 +32,8 @@ from hma.source import EventSource, SourceContext
 
 CURSOR_KEY = "kernel_log.cursor"
 JOURNAL_CURSOR_KEY = "kernel_log.journal_cursor"
-POLL_S = 0.2
-CURSOR_EVERY_S = 1.0
+POLL_S = 1.0  # wake-ups per second while idle; also the longest wait for ctx.stop
+CURSOR_EVERY_S = 5.0  # a line that raised a finding saves the cursor at once
 READ_SIZE = 65536
 
 

@@ -1,7 +1,7 @@
 """hma srun --auto-resume / hma job-env: argument parsing, the decision table, the marker, the
 agent's hook. Slurm's answers are recorded outputs (tests/fixtures/slurm/autoresume) served by a
 stand-in CommandRunner (the outermost boundary); the real cluster is in
-tests/integration/test_autoresume.py."""
+tests/integration/test_autoresume_slurm.py."""
 
 from __future__ import annotations
 
