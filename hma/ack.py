@@ -28,9 +28,9 @@ def operator() -> str:
     return os.environ.get("SUDO_USER") or getpass.getuser()
 
 
-def daemon_pid(run_dir: str) -> Optional[int]:
+def daemon_pid(run_dir: str, procfs: str) -> Optional[int]:
     """PID of the running daemon (from a trustworthy status.json), else None."""
-    doc, problem = status.read(run_dir)
+    doc, problem = status.read(run_dir, boot_id=status.boot_id(procfs))
     return int(doc["pid"]) if doc is not None and not problem else None
 
 
@@ -86,7 +86,7 @@ def main(setup: Setup, code: str, component: Optional[str]) -> int:
             )
             return 1
         who, now = operator(), time.time()
-        pid = daemon_pid(agent["run_dir"])
+        pid = daemon_pid(agent["run_dir"], setup.config.section("paths")["procfs"])
         if pid is not None:
             store.add_request("ack", {"code": code, "component": component}, who, now)
             os.kill(pid, signal.SIGUSR1)

@@ -23,7 +23,6 @@ from typing import Any, Callable, Optional
 
 from hma import __version__, assembly
 from hma.ack import ack_alert
-from hma.adapters.files import ReadError, RootReader
 from hma.adapters.notify import Notifier
 from hma.check import resolve
 from hma.config import EX_CONFIG, ConfigError
@@ -34,7 +33,7 @@ from hma.probe import NodeFacts
 from hma.reporters import Alert, Reporter, start_reporters
 from hma.runner import make_slot, run_probe
 from hma.state import StateError, Store
-from hma.status import status_path, write_atomic
+from hma.status import boot_id, status_path, write_atomic
 
 log = logging.getLogger("hma")
 
@@ -80,14 +79,6 @@ class StoreKV:
         self.store.kv_set(self.prefix + key, value)
 
 
-def read_boot_id(procfs: str) -> str:
-    """The kernel's boot id under the procfs root ('' when unreadable)."""
-    try:
-        return RootReader(procfs).text("sys/kernel/random/boot_id")
-    except ReadError:
-        return ""
-
-
 class Daemon:
     """The long-running agent."""
 
@@ -106,7 +97,7 @@ class Daemon:
         agent = self.setup.config.section("agent")
         self.store = Store(os.path.join(agent["state_dir"], "state.db"))
         self.status_path = status_path(agent["run_dir"])
-        self.boot_id = read_boot_id(self.setup.config.section("paths")["procfs"])
+        self.boot_id = boot_id(self.setup.config.section("paths")["procfs"])
         records, dropped = self.store.load_records()
         for note in dropped:
             log.warning("dropped unreadable state row: %s", note)

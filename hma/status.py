@@ -20,7 +20,6 @@ from hma.model import Severity, worst
 SCHEMA = 1
 FILENAME = "status.json"
 STALE_FACTOR = 3.0  # the file is stale when older than this many heartbeats
-BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 _FAILED_PROBE = ("failed", "timed_out")
 
 
@@ -66,12 +65,17 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def current_boot_id() -> str:
-    """This boot's id without dashes ("" when unreadable)."""
+def boot_id(procfs: str = "/proc") -> str:
+    """The kernel's boot id under a procfs root ("" when unreadable)."""
     try:
-        return Path(BOOT_ID_PATH).read_text().strip().replace("-", "")
+        return (Path(procfs) / "sys/kernel/random/boot_id").read_text().strip()
     except OSError:
         return ""
+
+
+def current_boot_id() -> str:
+    """This boot's id without dashes ("" when unreadable)."""
+    return boot_id().replace("-", "")
 
 
 def read(
@@ -347,10 +351,7 @@ def boot_id_of(config_file: Optional[str]) -> Optional[str]:
     procfs = paths.get("procfs") if isinstance(paths, dict) else None
     if not isinstance(procfs, str) or not procfs.startswith("/") or procfs.rstrip("/") == "/proc":
         return None
-    try:
-        return (Path(procfs) / BOOT_ID_PATH[len("/proc/") :]).read_text().strip()
-    except OSError:
-        return ""
+    return boot_id(procfs)
 
 
 def run_dir_of(config_file: Optional[str]) -> tuple[str, list[str]]:
