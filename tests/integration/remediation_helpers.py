@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
+
+import pytest
 
 from hma import assembly
 from hma.model import Action, Clears, Fault, Severity, Verdict
 from hma.remediation import Remediator
 from hma.state import Store
-from tests.slurmcluster import SlurmCluster
+from tests.slurmcluster import SlurmCluster, available
 
 FAST = {
     "recheck_interval": 0.3,
@@ -128,3 +130,24 @@ def wait(predicate: Any, timeout: float = 20.0, what: str = "condition") -> None
 def kinds(rem: Remediator) -> list[tuple[str, str]]:
     """(kind, state) of the outbox rows, oldest first."""
     return [(r["kind"], r["state"]) for r in rem.status()["actions"]]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[SlurmCluster]:
+    """A 4-node loopback Slurm for the test module (skipped where it cannot run)."""
+    why = available()
+    if why:
+        pytest.skip(why)
+    c = SlurmCluster(4)
+    c.start()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture
+def fresh(cluster: SlurmCluster) -> SlurmCluster:
+    """The module's cluster with every node back to idle and no labels."""
+    cluster.reset()
+    return cluster

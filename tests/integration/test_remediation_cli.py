@@ -6,36 +6,20 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
-from tests.integration.remediation_helpers import write_config
-from tests.slurmcluster import SlurmCluster, available
+from tests.integration.remediation_helpers import (  # noqa: F401 (fixtures)
+    cluster,
+    fresh,
+    write_config,
+)
+from tests.slurmcluster import SlurmCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 
 ROOT = Path(__file__).resolve().parents[2]
 HEALTHCHECK = [sys.executable, "-m", "hma.remediation.healthcheck"]
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[SlurmCluster]:
-    why = available()
-    if why:
-        pytest.skip(why)
-    c = SlurmCluster(4)
-    c.start()
-    try:
-        yield c
-    finally:
-        c.stop()
-
-
-@pytest.fixture
-def fresh(cluster: SlurmCluster) -> SlurmCluster:
-    cluster.reset()
-    return cluster
 
 
 def site_probe(folder: Path, flag: Path) -> None:

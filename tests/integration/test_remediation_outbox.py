@@ -10,38 +10,27 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
 from hma.model import Action, Clears
-from tests.integration.remediation_helpers import fault, kinds, make, verdict, wait, write_config
-from tests.slurmcluster import SlurmCluster, available
+from tests.integration.remediation_helpers import (  # noqa: F401 (fixtures)
+    cluster,
+    fault,
+    fresh,
+    kinds,
+    make,
+    verdict,
+    wait,
+    write_config,
+)
+from tests.slurmcluster import SlurmCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 
 REASON = "HMA: GPU_XID_79 gpu:0000:3b:00"
 ROOT = Path(__file__).resolve().parents[2]
 OUTAGE_S = float(os.environ.get("HMA_TEST_OUTAGE_S", "60"))
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[SlurmCluster]:
-    why = available()
-    if why:
-        pytest.skip(why)
-    c = SlurmCluster(4)
-    c.start()
-    try:
-        yield c
-    finally:
-        c.stop()
-
-
-@pytest.fixture
-def fresh(cluster: SlurmCluster) -> SlurmCluster:
-    cluster.reset()
-    return cluster
 
 
 def held_by_hma(cluster: SlurmCluster) -> list[str]:

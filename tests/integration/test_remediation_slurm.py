@@ -7,37 +7,25 @@ import os
 import stat
 import sys
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
 from hma.model import Action, Clears
 from hma.remediation import label as label_mod
-from tests.integration.remediation_helpers import fault, kinds, make, verdict, wait
-from tests.slurmcluster import SlurmCluster, available
+from tests.integration.remediation_helpers import (  # noqa: F401 (fixtures)
+    cluster,
+    fault,
+    fresh,
+    kinds,
+    make,
+    verdict,
+    wait,
+)
+from tests.slurmcluster import SlurmCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 
 REASON = "HMA: GPU_XID_79 gpu:0000:3b:00"
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[SlurmCluster]:
-    why = available()
-    if why:
-        pytest.skip(why)
-    c = SlurmCluster(4)
-    c.start()
-    try:
-        yield c
-    finally:
-        c.stop()
-
-
-@pytest.fixture
-def fresh(cluster: SlurmCluster) -> SlurmCluster:
-    cluster.reset()
-    return cluster
 
 
 def test_fault_drains_with_hma_reason_and_label(fresh: SlurmCluster, tmp_path: Path) -> None:
