@@ -170,6 +170,7 @@ def journald() -> Iterator[tuple[str, str]]:
             if proc.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"systemd-journald {ns} did not create {sock} (rc {proc.poll()})")
             time.sleep(0.05)
+        _wait_ready(ns, sock)
         yield ns, sock
     finally:
         _stop(proc.pid, ns)
@@ -182,9 +183,22 @@ def journald() -> Iterator[tuple[str, str]]:
         pidfile.unlink(missing_ok=True)
 
 
-def read_back(ns: str, *matches: str, count: int = 1) -> list[dict]:
+def _wait_ready(ns: str, sock: str) -> None:
+    """Round-trip one entry: the socket exists before journald reads it and writes its files."""
+    import socket as socket_mod
+
+    from hma.reporters.journal import encode
+
+    marker = f"ready-{os.getpid()}-{time.monotonic_ns()}"
+    with socket_mod.socket(socket_mod.AF_UNIX, socket_mod.SOCK_DGRAM) as client:
+        client.sendto(encode([("MESSAGE", "hma test journald ready"), ("HMA_READY", marker)]), sock)
+    if not read_back(ns, f"HMA_READY={marker}", timeout=60):
+        pytest.fail(f"systemd-journald {ns} accepted no entry within 60 s")
+
+
+def read_back(ns: str, *matches: str, count: int = 1, timeout: float = 30) -> list[dict]:
     """Entries matching every ``FIELD=value``, polled until ``count`` arrived (async)."""
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + timeout
     while True:
         out = subprocess.run(
             ["journalctl", f"--namespace={ns}", "-o", "json", "--no-pager", *matches],
