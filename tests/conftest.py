@@ -152,9 +152,12 @@ def _sweep() -> None:
         pidfile.unlink()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def journald() -> Iterator[tuple[str, str]]:
-    """(namespace, socket path) of a private journald for this test session."""
+    """(namespace, socket path) of a private journald for one test.
+
+    Per test, not per session: a namespaced journald exits by itself after 30 s without
+    clients, which left a stale socket for tests that ran later in a long session."""
     _sweep()
     ns = f"{PREFIX}{os.getpid()}"
     pidfile = PIDFILES / f"hma-test-journald-{ns}.pid"
