@@ -17,7 +17,6 @@ to one poll of delay. Prints min / median / p99 / max in milliseconds and descri
 from __future__ import annotations
 
 import argparse
-import errno
 import os
 import signal
 import subprocess
@@ -30,7 +29,7 @@ from typing import Callable
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-from common import machine, median_ms, p99_ms  # noqa: E402
+from common import machine, median_ms, open_writer, p99_ms  # noqa: E402
 
 from tests.slurmcluster import SlurmCluster  # noqa: E402
 
@@ -84,18 +83,6 @@ def bench_remediator(cluster: SlurmCluster, tmp: Path, runs: int) -> list[float]
     finally:
         rem.close()
     return out
-
-
-def open_writer(fifo: str, deadline: float) -> int:
-    while True:
-        try:
-            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
-            os.set_blocking(fd, True)
-            return fd
-        except OSError as exc:
-            if exc.errno != errno.ENXIO or time.monotonic() > deadline:
-                raise
-            time.sleep(0.02)
 
 
 def bench_xid(cluster: SlurmCluster, tmp: Path, runs: int) -> list[float]:

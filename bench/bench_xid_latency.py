@@ -13,7 +13,6 @@ appears. Prints min / median / p99 / max in milliseconds and describes the machi
 from __future__ import annotations
 
 import argparse
-import errno
 import json
 import os
 import random
@@ -26,7 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine  # noqa: E402
+from common import machine, open_writer  # noqa: E402
 
 
 def components(status: Path) -> set[str]:
@@ -36,19 +35,6 @@ def components(status: Path) -> set[str]:
     except (OSError, ValueError):
         return set()
     return {f["component"] for f in doc.get("faults", [])}
-
-
-def open_writer(fifo: str, deadline: float) -> int:
-    """Open the FIFO for writing once the daemon holds it open."""
-    while True:
-        try:
-            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
-            os.set_blocking(fd, True)
-            return fd
-        except OSError as exc:
-            if exc.errno != errno.ENXIO or time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
 
 
 def main() -> int:

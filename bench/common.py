@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import platform
 import statistics
@@ -54,3 +55,16 @@ def time_command(argv: Sequence[str], runs: int, env: dict[str, str] | None = No
         )
         out.append(time.perf_counter() - start)
     return out
+
+
+def open_writer(fifo: str, deadline: float) -> int:
+    """Open a FIFO for writing once its reader (the daemon) holds it open."""
+    while True:
+        try:
+            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            os.set_blocking(fd, True)
+            return fd
+        except OSError as exc:
+            if exc.errno != errno.ENXIO or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)

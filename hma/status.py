@@ -53,16 +53,21 @@ def write_atomic(path: Union[str, Path], doc: Mapping[str, Any]) -> None:
             os.close(dirfd)
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process exists (a zombie counts as gone; another user's process counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:  # exists, owned by someone else
-        return True
+    except PermissionError:
+        pass  # exists, owned by someone else
     except (OverflowError, ValueError):
         return False
-    return True
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
 
 
 def boot_id(procfs: str = "/proc") -> str:
@@ -109,7 +114,7 @@ def read(
     doc_boot = str(doc.get("boot_id") or "").replace("-", "")
     if booted and doc_boot and booted != doc_boot:
         return doc, f"no daemon: {path} is from an earlier boot ({when})"
-    if not isinstance(pid, int) or not _pid_alive(pid):
+    if not isinstance(pid, int) or not pid_alive(pid):
         return doc, f"no daemon: the hma daemon (pid {pid}) is not running; {path} was {when}"
     heartbeat = float(doc.get("heartbeat_s") or 0.0)
     if heartbeat > 0 and age > STALE_FACTOR * heartbeat:

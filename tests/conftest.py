@@ -14,6 +14,8 @@ from typing import Any, Iterator, Optional
 
 import pytest
 
+from hma.status import pid_alive
+
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
 PLUGINS = ROOT / "tests" / "plugins"
@@ -108,16 +110,6 @@ def _remove_files(ns: str) -> None:
             shutil.rmtree(f"{base}/{mid}.{ns}", ignore_errors=True)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _stop(pid: int, ns: str) -> None:
     """SIGTERM (then SIGKILL) the journald we started, if that PID still is it."""
     try:
@@ -143,7 +135,7 @@ def _sweep() -> None:
     for pidfile in PIDFILES.glob(f"hma-test-journald-{PREFIX}*.pid"):
         ns = pidfile.name[len("hma-test-journald-") : -len(".pid")]
         owner = ns[len(PREFIX) :]
-        if owner.isdigit() and _alive(int(owner)):
+        if owner.isdigit() and pid_alive(int(owner)):
             continue  # another run in progress
         text = pidfile.read_text().strip()
         if text.isdigit():

@@ -37,6 +37,8 @@ import uuid
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from hma.status import pid_alive
+
 PREFIX = "hma-slurm-"
 DAEMONS = ("munged", "slurmctld", "slurmd")
 
@@ -73,20 +75,6 @@ def free_ports(count: int) -> list[int]:
     return ports
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie counts as gone
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def _cmdline(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as fh:
@@ -104,16 +92,16 @@ def _read_pid(path: Path) -> Optional[int]:
 
 def _kill_pid(pid: int, marker: str, timeout: float = 5.0) -> None:
     """SIGTERM then SIGKILL ``pid`` if its command line contains ``marker``."""
-    if not _alive(pid) or marker not in _cmdline(pid):
+    if not pid_alive(pid) or marker not in _cmdline(pid):
         return
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
         return
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and _alive(pid):
+    while time.monotonic() < deadline and pid_alive(pid):
         time.sleep(0.05)
-    if _alive(pid):
+    if pid_alive(pid):
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -142,7 +130,7 @@ def _pids_naming(folder: str) -> list[int]:
 
 def _kill_hard(pid: int, folder: str) -> None:
     """SIGKILL ``pid`` if it still belongs to ``folder`` (orphaned slurmstepd ignore SIGTERM)."""
-    if _alive(pid) and (folder in _cmdline(pid) or _cwd(pid).startswith(folder + "/")):
+    if pid_alive(pid) and (folder in _cmdline(pid) or _cwd(pid).startswith(folder + "/")):
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -154,7 +142,7 @@ def sweep(tmp: str = tempfile.gettempdir()) -> list[str]:
     removed = []
     for entry in sorted(Path(tmp).glob(PREFIX + "*")):
         owner = _read_pid(entry / "owner.pid")
-        if owner is not None and _alive(owner):
+        if owner is not None and pid_alive(owner):
             continue  # a live run (maybe another test process): never touch it
         for pidfile in entry.glob("run/*.pid"):
             pid = _read_pid(pidfile)
@@ -436,9 +424,9 @@ class SlurmCluster:
             time.sleep(0.1)
         raise RuntimeError(f"slurmctld did not come up; see {self.base}/log/slurmctld.log")
 
-    def _controller_alive(self) -> bool:
+    def _controllerpid_alive(self) -> bool:
         pid = _read_pid(self.base / "run" / "slurmctld.pid")
-        return pid is not None and _alive(pid)
+        return pid is not None and pid_alive(pid)
 
     def stop_controller(self) -> None:
         """Stop slurmctld (clients then fail after about 9 s, as on a real outage)."""
@@ -459,7 +447,7 @@ class SlurmCluster:
 
     def stop(self) -> None:
         """Stop every daemon this cluster started (by PID) and remove the folder."""
-        if self.started and self._controller_alive():
+        if self.started and self._controllerpid_alive():
             try:
                 self.run("scancel", f"--nodelist={','.join(self.nodes)}", timeout=10)
             except subprocess.TimeoutExpired:
@@ -560,7 +548,7 @@ class SlurmCluster:
         self.wait(lambda: not self.run("squeue", "-h", "-o", "%i").stdout.strip(), 30.0, "no jobs")
         for node in self.nodes:
             pid = _read_pid(self.base / "run" / f"slurmd-{node}.pid")
-            if pid is None or not _alive(pid):
+            if pid is None or not pid_alive(pid):
                 self.start_node(node)
             self.run("scontrol", "update", f"NodeName={node}", "Extra=", "Comment=")
             if self.state(node) != "IDLE":

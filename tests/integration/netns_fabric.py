@@ -19,6 +19,8 @@ import subprocess
 import sys
 from typing import Optional
 
+from hma.status import pid_alive
+
 PREFIX = "hmamesh-"
 
 
@@ -35,21 +37,11 @@ def sweep() -> list[str]:
         if not name.startswith(PREFIX):
             continue
         pid = name[len(PREFIX) :].split("-", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and _alive(int(pid)):
+        if pid.isdigit() and int(pid) != os.getpid() and pid_alive(int(pid)):
             continue
         _delete(name)
         removed.append(name)
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _delete(ns: str) -> None:
