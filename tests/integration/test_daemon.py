@@ -66,6 +66,9 @@ class Agent:
         except (FileNotFoundError, json.JSONDecodeError):
             return {}
 
+    def probe(self, name: str) -> dict[str, Any]:
+        return next((p for p in self.status().get("probes", []) if p["name"] == name), {})
+
     def faults(self) -> dict[str, dict]:
         return {f["code"]: f for f in self.status().get("faults", []) if f["active"]}
 
@@ -134,8 +137,8 @@ def test_sighup_reload_keeps_old_config_when_invalid(hma_env: Env, agent_factory
     agent.wait_for(lambda: "HMA_CONFIG_RELOAD_FAILED" in agent.faults())
     fault = agent.faults()["HMA_CONFIG_RELOAD_FAILED"]
     assert "probes.system.interval: must be > 0" in fault["message"]
-    last = agent.status()["probes"][0]["last_run"] or 0
-    agent.wait_for(lambda: (agent.status()["probes"][0]["last_run"] or 0) > last)  # still running
+    last = agent.probe("system")["last_run"] or 0
+    agent.wait_for(lambda: (agent.probe("system")["last_run"] or 0) > last)  # still running
     hma_env.write('[probes.system]\ninterval = 1\nfilesystems = ["/nonexistent-hma"]\n')
     agent.proc.send_signal(signal.SIGHUP)
     agent.wait_for(lambda: "SYS_FS_MISSING" in agent.faults())  # the new config is in force
