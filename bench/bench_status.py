@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def main() -> None:
-    python = os.path.realpath(sys.executable)
+    python = sys.executable  # the interpreter the console script runs on (its shebang)
     hma = str(Path(sys.executable).with_name("hma"))
     with tempfile.TemporaryDirectory() as tmp:
         doc = json.loads((ROOT / "tests/fixtures/status/sample.json").read_text())

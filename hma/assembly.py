@@ -11,11 +11,12 @@ from typing import Optional
 
 from hma import catalogue as catalogue_mod
 from hma import config as config_mod
-from hma import reporters
+from hma import configfile, reporters
 from hma.adapters.command import CommandRunner
 from hma.adapters.files import ReadError, RootReader
 from hma.catalogue import Catalogue
 from hma.config import CORE_SECTIONS, Config, Schema
+from hma.configfile import ConfigError
 from hma.model import Finding
 from hma.options import Option
 from hma.probe import NodeFacts, Probe, ProbeContext
@@ -129,7 +130,7 @@ def schema_for(
 
 def probes_dir_of(config_file: Optional[str]) -> str:
     """probes_dir as configured (read before validation, since it decides the probe set)."""
-    return config_mod.early_agent_path(config_file, "probes_dir")[0]
+    return configfile.early_agent_path(config_file, "probes_dir")[0]
 
 
 def _declared_codes(
@@ -140,7 +141,7 @@ def _declared_codes(
     They must be in the catalogue before the configuration is validated, since ``[codes.SITE_X]``
     may override them. Raises ``config.ConfigError`` naming each broken declaration.
     """
-    raw, _files, _errors = config_mod.read_raw(config_mod.config_path(config_file))
+    raw, _files, _errors = configfile.read_raw(configfile.config_path(config_file))
     sources = raw.get("sources") if isinstance(raw.get("sources"), dict) else {}
     entries: list[catalogue_mod.Entry] = []
     errors: list[str] = []
@@ -155,7 +156,7 @@ def _declared_codes(
         except ValueError as exc:  # CatalogueError and RulesError are ValueErrors
             errors += [f"sources.{name}: {line}" for line in str(exc).splitlines()]
     if errors:
-        raise config_mod.ConfigError(errors)
+        raise ConfigError(errors)
     return entries
 
 
@@ -175,7 +176,7 @@ def load(config_file: Optional[str] = None) -> Setup:
     try:
         cat = cat.extended(_declared_codes(source_classes, config_file))
     except catalogue_mod.CatalogueError as exc:
-        raise config_mod.ConfigError([f"site codes: {exc}"]) from None
+        raise ConfigError([f"site codes: {exc}"]) from None
     schema = schema_for(classes, broken, cat, source_classes)
     cfg = config_mod.load(schema, config_file)
     return Setup(

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
-from typing import Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from hma import __version__
-from hma import config as config_mod
+from hma.configfile import ConfigError
 
-Handler = Callable[[argparse.Namespace], int]
+if TYPE_CHECKING:  # argparse is imported when a parser is built: `hma status` skips it
+    import argparse
 
 
 def _load(args: argparse.Namespace):  # type: ignore[no-untyped-def]
@@ -26,7 +26,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     try:
         setup = _load(args)
-    except config_mod.ConfigError as exc:
+    except ConfigError as exc:
         return _config_failed(exc, 3)
     names, error = check.select(setup, args.probes)
     if error:
@@ -44,25 +44,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     """Print the daemon's status.json as a summary (or the document with ``--json``)."""
     from hma import status
 
-    run_dir, problems = status.run_dir_of(args.config)
-    for line in problems:
-        print(f"hma status: config: {line} (looking in {run_dir})", file=sys.stderr)
-    doc, problem = status.read(run_dir, boot_id=status.boot_id_of(args.config))
-    if args.json:
-        if doc is not None:
-            print(json.dumps(doc, indent=2))
-        if problem:
-            print(f"hma status: {problem}", file=sys.stderr)
-    else:
-        print(status.render(doc, problem), end="" if doc is not None else "\n")
-    return status.exit_code(doc, problem)
+    return status.main(args.config, args.json)
 
 
 def cmd_config_check(args: argparse.Namespace) -> int:
     """Validate the configuration: exit 0, or 2 with one ``key.path: problem`` line per error."""
     try:
         setup = _load(args)
-    except config_mod.ConfigError as exc:
+    except ConfigError as exc:
         return _config_failed(exc, 2)
     files = ", ".join(setup.config.files) or "no file (all defaults)"
     print(f"configuration OK ({files})")
@@ -72,8 +61,9 @@ def cmd_config_check(args: argparse.Namespace) -> int:
 def cmd_config_defaults(args: argparse.Namespace) -> int:
     """Print every key with its default and documentation, as a commented TOML file."""
     from hma import docs
+    from hma.config import render_defaults
 
-    print(config_mod.render_defaults(docs.schema()))
+    print(render_defaults(docs.schema()))
     return 0
 
 
@@ -131,7 +121,7 @@ def cmd_ack(args: argparse.Namespace) -> int:
 
     try:
         setup = _load(args)
-    except config_mod.ConfigError as exc:
+    except ConfigError as exc:
         return _config_failed(exc, 2)
     return ack.main(setup, args.code.upper(), args.component)
 
@@ -171,7 +161,7 @@ def cmd_fleet(args: argparse.Namespace) -> int:
 
     try:
         setup = _load(args)
-    except config_mod.ConfigError as exc:
+    except ConfigError as exc:
         return _config_failed(exc, 3)
     sl, rec = setup.config.section("slurm"), setup.config.section("recovery")
     client = SlurmClient(
@@ -193,7 +183,7 @@ def cmd_fleet(args: argparse.Namespace) -> int:
     return 0
 
 
-def _config_failed(exc: config_mod.ConfigError, code: int) -> int:
+def _config_failed(exc: ConfigError, code: int) -> int:
     for line in exc.errors:
         print(line, file=sys.stderr)
     return code
@@ -201,6 +191,8 @@ def _config_failed(exc: config_mod.ConfigError, code: int) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
+    import argparse
+
     parser = argparse.ArgumentParser(prog="hma", description="node health monitoring agent")
     parser.add_argument("--version", action="version", version=f"hma {__version__}")
     parser.add_argument(
@@ -298,6 +290,8 @@ def cmd_inject_xid(args: argparse.Namespace) -> int:
 
 def _add_kernel_log_commands(sub: argparse._SubParsersAction) -> None:
     """``hma logscan`` (hma.logscan) and ``hma inject xid`` (hma.inject)."""
+    import argparse
+
     p = sub.add_parser("logscan", help="run the kernel-log rules over saved logs")
     p.add_argument("files", nargs="+", metavar="FILE", help="dmesg/syslog/kmsg files, - for stdin")
     p.add_argument("--json", action="store_true", help="print the JSON document")
@@ -316,6 +310,37 @@ def _add_kernel_log_commands(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_inject_xid)
 
 
+def _status_fast_path(argv: list[str]) -> Optional[int]:
+    """`hma status [--json] [--config X]` without building the full parser (it is run often and
+    should start about as fast as the interpreter); None for anything else."""
+    config: Optional[str] = None
+    as_json = False
+    seen_status = False
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "status" and not seen_status:
+            seen_status = True
+        elif arg == "--json" and seen_status and not as_json:
+            as_json = True
+        elif arg == "--config" and i + 1 < len(argv) and config is None:
+            config = argv[i + 1]
+            i += 1
+        elif arg.startswith("--config=") and config is None:
+            config = arg.split("=", 1)[1]
+        else:
+            return None
+        i += 1
+    if not seen_status:
+        return None
+    from hma import status
+
+    try:
+        return status.main(config, as_json)
+    except BrokenPipeError:
+        return 0
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the ``hma`` console script."""
     if argv is None and len(sys.argv) == 1 and os.environ.get("SLURMD_NODENAME"):
@@ -327,6 +352,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return cmd_srun_argv(*split)
         except KeyboardInterrupt:
             return 130
+    quick = _status_fast_path(list(sys.argv[1:] if argv is None else argv))
+    if quick is not None:
+        return quick
+    import argparse
+
     parser = build_parser()
     # `--config` may also follow the subcommand (`hma check --config X`).
     args, rest = parser.parse_known_args(argv)

@@ -8,25 +8,29 @@ is generated from it and a test keeps it in sync).
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from hma import tomlcompat
 from hma.catalogue import OVERRIDABLE, Catalogue
+from hma.configfile import (
+    PROBES_DIR,
+    RUN_DIR,
+    STATE_DIR,
+    ConfigError,
+    config_path,
+    read_raw,
+)
 from hma.options import Option, positive
 from hma.remediation import options as remediation_options
 
-DEFAULT_PATH = "/etc/hma/hma.toml"
 EX_CONFIG = 78
 
 CORE_SECTIONS: dict[str, dict[str, Option]] = {
     "agent": {
-        "state_dir": Option("path", "/var/lib/hma", "Folder of the SQLite state database."),
-        "run_dir": Option("path", "/run/hma", "Folder of status.json (read by `hma status`)."),
+        "state_dir": Option("path", STATE_DIR, "Folder of the SQLite state database."),
+        "run_dir": Option("path", RUN_DIR, "Folder of status.json (read by `hma status`)."),
         "probes_dir": Option(
-            "path", "/etc/hma/probes.d", "Executable probes (Nagios plugin protocol), root-owned."
+            "path", PROBES_DIR, "Executable probes (Nagios plugin protocol), root-owned."
         ),
         "instance_type": Option(
             "str", None, "Instance type for expected device counts; unset: DMI product_name."
@@ -122,74 +126,6 @@ class Config:
     def probe(self, name: str) -> dict[str, Any]:
         """Values of ``[probes.<name>]`` (defaults when the section is absent)."""
         return self.probes[name]
-
-
-class ConfigError(Exception):
-    """Configuration problems, each ``key.path: problem``."""
-
-    def __init__(self, errors: Sequence[str]) -> None:
-        super().__init__("\n".join(errors))
-        self.errors = list(errors)
-
-
-def config_path(explicit: Optional[str] = None) -> Path:
-    """The main file: ``--config``, else ``$HMA_CONFIG``, else /etc/hma/hma.toml."""
-    return Path(explicit or os.environ.get("HMA_CONFIG") or DEFAULT_PATH)
-
-
-def read_raw(path: Path) -> tuple[dict[str, Any], list[str], list[str]]:
-    """Merge the main file and ``<dir>/hma.d/*.toml`` (name order); returns (raw, files, errors).
-
-    A missing main file is not an error (every key has a default); an explicitly named one that
-    cannot be read is.
-    """
-    errors: list[str] = []
-    files: list[str] = []
-    merged: dict[str, Any] = {}
-    candidates = [path]
-    dropins = path.parent / "hma.d"
-    if dropins.is_dir():
-        candidates += sorted(dropins.glob("*.toml"))
-    for candidate in candidates:
-        try:
-            text = candidate.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            if candidate != path or "HMA_CONFIG" in os.environ or str(path) != DEFAULT_PATH:
-                errors.append(f"{candidate}: file not found")
-            continue
-        except (OSError, UnicodeDecodeError) as exc:
-            errors.append(f"{candidate}: cannot read: {exc}")
-            continue
-        try:
-            data = tomlcompat.loads(text)
-        except tomlcompat.TOMLDecodeError as exc:
-            errors.append(f"{candidate}: invalid TOML: {exc}")
-            continue
-        files.append(str(candidate))
-        _merge(merged, data)
-    return merged, files, errors
-
-
-def early_agent_path(explicit: Optional[str], key: str) -> tuple[str, list[str]]:
-    """One ``[agent]`` path read before full validation (it decides what to load, or lets
-    ``hma status`` work with a config broken elsewhere): (value or default, problems met)."""
-    default = str(CORE_SECTIONS["agent"][key].default)
-    raw, _files, errors = read_raw(config_path(explicit))
-    agent = raw.get("agent")
-    value = agent.get(key) if isinstance(agent, dict) else None
-    if value is None:
-        return default, errors
-    if not isinstance(value, str) or not value.startswith("/"):
-        return default, [*errors, f"agent.{key}: must be an absolute path, got {value!r}"]
-    return value, errors
-
-
-def _merge(into: dict[str, Any], new: Mapping[str, Any]) -> None:
-    for key, value in new.items():
-        if isinstance(value, dict) and isinstance(into.get(key), dict):
-            _merge(into[key], value)
-        else:
-            into[key] = value
 
 
 def _fill(prefix: str, raw: Any, options: Mapping[str, Option], errors: list[str]) -> dict:

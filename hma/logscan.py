@@ -116,12 +116,12 @@ def render_text(doc: dict[str, Any]) -> str:
 def main(args: argparse.Namespace) -> int:
     """``hma logscan`` handler: exit code is the worst severity (3 for unreadable files)."""
     from hma import assembly
-    from hma import config as config_mod
+    from hma.configfile import ConfigError
     from hma.rules import RulesError
 
     try:
         setup = assembly.load(args.config)
-    except config_mod.ConfigError as exc:
+    except ConfigError as exc:
         for line in exc.errors:
             print(line, file=sys.stderr)
         return 3

@@ -10,12 +10,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any, Mapping, Optional, Union
 
-from hma.model import Severity, worst
+from hma.severity import Severity, worst
 
 SCHEMA = 1
 FILENAME = "status.json"
@@ -349,9 +350,9 @@ def _remediation_lines(rem: Mapping[str, Any], now: float) -> list[str]:
 def boot_id_of(config_file: Optional[str]) -> Optional[str]:
     """This boot's id as the daemon reads it: under ``[paths] procfs`` when the configuration
     sets one other than /proc ("" when unreadable there), else None (read() uses /proc)."""
-    from hma import config as config_mod
+    from hma import configfile
 
-    raw, _files, _errors = config_mod.read_raw(config_mod.config_path(config_file))
+    raw, _files, _errors = configfile.read_raw(configfile.config_path(config_file))
     paths = raw.get("paths")
     procfs = paths.get("procfs") if isinstance(paths, dict) else None
     if not isinstance(procfs, str) or not procfs.startswith("/") or procfs.rstrip("/") == "/proc":
@@ -362,6 +363,22 @@ def boot_id_of(config_file: Optional[str]) -> Optional[str]:
 def run_dir_of(config_file: Optional[str]) -> tuple[str, list[str]]:
     """``[agent] run_dir`` from the configuration files (default when unset or unreadable),
     with the problems met. Only this key is read, so a config broken elsewhere does not matter."""
-    from hma import config as config_mod
+    from hma import configfile
 
-    return config_mod.early_agent_path(config_file, "run_dir")
+    return configfile.early_agent_path(config_file, "run_dir")
+
+
+def main(config_file: Optional[str], as_json: bool) -> int:
+    """``hma status [--json]``: print the summary (or the document); exit as documented."""
+    run_dir, problems = run_dir_of(config_file)
+    for line in problems:
+        print(f"hma status: config: {line} (looking in {run_dir})", file=sys.stderr)
+    doc, problem = read(run_dir, boot_id=boot_id_of(config_file))
+    if as_json:
+        if doc is not None:
+            print(json.dumps(doc, indent=2))
+        if problem:
+            print(f"hma status: {problem}", file=sys.stderr)
+    else:
+        print(render(doc, problem), end="" if doc is not None else "\n")
+    return exit_code(doc, problem)

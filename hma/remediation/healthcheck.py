@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from hma import config as config_mod
+from hma.configfile import ConfigError
 from hma.model import Severity
 
 FRESH_FACTOR = 3.0
@@ -64,7 +64,7 @@ def run(config_file: Optional[str] = None, quiet: bool = False) -> int:
 
     try:
         setup = assembly.load(config_file)
-    except config_mod.ConfigError as exc:
+    except ConfigError as exc:
         for line in exc.errors:
             print(f"hma healthcheck: {line}", file=sys.stderr)
         return int(Severity.UNKNOWN)

@@ -1,0 +1,89 @@
+"""Reading the configuration files, without validation.
+
+Light on imports on purpose: `hma status` and other quick paths read one or two ``[agent]`` keys
+through here before (or without) loading the full schema in ``hma.config``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence
+
+from hma import tomlcompat
+
+DEFAULT_PATH = "/etc/hma/hma.toml"
+# Defaults of the [agent] paths that are read before validation (hma.config declares them too,
+# from these constants).
+STATE_DIR = "/var/lib/hma"
+RUN_DIR = "/run/hma"
+PROBES_DIR = "/etc/hma/probes.d"
+EARLY_DEFAULTS = {"state_dir": STATE_DIR, "run_dir": RUN_DIR, "probes_dir": PROBES_DIR}
+
+
+class ConfigError(Exception):
+    """Configuration problems, each ``key.path: problem``."""
+
+    def __init__(self, errors: Sequence[str]) -> None:
+        super().__init__("\n".join(errors))
+        self.errors = list(errors)
+
+
+def config_path(explicit: Optional[str] = None) -> Path:
+    """The main file: ``--config``, else ``$HMA_CONFIG``, else /etc/hma/hma.toml."""
+    return Path(explicit or os.environ.get("HMA_CONFIG") or DEFAULT_PATH)
+
+
+def read_raw(path: Path) -> tuple[dict[str, Any], list[str], list[str]]:
+    """Merge the main file and ``<dir>/hma.d/*.toml`` (name order); returns (raw, files, errors).
+
+    A missing main file is not an error (every key has a default); an explicitly named one that
+    cannot be read is.
+    """
+    errors: list[str] = []
+    files: list[str] = []
+    merged: dict[str, Any] = {}
+    candidates = [path]
+    dropins = path.parent / "hma.d"
+    if dropins.is_dir():
+        candidates += sorted(dropins.glob("*.toml"))
+    for candidate in candidates:
+        try:
+            text = candidate.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            if candidate != path or "HMA_CONFIG" in os.environ or str(path) != DEFAULT_PATH:
+                errors.append(f"{candidate}: file not found")
+            continue
+        except (OSError, UnicodeDecodeError) as exc:
+            errors.append(f"{candidate}: cannot read: {exc}")
+            continue
+        try:
+            data = tomlcompat.loads(text)
+        except tomlcompat.TOMLDecodeError as exc:
+            errors.append(f"{candidate}: invalid TOML: {exc}")
+            continue
+        files.append(str(candidate))
+        _merge(merged, data)
+    return merged, files, errors
+
+
+def early_agent_path(explicit: Optional[str], key: str) -> tuple[str, list[str]]:
+    """One ``[agent]`` path read before full validation (it decides what to load, or lets
+    ``hma status`` work with a config broken elsewhere): (value or default, problems met)."""
+    default = EARLY_DEFAULTS[key]
+    raw, _files, errors = read_raw(config_path(explicit))
+    agent = raw.get("agent")
+    value = agent.get(key) if isinstance(agent, dict) else None
+    if value is None:
+        return default, errors
+    if not isinstance(value, str) or not value.startswith("/"):
+        return default, [*errors, f"agent.{key}: must be an absolute path, got {value!r}"]
+    return value, errors
+
+
+def _merge(into: dict[str, Any], new: Mapping[str, Any]) -> None:
+    for key, value in new.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = value
