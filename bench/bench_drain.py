@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -29,7 +28,7 @@ from typing import Callable
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-from common import machine, median_ms, open_writer, p99_ms  # noqa: E402
+from common import machine, median_ms, open_writer, p99_ms, stop  # noqa: E402
 
 from tests.slurmcluster import SlurmCluster  # noqa: E402
 
@@ -116,11 +115,7 @@ def bench_xid(cluster: SlurmCluster, tmp: Path, runs: int) -> list[float]:
             out.append(time.perf_counter() - t0)
             os.close(fd)
         finally:
-            daemon.send_signal(signal.SIGTERM)
-            try:
-                daemon.wait(20)
-            except subprocess.TimeoutExpired:
-                daemon.kill()
+            stop(daemon)
             log.close()
         cluster.run("scontrol", "cancel_reboot", "node2")
         resume(cluster, "node2")

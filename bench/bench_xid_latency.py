@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import random
-import signal
 import statistics
 import subprocess
 import sys
@@ -25,7 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, open_writer  # noqa: E402
+from common import machine, open_writer, stop  # noqa: E402
 
 
 def components(status: Path) -> set[str]:
@@ -87,11 +86,7 @@ def main() -> int:
                 time.sleep(random.uniform(0.05, 0.1))
             os.close(fd)
         finally:
-            daemon.send_signal(signal.SIGTERM)
-            try:
-                daemon.wait(20)
-            except subprocess.TimeoutExpired:
-                daemon.kill()
+            stop(daemon)
             log.close()
     latencies.sort()
     p99 = latencies[min(len(latencies) - 1, int(round(0.99 * (len(latencies) - 1))))]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -68,3 +69,13 @@ def open_writer(fifo: str, deadline: float) -> int:
             if exc.errno != errno.ENXIO or time.monotonic() > deadline:
                 raise
             time.sleep(0.02)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """SIGTERM a daemon we started and wait for it (SIGKILL after 20 s)."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -24,8 +24,6 @@ from hma.registry import Broken, broken_finding, discover, exec_probes
 from hma.source import GROUP as SOURCE_GROUP
 from hma.source import EventSource, KeyValue, MemoryKV, SourceContext
 
-EXTRA_SECTIONS: dict = {}
-
 
 @dataclass
 class Setup:
@@ -114,7 +112,7 @@ def schema_for(
     for item in broken:  # a broken plugin's section must not make the config invalid
         probes.setdefault(item.name, dict(config_mod.PROBE_COMMON))
     return Schema(
-        sections={**CORE_SECTIONS, **EXTRA_SECTIONS},
+        sections=CORE_SECTIONS,
         probes=probes,
         reporters=reporters.schemas(),
         catalogue=cat,

@@ -30,6 +30,7 @@ from hma.devices import DeviceWatcher
 from hma.health import HealthModel
 from hma.model import Finding, ProbeRun, RunStatus, Severity, Transition, Verdict
 from hma.probe import NodeFacts
+from hma.remediation import Remediator
 from hma.reporters import Alert, Reporter, start_reporters
 from hma.runner import make_slot, run_probe
 from hma.state import StateError, Store
@@ -105,7 +106,7 @@ class Daemon:
         self.started = self.clock()
         self.probes: dict[str, ProbeState] = {}
         self.reporters: list[Reporter] = []
-        self.remediator: Any = None
+        self.remediator: Optional[Remediator] = None
         self._source_stop = threading.Event()
         self._source_threads: list[threading.Thread] = []
         self.devices: Optional[DeviceWatcher] = None
@@ -164,14 +165,10 @@ class Daemon:
             _quietly(reporter.close)
         return start_reporters(self.setup.config.reporters, log.error)
 
-    def _make_remediator(self) -> Any:
+    def _make_remediator(self) -> Remediator:
         if self.remediator is not None:
             _quietly(self.remediator.close)
-        try:
-            from hma import remediation
-        except ImportError:
-            return None
-        remediator = remediation.Remediator(self.setup, self.store, self.clock)
+        remediator = Remediator(self.setup, self.store, self.clock)
         # decide on the current verdict at once (after a restart or reload the outbox and the
         # episode continue from the state store; updates otherwise come only with changes)
         remediator.update(self.model.verdict(self.clock()), self.boot_id)

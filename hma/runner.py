@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from hma.adapters.command import kill_group
-from hma.model import Finding, ProbeRun, RunStatus, Severity
+from hma.model import Finding, ProbeRun, RunStatus
 from hma.probe import Probe, ProbeContext
 
 
@@ -271,10 +271,3 @@ def run_probe(slot: Any, ctx: ProbeContext, timeout: float, now: float) -> Probe
     stamped = tuple(f.with_(probe=f.probe or probe.name, ts=f.ts or now) for f in findings)
     snapshot = collected.snapshot if status is RunStatus.RAN else None
     return ProbeRun(probe.name, status, now, duration, stamped, error, snapshot)
-
-
-def findings_severity(run: ProbeRun) -> Severity:
-    """Worst severity of a run's (resolved) findings."""
-    from hma.model import worst
-
-    return worst(f.severity or Severity.UNKNOWN for f in run.findings)
