@@ -6,6 +6,8 @@ import os
 from pathlib import Path
 from typing import Optional
 
+from hma.strict import ParseError, parse_uint
+
 
 class ReadError(Exception):
     """A file under the root is missing, unreadable or malformed; the message names the path."""
@@ -22,14 +24,23 @@ class RootReader:
         return self.root / rel.lstrip("/")
 
     def text(self, rel: str, limit: int = 65536) -> str:
-        """File content stripped of surrounding whitespace (a missing newline is fine)."""
+        """File content stripped of surrounding whitespace (a missing newline is fine).
+
+        Content that is not UTF-8 text, or holds NUL bytes, is a ReadError: a value hma cannot
+        read is unknown, never a reading.
+        """
         target = self.path(rel)
         try:
             with open(target, "rb") as handle:
                 data = handle.read(limit)
         except OSError as exc:
             raise ReadError(f"{target}: {exc.strerror or exc}") from None
-        return data.decode("utf-8", "replace").strip()
+        if b"\0" in data:
+            raise ReadError(f"{target}: NUL bytes in a text attribute")
+        try:
+            return data.decode("utf-8").strip()
+        except UnicodeDecodeError:
+            raise ReadError(f"{target}: not UTF-8 text") from None
 
     def text_or_none(self, rel: str) -> Optional[str]:
         """Like ``text`` but None when the file does not exist (other errors still raise)."""
@@ -38,12 +49,11 @@ class RootReader:
         return self.text(rel)
 
     def integer(self, rel: str) -> int:
-        """File content as an int (decimal or 0x hex)."""
-        raw = self.text(rel)
+        """File content as an unsigned 64-bit int (ASCII decimal or 0x hex; ``hma.strict``)."""
         try:
-            return int(raw, 0) if raw.lower().startswith("0x") else int(raw)
-        except ValueError:
-            raise ReadError(f"{self.path(rel)}: not an integer: {raw[:40]!r}") from None
+            return parse_uint(self.text(rel))
+        except ParseError as exc:
+            raise ReadError(f"{self.path(rel)}: {exc}") from None
 
     def listdir(self, rel: str) -> list[str]:
         """Sorted entries of a folder; empty when it does not exist."""
