@@ -8,7 +8,7 @@ is generated from it and a test keeps it in sync).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from hma.catalogue import OVERRIDABLE, Catalogue
@@ -18,7 +18,9 @@ from hma.configfile import (
     STATE_DIR,
     ConfigError,
     config_path,
-    read_raw,
+    merged,
+    origins,
+    read_layers,
 )
 from hma.options import Option, positive
 from hma.remediation import options as remediation_options
@@ -37,7 +39,11 @@ CORE_SECTIONS: dict[str, dict[str, Option]] = {
         ),
         "node_name": Option("str", None, "Node name used in status and alerts; unset: hostname."),
         "history_days": Option(
-            "float", 30.0, "Days of findings history kept in the state database.", check=positive
+            "float",
+            30.0,
+            "Days of findings history kept in the state database.",
+            check=positive,
+            maximum=36500,
         ),
         "exec_output_cap": Option(
             "int", 65536, "Bytes of output kept from an executable probe.", minimum=256
@@ -55,16 +61,31 @@ SECTION_CHECKS: dict[str, Callable[[Mapping[str, Any]], list[str]]] = {
     "recovery": remediation_options.problems,
 }
 
+# Device subsystems whose add/remove events a probe may be triggered by (besides those a probe
+# class declares itself).
+TRIGGER_SUBSYSTEMS = ("infiniband", "net", "pci")
+
+# Longest probe interval and timeout (a timeout must also stay below threading.TIMEOUT_MAX).
+MAX_INTERVAL = 30 * 86400.0
+MAX_TIMEOUT = 86400.0
+
 PROBE_COMMON: dict[str, Option] = {
     "enabled": Option("bool", True, "Run this probe."),
-    "interval": Option("float", 60.0, "Seconds between runs.", check=positive),
+    "interval": Option(
+        "float", 60.0, "Seconds between runs.", check=positive, maximum=MAX_INTERVAL
+    ),
     "timeout": Option(
-        "float", 30.0, "Seconds before a run is abandoned (unknown).", check=positive
+        "float",
+        30.0,
+        "Seconds before a run is abandoned (unknown).",
+        check=positive,
+        maximum=MAX_TIMEOUT,
     ),
     "triggers": Option(
         "strlist",
         [],
-        "Device subsystems (pci, net, infiniband) whose add/remove events run the probe at once.",
+        "Device subsystems whose add/remove events run the probe at once.",
+        choices=TRIGGER_SUBSYSTEMS,
     ),
 }
 
@@ -76,7 +97,9 @@ CODE_OPTIONS: dict[str, Option] = {
     "fail_after": Option("int", None, "Consecutive bad observations before a fault.", minimum=1),
     "clear_after": Option("int", None, "Consecutive good observations to clear.", minimum=1),
     "enabled": Option("bool", None, "false: the code is dropped (tune false positives)."),
-    "window_s": Option("float", None, "Window of window-cleared codes.", check=positive),
+    "window_s": Option(
+        "float", None, "Window of window-cleared codes.", check=positive, maximum=366 * 86400.0
+    ),
 }
 assert set(CODE_OPTIONS) == set(OVERRIDABLE)
 
@@ -101,10 +124,14 @@ def probe_options(
 ) -> dict:
     """A probe's full option set: the common keys with the probe's defaults, then its own keys."""
     common = dict(PROBE_COMMON)
-    common["interval"] = Option("float", interval, PROBE_COMMON["interval"].doc, check=positive)
-    common["timeout"] = Option("float", timeout, PROBE_COMMON["timeout"].doc, check=positive)
-    common["enabled"] = Option("bool", enabled, PROBE_COMMON["enabled"].doc)
-    common["triggers"] = Option("strlist", list(triggers), PROBE_COMMON["triggers"].doc)
+    common["interval"] = replace(PROBE_COMMON["interval"], default=interval)
+    common["timeout"] = replace(PROBE_COMMON["timeout"], default=timeout)
+    common["enabled"] = replace(PROBE_COMMON["enabled"], default=enabled)
+    common["triggers"] = replace(
+        PROBE_COMMON["triggers"],
+        default=list(triggers),
+        choices=tuple(sorted({*TRIGGER_SUBSYSTEMS, *triggers})),
+    )
     return {**common, **own}
 
 
@@ -143,6 +170,10 @@ def _fill(prefix: str, raw: Any, options: Mapping[str, Option], errors: list[str
             errors.append(f"{prefix}.{key}: {problem}")
         else:
             values[key] = value
+    for key, opt in options.items():
+        limit = values.get(opt.below) if opt.below else None
+        if values[key] is not None and limit is not None and values[key] >= limit:
+            errors.append(f"{prefix}.{key}: must be below {opt.below} ({limit:g})")
     return values
 
 
@@ -202,11 +233,32 @@ def _fill_group(
 
 
 def load(schema: Schema, explicit: Optional[str] = None) -> Config:
-    """Read, merge and validate; raises ``ConfigError``."""
-    raw, files, errors = read_raw(config_path(explicit))
+    """Read, merge and validate; raises ``ConfigError`` with every problem of every file.
+
+    A file that cannot be read or parsed does not hide the others: they are still validated.
+    Each validation error names the file its key comes from.
+    """
+    path = config_path(explicit)
+    layers, errors = read_layers(path)
+    raw, files = merged(layers)
+    try:
+        config = validate(raw, schema, files)
+    except ConfigError as exc:
+        where = origins(layers)
+        raise ConfigError([*errors, *(_in_file(e, where) for e in exc.errors)]) from None
     if errors:
         raise ConfigError(errors)
-    return validate(raw, schema, files)
+    return config
+
+
+def _in_file(error: str, where: Mapping[str, str]) -> str:
+    """``error`` (``key.path: problem``) with the file that set the key (or its table)."""
+    path = error.split(": ", 1)[0]
+    while path:
+        if path in where:
+            return f"{error} (in {where[path]})"
+        path = path.rpartition(".")[0]
+    return error
 
 
 def render_defaults(schema: Schema) -> str:
@@ -217,8 +269,11 @@ def render_defaults(schema: Schema) -> str:
         lines.append(f"# [{header}]")
         for key, opt in options.items():
             lines.append(f"# {opt.doc}")
-            if opt.kind == "choice":
-                lines.append(f"#   one of: {', '.join(opt.choices)}")
+            if opt.choices:
+                each = "each one of" if opt.kind == "strlist" else "one of"
+                lines.append(f"#   {each}: {', '.join(opt.choices)}")
+            if opt.limits():
+                lines.append(f"#   range: {opt.limits()}")
             lines.append(f"# {key} = {_toml_value(opt.default)}")
         lines.append("")
 

@@ -38,11 +38,26 @@ def read_raw(path: Path) -> tuple[dict[str, Any], list[str], list[str]]:
     """Merge the main file and ``<dir>/hma.d/*.toml`` (name order); returns (raw, files, errors).
 
     A missing main file is not an error (every key has a default); an explicitly named one that
-    cannot be read is.
+    cannot be read is. A file that cannot be read or parsed is left out of the merge and named
+    in the errors; the others are still merged.
     """
+    layers, errors = read_layers(path)
+    raw, files = merged(layers)
+    return raw, files, errors
+
+
+def merged(layers: Sequence[tuple[str, Mapping[str, Any]]]) -> tuple[dict[str, Any], list[str]]:
+    """The layers merged key by key, later ones winning; and the names of the files merged."""
+    out: dict[str, Any] = {}
+    for _name, data in layers:
+        _merge(out, data)
+    return out, [name for name, _data in layers]
+
+
+def read_layers(path: Path) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
+    """Each readable file (main, then drop-ins in name order) with its parsed TOML; and errors."""
     errors: list[str] = []
-    files: list[str] = []
-    merged: dict[str, Any] = {}
+    layers: list[tuple[str, dict[str, Any]]] = []
     candidates = [path]
     dropins = path.parent / "hma.d"
     if dropins.is_dir():
@@ -58,13 +73,39 @@ def read_raw(path: Path) -> tuple[dict[str, Any], list[str], list[str]]:
             errors.append(f"{candidate}: cannot read: {exc}")
             continue
         try:
-            data = tomlcompat.loads(text)
+            layers.append((str(candidate), tomlcompat.loads(text)))
         except tomlcompat.TOMLDecodeError as exc:
             errors.append(f"{candidate}: invalid TOML: {exc}")
-            continue
-        files.append(str(candidate))
-        _merge(merged, data)
-    return merged, files, errors
+    return layers, errors
+
+
+def origins(layers: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, str]:
+    """Dotted key path (``probes.system.interval``, and every table above it) -> the last file
+    that set it, which is where the merged value comes from."""
+    found: dict[str, str] = {}
+    for name, data in layers:
+        stack: list[tuple[str, Mapping[str, Any]]] = [("", data)]
+        while stack:
+            prefix, table = stack.pop()
+            for key, value in table.items():
+                dotted = f"{prefix}{key}"
+                found[dotted] = name
+                if isinstance(value, dict):
+                    stack.append((dotted + ".", value))
+    return found
+
+
+def empty_files(files: Sequence[str]) -> list[str]:
+    """Files among ``files`` that hold nothing but white space now (a half-written file, say)."""
+    out = []
+    for name in files:
+        try:
+            blank = not Path(name).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError):
+            continue  # unreadable: reading the configuration reports it
+        if blank:
+            out.append(name)
+    return out
 
 
 def early_agent_path(explicit: Optional[str], key: str) -> tuple[str, list[str]]:

@@ -26,6 +26,7 @@ from hma.ack import ack_alert
 from hma.adapters.notify import Notifier
 from hma.check import resolve
 from hma.config import EX_CONFIG, ConfigError
+from hma.configfile import empty_files
 from hma.devices import DeviceWatcher
 from hma.health import HealthModel
 from hma.model import Finding, ProbeRun, RunStatus, Severity, Transition, Verdict
@@ -380,6 +381,9 @@ class Daemon:
         self.notifier.send(RELOADING="1")
         try:
             new = assembly.load(self.config_file)
+            empty = empty_files(new.config.files)
+            if empty:  # being rewritten right now, most likely: all defaults is never meant
+                raise ConfigError([f"{name}: empty file (half-written?)" for name in empty])
         except ConfigError as exc:
             log.error("reload refused, keeping the previous configuration:\n%s", exc)
             self._event(

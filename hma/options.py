@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+import re
+import reprlib
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
@@ -12,9 +15,12 @@ Check = Callable[[Any], Optional[str]]
 class Option:
     """A configuration key: its kind, default, one-line documentation and optional extra check.
 
-    Kinds: ``bool``, ``int``, ``float`` (ints accepted), ``str``, ``path`` (absolute), ``argv``
-    (non-empty list of strings), ``strlist``, ``choice`` (one of ``choices``), ``table`` (any TOML
-    table, checked by ``check``). ``default=None`` means "unset" and is documented as such.
+    Kinds: ``bool``, ``int``, ``float`` (finite; ints accepted), ``str`` (one line, no control
+    characters), ``path`` (absolute), ``argv`` (non-empty list of strings), ``strlist`` (items
+    from ``choices`` when given), ``choice`` (one of ``choices``), ``table`` (any TOML table,
+    checked by ``check``). ``minimum``/``maximum`` bound numbers (inclusive); ``below`` names a
+    key of the same table that a number must stay under (``nvml_deadline_s`` below ``timeout``).
+    No value anywhere holds a non-finite float or a NUL. ``default=None`` means "unset".
     """
 
     kind: str
@@ -23,15 +29,46 @@ class Option:
     choices: Sequence[str] = ()
     check: Optional[Check] = None
     minimum: Optional[float] = None
+    maximum: Optional[float] = None
+    below: Optional[str] = None
 
     def validate(self, value: Any) -> Optional[str]:
         """None when ``value`` is acceptable, else the problem in a few words."""
-        problem = _KIND_CHECKS[self.kind](self, value)
+        problem = _KIND_CHECKS[self.kind](self, value) or _leaf_problem(value)
         if problem is None and self.minimum is not None and value < self.minimum:
             problem = f"must be >= {self.minimum:g}"
+        if problem is None and self.maximum is not None and value > self.maximum:
+            problem = f"must be <= {self.maximum:g}"
         if problem is None and self.check is not None:
             problem = self.check(value)
         return problem
+
+    def limits(self) -> str:
+        """The declared bounds in words ('' when none), for generated documentation."""
+        parts = ["> 0"] if self.check is positive else []
+        if self.minimum is not None:
+            parts.append(f">= {self.minimum:.15g}")
+        if self.maximum is not None:
+            parts.append(f"<= {self.maximum:.15g}")
+        if self.below is not None:
+            parts.append(f"< {self.below}")
+        return ", ".join(parts)
+
+
+def _leaf_problem(value: Any) -> Optional[str]:
+    """Problems no kind allows, at any depth: non-finite numbers and NUL characters."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return f"must be a finite number, got {item!r}"
+        if isinstance(item, str) and "\0" in item:
+            return f"must not contain a NUL character, got {_show(item)}"
+        if isinstance(item, dict):
+            stack += [*item.keys(), *item.values()]
+        elif isinstance(item, list):
+            stack += item
+    return None
 
 
 def _bool(_o: Option, v: Any) -> Optional[str]:
@@ -45,17 +82,25 @@ def _int(_o: Option, v: Any) -> Optional[str]:
 
 def _float(_o: Option, v: Any) -> Optional[str]:
     ok = isinstance(v, (int, float)) and not isinstance(v, bool)
-    return None if ok else f"expected a number, got {_show(v)}"
+    return None if ok else f"expected a number, got {_show(v)}"  # finite: _leaf_problem
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _one_line(v: str) -> Optional[str]:
+    bad = _CONTROL.search(v)
+    return f"must not contain control character {bad.group()!r}, got {_show(v)}" if bad else None
 
 
 def _str(_o: Option, v: Any) -> Optional[str]:
-    return None if isinstance(v, str) else f"expected a string, got {_show(v)}"
+    return _one_line(v) if isinstance(v, str) else f"expected a string, got {_show(v)}"
 
 
 def _path(_o: Option, v: Any) -> Optional[str]:
     if not isinstance(v, str):
         return f"expected a path string, got {_show(v)}"
-    return None if v.startswith("/") else f"must be an absolute path, got {v!r}"
+    return _one_line(v) if v.startswith("/") else f"must be an absolute path, got {_show(v)}"
 
 
 def _argv(_o: Option, v: Any) -> Optional[str]:
@@ -64,9 +109,13 @@ def _argv(_o: Option, v: Any) -> Optional[str]:
     return None
 
 
-def _strlist(_o: Option, v: Any) -> Optional[str]:
+def _strlist(o: Option, v: Any) -> Optional[str]:
     if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
         return f"expected a list of strings, got {_show(v)}"
+    for item in v:
+        problem = _choice(o, item) if o.choices else _one_line(item)
+        if problem:
+            return problem
     return None
 
 
@@ -93,9 +142,13 @@ _KIND_CHECKS: dict[str, Callable[[Option, Any], Optional[str]]] = {
 }
 
 
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother = 2, 36, 36
+
+
 def _show(v: Any) -> str:
-    text = repr(v)
-    return f"{type(v).__name__} {text if len(text) < 40 else text[:37] + '...'}"
+    """Type and a short repr (bounded in length and depth: values come from untrusted files)."""
+    return f"{type(v).__name__} {_SHORT.repr(v)}"
 
 
 def positive(v: Any) -> Optional[str]:

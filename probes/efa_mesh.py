@@ -141,6 +141,7 @@ class EfaMeshProbe(Probe):
             10.0,
             "Seconds before a pair test is killed and counted as failed.",
             minimum=0.5,
+            below="timeout",
         ),
         "env": Option(
             "table",
@@ -171,8 +172,9 @@ class EfaMeshProbe(Probe):
             47600,
             "First control port (-B/-P); concurrent pairs use the next ones.",
             minimum=1,
+            maximum=65535 - 255,
         ),
-        "max_concurrency": Option("int", 16, "Pair tests running at once.", minimum=1),
+        "max_concurrency": Option("int", 16, "Pair tests running at once.", minimum=1, maximum=256),
         "full_interval": Option(
             "float",
             3600.0,

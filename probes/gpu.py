@@ -57,8 +57,9 @@ class GpuProbe(Probe):
         "nvml_deadline_s": Option(
             "float",
             10.0,
-            "Seconds the NVML reads may take before the run reports a hung call (< timeout).",
+            "Seconds the NVML reads may take before the run reports a hung call.",
             check=positive,
+            below="timeout",
         ),
         "fabricmanager_process": Option(
             "str", NVSWITCH_FM, "Process name of the fabric manager on NVSwitch systems."

@@ -63,8 +63,9 @@ class NvidiaSmiProbe(Probe):
         "command_timeout": Option(
             "float",
             30.0,
-            "Seconds nvidia-smi may run before the run reports a hang (< timeout).",
+            "Seconds nvidia-smi may run before the run reports a hang.",
             check=positive,
+            below="timeout",
         ),
         **rules.RULE_OPTIONS,
     }

@@ -68,6 +68,7 @@ RECOVERY: dict[str, Option] = {
         10.0,
         "Circuit breaker: hold actions while this share of the partitions' nodes is held by hma.",
         check=positive,
+        maximum=100,
     ),
     "max_drained_nodes": Option(
         "int",

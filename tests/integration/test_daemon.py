@@ -145,6 +145,24 @@ def test_sighup_reload_keeps_old_config_when_invalid(hma_env: Env, agent_factory
     assert agent.stop() == 0
 
 
+def test_sighup_refuses_an_empty_or_too_deep_file(hma_env: Env, agent_factory) -> None:  # type: ignore[no-untyped-def]
+    hma_env.write("[probes.system]\ninterval = 1\nfilesystems = []\n")
+    agent = agent_factory()
+    agent.wait_for(lambda: bool(agent.sent("READY=1")))
+    hma_env.config.write_text("")  # caught half-written: all defaults would move the state away
+    agent.proc.send_signal(signal.SIGHUP)
+    agent.wait_for(lambda: "HMA_CONFIG_RELOAD_FAILED" in agent.faults())
+    assert "empty file" in agent.faults()["HMA_CONFIG_RELOAD_FAILED"]["message"]
+    hma_env.config.write_text("x = " + "[" * 5000 + "]" * 5000 + "\n")
+    agent.proc.send_signal(signal.SIGHUP)
+    agent.wait_for(
+        lambda: "nested too deeply" in agent.faults()["HMA_CONFIG_RELOAD_FAILED"]["message"]
+    )
+    last = agent.probe("system")["last_run"] or 0  # the old configuration (run_dir) still holds
+    agent.wait_for(lambda: (agent.probe("system")["last_run"] or 0) > last)
+    assert agent.stop() == 0
+
+
 def test_kill9_restart_keeps_state(hma_env: Env, agent_factory) -> None:  # type: ignore[no-untyped-def]
     hma_env.exec_probe("site", 'echo "fan 3 failed"\nexit 2')
     hma_env.write("[probes.site]\ninterval = 0.5\n[probes.system]\nenabled = false\n")

@@ -70,6 +70,30 @@ def errors_of(raw: dict) -> list[str]:
         ({"codes": {"SYS_FS_FULL": {"colour": 1}}}, "codes.SYS_FS_FULL.colour: unknown key"),
         ({"reporters": {"nosuch": {}}}, "reporters.nosuch: no such reporter"),
         ({"sources": {"nosuch": {}}}, "sources.nosuch: no such source"),
+        # numbers: finite, in their declared range, below the key they must stay under
+        ({"probes": {"system": {"interval": float("inf")}}}, "probes.system.interval: must be a"),
+        ({"probes": {"system": {"timeout": float("nan")}}}, "probes.system.timeout: must be a fin"),
+        ({"probes": {"system": {"timeout": 1e300}}}, "probes.system.timeout: must be <= 86400"),
+        ({"probes": {"efa_mesh": {"base_port": 70000}}}, "probes.efa_mesh.base_port: must be <="),
+        (
+            {"recovery": {"max_drained_percent": 200}},
+            "recovery.max_drained_percent: must be <= 100",
+        ),
+        (
+            {"probes": {"gpu": {"timeout": 5}}},
+            "probes.gpu.nvml_deadline_s: must be below timeout (5)",
+        ),
+        (
+            {"probes": {"nvidia_smi": {"command_timeout": 90}}},
+            "probes.nvidia_smi.command_timeout: must be below timeout (60)",
+        ),
+        ({"probes": {"system": {"triggers": ["usb"]}}}, "probes.system.triggers: expected one of"),
+        # strings: one line, no NUL anywhere (an argv or a table value included)
+        ({"agent": {"node_name": "a\nb"}}, "agent.node_name: must not contain control character"),
+        ({"agent": {"node_name": "a\0b"}}, "agent.node_name: must not contain control character"),
+        ({"agent": {"state_dir": "/var/\0"}}, "agent.state_dir: must not contain control"),
+        ({"recovery": {"reboot_command": ["/bin/x\0"]}}, "recovery.reboot_command: must not con"),
+        ({"probes": {"efa_mesh": {"env": {"A": "\0"}}}}, "probes.efa_mesh.env: must not contain"),
     ],
 )
 def test_invalid(raw: dict, expected: str) -> None:
@@ -103,8 +127,8 @@ def test_cli_config_check(hma_env) -> None:  # type: ignore[no-untyped-def]
     res = hma_env.hma("config", "check")
     assert res.returncode == 2
     assert res.stderr.splitlines() == [
-        "probes.system.interval: expected a number, got str 'soon'",
-        "bogus: unknown section",
+        f"probes.system.interval: expected a number, got str 'soon' (in {hma_env.config})",
+        f"bogus: unknown section (in {hma_env.config})",
     ]
 
 
@@ -123,6 +147,39 @@ def test_cli_broken_toml(hma_env) -> None:  # type: ignore[no-untyped-def]
     hma_env.config.write_text("[agent\n")
     res = hma_env.hma("config", "check")
     assert res.returncode == 2 and "invalid TOML" in res.stderr
+
+
+def test_cli_every_file_reports_its_own_errors(hma_env) -> None:  # type: ignore[no-untyped-def]
+    dropins = hma_env.base / "hma.d"
+    dropins.mkdir()
+    (dropins / "10-broken.toml").write_text("[probes.system\n")
+    (dropins / "20-also-broken.toml").write_text("interval = = 1\n")
+    (dropins / "30-valid-toml.toml").write_text("[probes.system]\ninterval = 0\n")
+    res = hma_env.hma("config", "check")
+    lines = res.stderr.splitlines()
+    assert res.returncode == 2 and len(lines) == 3, lines
+    assert lines[0].startswith(f"{dropins / '10-broken.toml'}: invalid TOML")
+    assert lines[1].startswith(f"{dropins / '20-also-broken.toml'}: invalid TOML")
+    assert lines[2] == f"probes.system.interval: must be > 0 (in {dropins / '30-valid-toml.toml'})"
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("[probes.system]\ninterval = inf\n", "probes.system.interval: must be a finite number"),
+        ("[probes.system]\ninterval = nan\n", "probes.system.interval: must be a finite number"),
+        ("x = " + "[" * 5000 + "]" * 5000 + "\n", "invalid TOML: nested too deeply"),
+        ("x = " + "[" * 40 + "]" * 40 + "\n", "invalid TOML: nested too deeply"),
+        ('[agent]\nnode_name = "a\\u0000b"\n', "agent.node_name: must not contain"),
+    ],
+)
+def test_cli_refuses_hostile_files(hma_env, text: str, expected: str) -> None:  # type: ignore[no-untyped-def]
+    hma_env.config.write_text(text)
+    res = hma_env.hma("config", "check")
+    assert res.returncode == 2 and expected in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr
+    res = hma_env.hma("run", timeout=30)
+    assert res.returncode == 78 and expected in res.stderr, res.stderr
 
 
 def test_cli_missing_explicit_file(hma_env) -> None:  # type: ignore[no-untyped-def]
