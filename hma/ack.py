@@ -16,11 +16,14 @@ from typing import Optional
 
 from hma import status
 from hma.assembly import Setup
-from hma.catalogue import Entry
+from hma.catalogue import Entry, clears_text
 from hma.health import HealthModel
 from hma.model import Clears, Severity
 from hma.reporters import Alert, start_reporters
-from hma.state import Store
+from hma.state import StateError, Store
+
+EX_NOPERM = 77  # sysexits: not root
+EX_CANTCREAT = 73  # sysexits: the state store cannot be opened (as for `hma run`)
 
 
 def operator() -> str:
@@ -61,19 +64,25 @@ def _alert_directly(setup: Setup, alert: Alert) -> None:
 
 
 def main(setup: Setup, code: str, component: Optional[str]) -> int:
-    """Validate, record and deliver the acknowledgement; exit 0 on success, 2 on misuse."""
+    """Validate, record and deliver the acknowledgement; exit 0 on success, 1 nothing to ack,
+    2 on misuse, 77 not root, 73 state store unusable (docs/cli.md)."""
     entry: Optional[Entry] = setup.catalogue.get(code)
     if entry is None:
         print(f"hma ack: unknown code {code}", file=sys.stderr)
         return 2
     if entry.clears is not Clears.OPERATOR:
         print(
-            f"hma ack: {code} clears {entry.clears.value} (not by operator); nothing to do",
+            f"hma ack: {code} is not acknowledged by an operator: it clears {clears_text(entry)}."
+            " Nothing to do.",
             file=sys.stderr,
         )
         return 2
     agent = setup.config.section("agent")
-    store = Store(os.path.join(agent["state_dir"], "state.db"))
+    try:
+        store = Store(os.path.join(agent["state_dir"], "state.db"))
+    except StateError as exc:
+        print(f"hma ack: cannot open the state store: {exc}", file=sys.stderr)
+        return EX_CANTCREAT
     try:
         records, _bad = store.load_records()
         matching = [

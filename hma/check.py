@@ -107,13 +107,47 @@ def exit_code(doc: dict[str, Any]) -> int:
 
 
 def select(setup: Setup, wanted: Sequence[str]) -> tuple[list[str], Optional[str]]:
-    """Probe names to run (default: all enabled) or an error for an unknown name."""
+    """Probe names to run (default: all enabled) or an error for a name that is not a probe."""
     if not wanted:
         return setup.enabled(), None
-    unknown = [n for n in wanted if n not in setup.probes]
-    if unknown:
-        return (
-            [],
-            f"unknown probe(s): {', '.join(unknown)} (known: {', '.join(sorted(setup.probes))})",
-        )
-    return list(wanted), None
+    problems = []
+    for name in wanted:
+        if name in setup.probes:
+            continue
+        if name in setup.sources:
+            problems.append(
+                f"{name} is an event source, not a probe: the agent (`hma run`) follows it "
+                f"continuously and `hma status` shows its findings; `hma logscan FILE` runs "
+                f"its rules over a saved log"
+                if name == "kernel_log"
+                else f"{name} is an event source, not a probe: `hma status` shows its findings"
+            )
+        else:
+            problems.append(
+                f"unknown probe {name!r} (probes: {', '.join(sorted(setup.probes))}; "
+                "`hma check --help` describes them)"
+            )
+    return ([], "; ".join(problems)) if problems else (list(wanted), None)
+
+
+def probes_help(config_file: Optional[str]) -> str:
+    """The probes and event sources installed here, for ``hma check --help``."""
+    from hma import registry
+    from hma.configfile import early_agent_path
+    from hma.source import GROUP as SOURCE_GROUP
+    from hma.source import EventSource
+
+    probes, broken = registry.discover()
+    sources, _ = registry.discover(SOURCE_GROUP, EventSource)
+    folder = early_agent_path(config_file, "probes_dir")[0]
+    lines = ["probes installed here (PROBE):"]
+    lines += [f"  {n:<12} {cls.description}" for n, cls in sorted(probes.items())]
+    lines += [f"  {b.name:<12} (failed to load: {b.error})" for b in broken]
+    executables = sorted(registry.exec_probes(folder))
+    lines.append(
+        f"executable probes in {folder}: {', '.join(executables) or 'none'}"
+        " (each root-owned executable there is a probe named after the file)"
+    )
+    lines.append("event sources (followed by `hma run`; `hma check` does not run them):")
+    lines += [f"  {n:<12} {cls.description}" for n, cls in sorted(sources.items())]
+    return "\n".join(lines)

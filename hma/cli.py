@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from hma import __version__
 from hma.configfile import ConfigError
@@ -24,6 +25,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     """Run probes once and print the result."""
     from hma import check
 
+    if args.help_text:
+        print(args.help_text + "\n" + check.probes_help(args.config))
+        return 0
     try:
         setup = _load(args)
     except ConfigError as exc:
@@ -68,43 +72,31 @@ def cmd_config_defaults(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    """Print a catalogue entry."""
+    """Print a catalogue entry (or list them all with ``--list``)."""
     from hma import catalogue
 
     cat = catalogue.load_builtin()
-    entry = cat.get(args.code.upper())
-    if entry is None:
+    if args.list:
+        for entry in cat:
+            print(f"{entry.code:<28} {entry.severity!s:<9} {entry.action!s:<8} {entry.summary}")
+        return 0
+    if not args.code:
         print(
-            f"hma explain: unknown code {args.code!r}; `hma explain --list` lists them",
+            "usage: hma explain CODE   (one finding code, e.g. GPU_XID_79)\n"
+            "       hma explain --list (every code with its severity, action and summary)",
             file=sys.stderr,
         )
         return 2
-    drains = "yes" if entry.drains else "no"
-    if entry.severity.name != "CRITICAL":
-        drains += " (only critical faults drain)" if entry.drains else ""
-    clears = {
-        "observation": f"after {entry.clear_after} consecutive good observations",
-        "reboot": "after a reboot (new boot id)",
-        "operator": f"when an operator runs `hma ack {entry.code}`",
-        "window": f"when it has not recurred for {entry.window_s:g} s",
-    }[entry.clears.value]
-    print(f"{entry.code}\n  {entry.summary}\n")
-    print(f"  severity:  {entry.severity}\n  action:    {entry.action}\n  drains:    {drains}")
-    onset = (
-        "first observation (fatal)"
-        if entry.fatal
-        else f"{entry.fail_after} consecutive bad observations"
-    )
-    print(f"  raised:    after {onset}\n  clears:    {clears}\n\n  What to do: {entry.remedy}")
-    return 0
-
-
-def cmd_explain_list(args: argparse.Namespace) -> int:
-    """List every catalogue code with its severity and summary."""
-    from hma import catalogue
-
-    for entry in catalogue.load_builtin():
-        print(f"{entry.code:<28} {str(entry.severity):<9} {str(entry.action):<8} {entry.summary}")
+    entry = cat.get(args.code.upper())
+    if entry is None:
+        close = catalogue.suggest(cat, args.code)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        print(
+            f"hma explain: unknown code {args.code!r}{hint} (`hma explain --list` lists them)",
+            file=sys.stderr,
+        )
+        return 2
+    print(catalogue.explain(entry))
     return 0
 
 
@@ -119,6 +111,12 @@ def cmd_ack(args: argparse.Namespace) -> int:
     """Acknowledge a fault that clears by operator."""
     from hma import ack
 
+    if os.geteuid() != 0:
+        print(
+            "hma ack: needs root (it changes the agent's state store); run it with sudo",
+            file=sys.stderr,
+        )
+        return ack.EX_NOPERM
     try:
         setup = _load(args)
     except ConfigError as exc:
@@ -183,6 +181,9 @@ def cmd_fleet(args: argparse.Namespace) -> int:
     return 0
 
 
+CONFIG_HELP = "main configuration file (default $HMA_CONFIG or /etc/hma/hma.toml)"
+
+
 def _config_failed(exc: ConfigError, code: int) -> int:
     for line in exc.errors:
         print(line, file=sys.stderr)
@@ -193,52 +194,71 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     import argparse
 
+    class CheckHelp(argparse.Action):
+        """``hma check -h``: cmd_check prints the help, then the probes installed here (found
+        only then, with the configuration's probes_dir, wherever ``--config`` was given)."""
+
+        def __call__(self, parser: argparse.ArgumentParser, ns: Any, *_args: Any) -> None:
+            ns.help_text = parser.format_help()
+
     parser = argparse.ArgumentParser(prog="hma", description="node health monitoring agent")
     parser.add_argument("--version", action="version", version=f"hma {__version__}")
-    parser.add_argument(
-        "--config", help="main configuration file (default $HMA_CONFIG or /etc/hma/hma.toml)"
-    )
+    parser.add_argument("--config", help=CONFIG_HELP)
+    # `--config` may also follow the subcommand (`hma check --json --config X`); SUPPRESS keeps
+    # the value given before it when it does not.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", default=argparse.SUPPRESS, help=CONFIG_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
+    add = functools.partial(sub.add_parser, parents=[common])
 
-    p = sub.add_parser("check", help="run probes once in the foreground (no remediation)")
-    p.add_argument("probes", nargs="*", metavar="PROBE")
+    p = add(
+        "check",
+        add_help=False,
+        help="run probes once in the foreground (no remediation)",
+        description="Run the named probes (default: every enabled one) once, each under its "
+        "timeout; no remediation and no state writes.",
+    )
+    p.add_argument("-h", "--help", action=CheckHelp, nargs=0, help="show this help and the probes")
+    p.add_argument("probes", nargs="*", metavar="PROBE", help="probe names (listed below)")
     p.add_argument("--json", action="store_true", help="print the JSON document")
-    p.set_defaults(func=cmd_check)
+    p.set_defaults(func=cmd_check, help_text="")
 
-    p = sub.add_parser("status", help="show the running daemon's view of the node")
+    p = add("status", help="show the running daemon's view of the node")
     p.add_argument("--json", action="store_true", help="print the status.json document")
     p.set_defaults(func=cmd_status)
 
-    p = sub.add_parser("config", help="configuration tools")
+    p = add("config", help="configuration tools")
     csub = p.add_subparsers(dest="config_command", metavar="ACTION")
     csub.required = True
-    csub.add_parser("check", help="validate the configuration").set_defaults(func=cmd_config_check)
-    csub.add_parser("defaults", help="print every key with its default").set_defaults(
-        func=cmd_config_defaults
+    csub.add_parser("check", parents=[common], help="validate the configuration").set_defaults(
+        func=cmd_config_check
     )
+    csub.add_parser(
+        "defaults", parents=[common], help="print every key with its default"
+    ).set_defaults(func=cmd_config_defaults)
 
-    p = sub.add_parser("run", help="run the agent (systemd service)")
+    p = add("run", help="run the agent (systemd service)")
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("ack", help="acknowledge a fault that clears by operator")
+    p = add("ack", help="acknowledge a fault that clears by operator")
     p.add_argument("code")
     p.add_argument("component", nargs="?")
     p.set_defaults(func=cmd_ack)
 
-    p = sub.add_parser("healthcheck", help="Slurm HealthCheckProgram: verdict and drain state")
+    p = add("healthcheck", help="Slurm HealthCheckProgram: verdict and drain state")
     p.add_argument("--quiet", action="store_true", help="print nothing; only the exit code")
     p.set_defaults(func=cmd_healthcheck)
 
-    p = sub.add_parser("fleet", help="cluster health from Slurm: hma-held nodes, breaker state")
+    p = add("fleet", help="cluster health from Slurm: hma-held nodes, breaker state")
     p.add_argument("--json", action="store_true", help="print the JSON document")
     p.set_defaults(func=cmd_fleet)
 
-    p = sub.add_parser("explain", help="explain a finding code")
+    p = add("explain", help="explain a finding code")
     p.add_argument("code", nargs="?")
     p.add_argument("--list", action="store_true", help="list every code")
-    p.set_defaults(func=lambda a: cmd_explain_list(a) if a.list or not a.code else cmd_explain(a))
-    _add_kernel_log_commands(sub)
+    p.set_defaults(func=cmd_explain)
+    _add_kernel_log_commands(add)
 
     p = sub.add_parser(
         "srun",
@@ -248,7 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("srun_args", nargs=argparse.REMAINDER, metavar="SRUN_ARGS")
     p.set_defaults(func=cmd_srun)
-    p = sub.add_parser("job-env", help="print NODE_LIST, MASTER_ADDR, NNODES, NODE_RANK of the job")
+    p = add("job-env", help="print NODE_LIST, MASTER_ADDR, NNODES, NODE_RANK of the job")
     p.add_argument("--format", choices=("sh", "json"), default="sh", help="sh (for eval) or json")
     p.set_defaults(func=cmd_job_env)
     return parser
@@ -288,17 +308,14 @@ def cmd_inject_xid(args: argparse.Namespace) -> int:
     return inject.main(args)
 
 
-def _add_kernel_log_commands(sub: argparse._SubParsersAction) -> None:
+def _add_kernel_log_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
     """``hma logscan`` (hma.logscan) and ``hma inject xid`` (hma.inject)."""
-    import argparse
-
-    p = sub.add_parser("logscan", help="run the kernel-log rules over saved logs")
+    p = add("logscan", help="run the kernel-log rules over saved logs")
     p.add_argument("files", nargs="+", metavar="FILE", help="dmesg/syslog/kmsg files, - for stdin")
     p.add_argument("--json", action="store_true", help="print the JSON document")
     p.add_argument("--rules-dir", help="site rules folder (default: [sources.kernel_log])")
-    p.add_argument("--config", default=argparse.SUPPRESS, help=argparse.SUPPRESS)  # after FILEs
     p.set_defaults(func=cmd_logscan)
-    p = sub.add_parser("inject", help="write a test event (drains the node!)")
+    p = add("inject", help="write a test event (drains the node!)")
     isub = p.add_subparsers(dest="inject_command", metavar="KIND")
     isub.required = True
     p = isub.add_parser("xid", help="write an NVRM Xid line to /dev/kmsg (root)")
@@ -355,18 +372,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     quick = _status_fast_path(list(sys.argv[1:] if argv is None else argv))
     if quick is not None:
         return quick
-    import argparse
 
-    parser = build_parser()
-    # `--config` may also follow the subcommand (`hma check --config X`).
-    args, rest = parser.parse_known_args(argv)
-    if rest:
-        extra = argparse.ArgumentParser(add_help=False)
-        extra.add_argument("--config")
-        more, unknown = extra.parse_known_args(rest)
-        if unknown:
-            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
-        args.config = more.config or args.config
+    args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
     except KeyboardInterrupt:

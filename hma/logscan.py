@@ -71,7 +71,7 @@ def scan(paths: Sequence[str], rules: RuleSet) -> tuple[list[Hit], list[str]]:
                     hit.count += 1
                     hit.last, hit.last_where = line.rstrip()[:1000], where
         except (OSError, EOFError, gzip.BadGzipFile) as exc:
-            errors.append(f"{path}: {exc}")
+            errors.append(f"{path}: {getattr(exc, 'strerror', None) or exc}")  # path once
     return list(hits.values()), errors
 
 

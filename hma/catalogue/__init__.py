@@ -7,6 +7,7 @@ declared here and that every declared code is emitted somewhere.
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass, replace
 from importlib import resources
@@ -123,7 +124,7 @@ class Catalogue:
         return code in self._entries
 
     def __iter__(self) -> Any:
-        return iter(sorted(self._entries.values(), key=lambda e: e.code))
+        return iter(sorted(self._entries.values(), key=lambda e: natural_key(e.code)))
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -182,6 +183,59 @@ class Catalogue:
         if action is None or "action" in fields:
             action = entry.action
         return finding.with_(severity=severity, action=action)
+
+
+def natural_key(code: str) -> tuple[Any, ...]:
+    """Sort key that orders numbers by value: GPU_XID_13 before GPU_XID_109."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", code))
+
+
+def clears_text(entry: Entry) -> str:
+    """How an active fault of this code goes away, in words."""
+    return {
+        Clears.OBSERVATION: f"by itself after {entry.clear_after} consecutive good observations",
+        Clears.REBOOT: "when the node reboots (a new boot id)",
+        Clears.OPERATOR: f"when an operator runs `hma ack {entry.code}`",
+        Clears.WINDOW: f"by itself when it has not recurred for {entry.window_s:g} s",
+    }[entry.clears]
+
+
+def explain(entry: Entry) -> str:
+    """``hma explain CODE``: the entry in words, each line true for the code's default severity."""
+    if not entry.drains:
+        drains = "no"
+    elif entry.severity is Severity.CRITICAL:
+        drains = "yes"
+    else:
+        drains = (
+            f"not at its severity {entry.severity}; yes when a probe or rule reports it "
+            f"critical, or [codes.{entry.code}] overrides its severity"
+        )
+    onset = (
+        "on the first observation"
+        if entry.fatal
+        else f"after {entry.fail_after} consecutive bad observations"
+    )
+    return (
+        f"{entry.code}\n  {entry.summary}\n\n"
+        f"  severity:  {entry.severity}\n  action:    {entry.action}\n  drains:    {drains}\n"
+        f"  raised:    {onset}\n  clears:    {clears_text(entry)}\n\n"
+        f"  What to do: {entry.remedy}"
+    )
+
+
+def suggest(cat: Catalogue, text: str) -> list[str]:
+    """Codes the user may have meant by ``text`` (``79`` -> GPU_XID_79, ``MCE``, typos)."""
+    wanted = text.strip().upper()
+    codes = [e.code for e in cat]
+    found = [f"{family}_{wanted}" for family in FAMILIES if f"{family}_{wanted}" in cat]
+    if wanted.isdigit() and wanted.isascii():  # an Xid number
+        xid = f"GPU_XID_{int(wanted)}"
+        found.append(xid if xid in cat else "GPU_XID_OTHER")
+    if wanted:
+        found += [c for c in codes if wanted in c]
+    found += difflib.get_close_matches(wanted, codes, n=3, cutoff=0.6)
+    return list(dict.fromkeys(found))[:5]
 
 
 def load_builtin() -> Catalogue:

@@ -1,0 +1,129 @@
+"""The command line as a newcomer meets it: explain, ack, check's arguments, logscan errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from hma import catalogue, cli
+
+
+def run(capsys: Any, *argv: str) -> tuple[int, str, str]:
+    rc = cli.main(list(argv))
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_explain_says_only_true_things(capsys: Any) -> None:
+    rc, out, _ = run(capsys, "explain", "KERNEL_MCE_HW_ERROR")
+    assert rc == 0
+    assert "severity:  warning" in out and "drains:    yes" not in out
+    assert "drains:    not at its severity warning; yes when a probe or rule reports it" in out
+    _, out, _ = run(capsys, "explain", "GPU_XID_OTHER")
+    assert "severity:  warning" in out and "fatal" not in out
+    assert "raised:    on the first observation" in out
+    _, out, _ = run(capsys, "explain", "gpu_xid_79")
+    assert "drains:    yes" in out and "clears:    when the node reboots" in out
+
+
+def test_explain_without_code_prints_usage(capsys: Any) -> None:
+    rc, out, err = run(capsys, "explain")
+    assert rc == 2 and out == ""
+    assert err.startswith("usage: hma explain CODE") and "--list" in err
+
+
+@pytest.mark.parametrize(
+    "typed, meant",
+    [("79", "GPU_XID_79"), ("079", "GPU_XID_79"), ("9999", "GPU_XID_OTHER"), ("mce", "KERNEL_MCE")],
+)
+def test_explain_suggests_codes(capsys: Any, typed: str, meant: str) -> None:
+    rc, _, err = run(capsys, "explain", typed)
+    assert rc == 2 and f"unknown code {typed!r}; did you mean {meant}" in err
+
+
+def test_explain_list_sorts_numbers_by_value(capsys: Any) -> None:
+    rc, out, _ = run(capsys, "explain", "--list")
+    codes = [line.split()[0] for line in out.splitlines()]
+    assert rc == 0 and len(codes) == len(catalogue.load_builtin())
+    assert codes.index("GPU_XID_13") < codes.index("GPU_XID_109")
+    assert codes.index("GPU_XID_8") < codes.index("GPU_XID_13")
+
+
+def test_ack_of_a_code_that_clears_at_reboot_says_so(hma_env: Any, capsys: Any) -> None:
+    rc, _, err = run(capsys, "ack", "GPU_XID_79", "--config", str(hma_env.config))
+    assert rc == 2
+    assert err == (
+        "hma ack: GPU_XID_79 is not acknowledged by an operator: it clears when the node "
+        "reboots (a new boot id). Nothing to do.\n"
+    )
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv"
+)
+def test_ack_as_an_ordinary_user_needs_root() -> None:
+    res = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+        + [sys.executable, "-m", "hma", "ack", "HMA_STATE_RESET"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd="/",
+        env={**os.environ, "HMA_CONFIG": "/nonexistent/hma.toml"},
+    )
+    assert res.returncode == 77, res.stderr
+    assert (
+        res.stderr == "hma ack: needs root (it changes the agent's state store); run it with sudo\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["check", "--json", "--config", "X"],
+        ["check", "--config", "X", "--json"],
+        ["--config", "X", "check", "--json"],
+        ["check", "--config=X", "--json"],
+    ],
+)
+def test_check_takes_config_anywhere(argv: list[str]) -> None:
+    args = cli.build_parser().parse_args(argv)
+    assert args.config == "X" and args.json and args.probes == []
+
+
+def test_check_json_with_config_after_the_subcommand(hma_env: Any) -> None:
+    hma_env.write("[probes.system]\nfilesystems = []\n")
+    res = hma_env.hma("check", "--json", "--config", str(hma_env.config), env=dict(os.environ))
+    doc = json.loads(res.stdout)
+    assert doc["node"] == "testnode" and "system" in [p["name"] for p in doc["probes"]]
+
+
+def test_check_of_an_event_source_says_what_it_is(hma_env: Any, capsys: Any) -> None:
+    rc, _, err = run(capsys, "check", "kernel_log", "nosuch", "--config", str(hma_env.config))
+    assert rc == 3
+    assert "kernel_log is an event source, not a probe" in err and "hma logscan FILE" in err
+    assert "unknown probe 'nosuch' (probes: efa, efa_mesh, gpu" in err
+
+
+def test_check_help_lists_the_probes(hma_env: Any, capsys: Any) -> None:
+    hma_env.exec_probe("site_fans", "echo OK")
+    rc, out, _ = run(capsys, "--config", str(hma_env.config), "check", "--help")
+    assert rc == 0 and out.startswith("usage: hma check")
+    assert "probes installed here (PROBE):\n  efa " in out
+    assert "  system       filesystems, memory" in out
+    assert f"executable probes in {hma_env.probes_d}: site_fans" in out
+    assert "  kernel_log   NVRM Xid" in out
+
+
+def test_logscan_names_a_missing_file_once(capsys: Any, tmp_path: Any) -> None:
+    missing = tmp_path / "nonexistent"
+    rc, out, _ = run(capsys, "logscan", str(missing))
+    assert rc == 3
+    assert out.count(str(missing)) == 1 and "No such file or directory" in out
