@@ -159,7 +159,9 @@ def test_replace_command_hook_gets_environment_and_findings(
         assert data["env"]["HMA_REASON"] == REASON
         assert data["env"]["HMA_ACTION_ID"].startswith("ep1:replace")
         assert data["findings"]["findings"][0]["code"] == "GPU_XID_79"
-        assert not os.path.exists(data["env"]["HMA_FINDINGS_FILE"])  # removed afterwards
+        # The agent removes the file once the hook has exited, a moment after it wrote `out`.
+        findings_file = data["env"]["HMA_FINDINGS_FILE"]
+        wait(lambda: not os.path.exists(findings_file), what="findings file removed")
         assert fresh.node("node3")["reason"] == REASON  # drained, the hook does the rest
     finally:
         rem.close()
