@@ -11,6 +11,7 @@ only once it has exited. Either way at most one stuck worker exists per probe.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -100,6 +101,8 @@ class ProcessSlot:
 
     def _worker(self) -> subprocess.Popen:
         if self._proc is None or self._proc.poll() is not None:
+            if self._proc is not None:
+                _release(self._proc)  # a hung worker that has exited since
             self._proc = subprocess.Popen(  # noqa: S603 - argv list
                 [self.python, "-m", "hma.worker", self.probe.name],
                 stdin=subprocess.PIPE,
@@ -156,6 +159,7 @@ class ProcessSlot:
                 error=f"no result within {timeout:g} s; worker pid {proc.pid} survives SIGKILL",
                 hung=True,
             )
+        _release(proc)
         self._proc = None
         return Collected(
             RunStatus.TIMED_OUT, error=f"no result within {timeout:g} s (worker killed)"
@@ -169,7 +173,17 @@ class ProcessSlot:
                 self._proc.wait(2.0)
             except subprocess.TimeoutExpired:
                 return
+        if self._proc is not None:
+            _release(self._proc)
         self._proc = None
+
+
+def _release(proc: subprocess.Popen) -> None:
+    """Close the pipes of a worker that has exited (else each leaks two descriptors)."""
+    for stream in (proc.stdin, proc.stdout):
+        if stream is not None:
+            with contextlib.suppress(OSError):  # unflushed input to a dead worker
+                stream.close()
 
 
 def _readline(stream: Any, timeout: float) -> Optional[bytes]:
