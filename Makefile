@@ -21,12 +21,19 @@ unit: setup
 integration: setup
 	$(PY) -m pytest -q tests/integration
 
-# Unit tests under the oldest supported Pythons (RHEL 9 / Ubuntu 22.04 ship 3.9 / 3.10).
+# Unit tests under the oldest supported Pythons (RHEL 9 / Ubuntu 22.04 ship 3.9 / 3.10). A
+# missing interpreter fails the target (scripts/find-python says how to get one).
+COMPAT_PYTHONS := 3.9 3.10
+
 compat:
-	scripts/bootstrap .venv39 "$$(scripts/find-python 3.9)" test-min
-	scripts/bootstrap .venv310 "$$(scripts/find-python 3.10)" test-min
-	.venv39/bin/python -m pytest -q -p no:cacheprovider tests/unit
-	.venv310/bin/python -m pytest -q -p no:cacheprovider tests/unit
+	@missing=; for v in $(COMPAT_PYTHONS); do scripts/find-python $$v >/dev/null || missing+=" $$v"; done; \
+	  if [[ -n "$$missing" ]]; then echo "make compat: Python$$missing missing" >&2; exit 1; fi
+	for v in $(COMPAT_PYTHONS); do \
+	  scripts/bootstrap .venv$${v//./} "$$(scripts/find-python $$v)" test-min || exit 1; \
+	done
+	for v in $(COMPAT_PYTHONS); do \
+	  .venv$${v//./}/bin/python -m pytest -q -p no:cacheprovider tests/unit || exit 1; \
+	done
 
 test: setup lint
 	$(PY) -m pytest -q tests
