@@ -440,7 +440,7 @@ def job_env(client: SlurmClient, env: Optional[Mapping[str, str]] = None) -> dic
 def render_env(values: Mapping[str, Any], fmt: str) -> str:
     """``sh``: ``export KEY='value'`` lines for eval; ``json``: one object."""
     if fmt == "json":
-        return json.dumps(dict(values), indent=2)
+        return json.dumps(dict(values), indent=2, allow_nan=False)
     out = []
     for key, value in values.items():
         text = " ".join(value) if isinstance(value, list) else str(value)

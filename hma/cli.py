@@ -40,7 +40,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     doc = check.document(
         setup.node_name, runs, check.resolve(setup.load_findings(), setup.catalogue)
     )
-    print(json.dumps(doc, indent=2) if args.json else check.render_text(doc))
+    print(json.dumps(doc, indent=2, allow_nan=False) if args.json else check.render_text(doc))
     return check.exit_code(doc)
 
 
@@ -177,7 +177,7 @@ def cmd_fleet(args: argparse.Namespace) -> int:
     except SlurmError as exc:
         print(f"hma fleet: {exc}", file=sys.stderr)
         return 3
-    print(json.dumps(doc, indent=2) if args.json else fleet.render_text(doc))
+    print(json.dumps(doc, indent=2, allow_nan=False) if args.json else fleet.render_text(doc))
     return 0
 
 

@@ -551,7 +551,7 @@ class Daemon:
         try:
             self.status_path.parent.mkdir(parents=True, exist_ok=True)
             write_atomic(self.status_path, doc)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # ValueError: a non-finite number (never JSON)
             log.error("cannot write %s: %s", self.status_path, exc)
         for reporter in self.reporters:
             try:

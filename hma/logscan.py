@@ -143,5 +143,5 @@ def main(args: argparse.Namespace) -> int:
         )
     hits, errors = scan(args.files, rules)
     doc = document(hits, errors, catalogue)
-    print(json.dumps(doc, indent=2) if args.json else render_text(doc))
+    print(json.dumps(doc, indent=2, allow_nan=False) if args.json else render_text(doc))
     return int(Severity.parse(doc["severity"]))

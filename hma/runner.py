@@ -225,7 +225,8 @@ def _request(name: str, ctx: ProbeContext) -> dict[str, Any]:
 def encode_answer(collected: Collected) -> str:
     """One JSON line for the worker protocol."""
     return json.dumps(
-        {"status": str(collected.status), "snapshot": collected.snapshot, "error": collected.error}
+        {"status": str(collected.status), "snapshot": collected.snapshot, "error": collected.error},
+        allow_nan=False,  # NaN/Infinity are not JSON: the worker answers "snapshot not JSON"
     )
 
 

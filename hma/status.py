@@ -36,7 +36,7 @@ def write_atomic(path: Union[str, Path], doc: Mapping[str, Any]) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as stream:
-            json.dump(doc, stream, indent=2)
+            json.dump(doc, stream, indent=2, allow_nan=False)
             stream.write("\n")
             stream.flush()
             os.fsync(stream.fileno())
@@ -199,7 +199,11 @@ def _evidence(details: Mapping[str, Any], indent: str) -> list[str]:
     lines: list[str] = []
     for key in sorted(details):
         value = details[key]
-        text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+        text = (
+            value
+            if isinstance(value, str)
+            else json.dumps(value, sort_keys=True, default=str, allow_nan=False)
+        )
         text = _clean(text)
         if len(text) > _VALUE_CAP:
             text = text[:_VALUE_CAP] + f"... ({len(text)} characters)"
@@ -376,7 +380,7 @@ def main(config_file: Optional[str], as_json: bool) -> int:
     doc, problem = read(run_dir, boot_id=boot_id_of(config_file))
     if as_json:
         if doc is not None:
-            print(json.dumps(doc, indent=2))
+            print(json.dumps(doc, indent=2, allow_nan=False))
         if problem:
             print(f"hma status: {problem}", file=sys.stderr)
     else:

@@ -65,6 +65,16 @@ def test_write_atomic_failure_leaves_nothing(tmp_path: Path) -> None:
         status.write_atomic(tmp_path / "missing" / "status.json", {})
 
 
+@pytest.mark.parametrize("number", [float("inf"), float("nan")])
+def test_write_atomic_never_writes_non_json_numbers(tmp_path: Path, number: float) -> None:
+    path = status.status_path(tmp_path)
+    status.write_atomic(path, {"interval": 1.0})
+    with pytest.raises(ValueError):
+        status.write_atomic(path, {"interval": number})
+    assert json.loads(path.read_text()) == {"interval": 1.0}  # the previous document stays
+    assert os.listdir(tmp_path) == ["status.json"]
+
+
 def test_no_file_means_no_daemon(tmp_path: Path) -> None:
     doc, problem = status.read(tmp_path)
     assert doc is None
