@@ -173,7 +173,9 @@ def _fill(prefix: str, raw: Any, options: Mapping[str, Option], errors: list[str
     for key, opt in options.items():
         limit = values.get(opt.below) if opt.below else None
         if values[key] is not None and limit is not None and values[key] >= limit:
-            errors.append(f"{prefix}.{key}: must be below {opt.below} ({limit:g})")
+            errors.append(
+                f"{prefix}.{key}: must be below {opt.below} ({limit:g}), got {values[key]:g}"
+            )
     return values
 
 

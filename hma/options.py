@@ -76,8 +76,9 @@ def _bool(_o: Option, v: Any) -> Optional[str]:
 
 
 def _int(_o: Option, v: Any) -> Optional[str]:
-    ok = isinstance(v, int) and not isinstance(v, bool)
-    return None if ok else f"expected an integer, got {_show(v)}"
+    if not isinstance(v, int) or isinstance(v, bool):
+        return f"expected an integer, got {_show(v)}"
+    return None if -(2**63) <= v < 2**63 else "must fit in 64 bits (TOML's integer range)"
 
 
 def _float(_o: Option, v: Any) -> Optional[str]:

@@ -76,6 +76,10 @@ def errors_of(raw: dict) -> list[str]:
         ({"probes": {"system": {"timeout": 1e300}}}, "probes.system.timeout: must be <= 86400"),
         ({"probes": {"efa_mesh": {"base_port": 70000}}}, "probes.efa_mesh.base_port: must be <="),
         (
+            {"codes": {"SYS_FS_FULL": {"fail_after": 2**64}}},
+            "codes.SYS_FS_FULL.fail_after: must fit",
+        ),
+        (
             {"recovery": {"max_drained_percent": 200}},
             "recovery.max_drained_percent: must be <= 100",
         ),
