@@ -175,6 +175,8 @@ class Fabric:
                 proc.wait(5)
             except subprocess.TimeoutExpired:
                 pass
+            if proc.stdout is not None:
+                proc.stdout.close()
         for ns in reversed(self.namespaces):
             _delete(ns)
         self.namespaces = []

@@ -82,8 +82,14 @@ class Agent:
                 self.proc.kill()
                 self.proc.wait()
             self.pump(0.2)
-            self.sock.close()
+            self.close()
         return rc
+
+    def close(self) -> None:
+        """Release the output pipe and the notify socket (idempotent)."""
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        self.sock.close()
 
 
 @pytest.fixture
@@ -101,6 +107,7 @@ def agent_factory(hma_env: Env) -> Iterator[Callable[..., Agent]]:
     for agent in started:
         if agent.proc.poll() is None:
             agent.stop(signal.SIGKILL)
+        agent.close()
 
 
 @pytest.mark.timeout(STUCK_SECONDS + 60)
