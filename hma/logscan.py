@@ -59,6 +59,8 @@ def scan(paths: Sequence[str], rules: RuleSet) -> tuple[list[Hit], list[str]]:
         try:
             for lineno, line in enumerate(_lines(path), 1):
                 fmt, message = saved_line(line)
+                if message is None:  # written by user space: no kernel message
+                    continue
                 where = f"{path}:{lineno}"
                 found = matcher.feed(message, 0.0, {"file": path, "lineno": lineno, "format": fmt})
                 if found is None:

@@ -211,3 +211,43 @@ def read_back(ns: str, *matches: str, count: int = 1, timeout: float = 30) -> li
 def journald_usable() -> bool:
     """Root, systemd-journald and journalctl present."""
     return os.geteuid() == 0 and os.access(JOURNALD, os.X_OK) and bool(shutil.which("journalctl"))
+
+
+# --- an ordinary (non-root) user, for tests of what such a user can and cannot do ----------------
+
+
+class User:
+    """A system user created for one test: name, uid, gid, and ``argv`` to run a command as it."""
+
+    def __init__(self, name: str) -> None:
+        import pwd
+
+        entry = pwd.getpwnam(name)
+        self.name, self.uid, self.gid = name, entry.pw_uid, entry.pw_gid
+
+    def argv(self, *command: str) -> list[str]:
+        """``command`` run as this user (no supplementary groups)."""
+        ids = ["--reuid", str(self.uid), "--regid", str(self.gid), "--clear-groups"]
+        return ["setpriv", *ids, "--", *command]
+
+
+def users_usable() -> bool:
+    """Root with useradd, userdel and setpriv."""
+    return os.geteuid() == 0 and all(shutil.which(t) for t in ("useradd", "userdel", "setpriv"))
+
+
+@pytest.fixture
+def ordinary_user() -> Iterator[User]:
+    """A fresh user without a home or login shell, deleted after the test."""
+    name = f"hmau{os.getpid() % 100000}"
+    subprocess.run(["userdel", name], capture_output=True, timeout=30, check=False)  # leftover
+    subprocess.run(
+        ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+        check=True,
+        capture_output=True,
+        timeout=30,
+    )
+    try:
+        yield User(name)
+    finally:
+        subprocess.run(["userdel", name], capture_output=True, timeout=30, check=False)
