@@ -1,0 +1,124 @@
+"""A full disk does not blind the agent: ``state_dir`` on a small tmpfs that is filled while
+``hma run`` works; an Xid injected through the /dev/kmsg stand-in still drains the node in the
+real (loopback) Slurm, ``HMA_STATE_WRITE_FAILED`` names the path, and once space is freed the
+finding clears by itself and the database file holds the fault, its history and the drain."""
+
+from __future__ import annotations
+
+import errno
+import os
+import sqlite3
+import stat
+import subprocess
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from tests.simnode import SimNode
+from tests.slurmcluster import SlurmCluster, available
+from tests.standin import nvmlstub
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+NODE = "node2"
+TIMEOUT = 60.0
+
+
+@pytest.fixture
+def node() -> Iterator[SimNode]:
+    why = available()
+    if why:
+        pytest.skip(why)
+    if nvmlstub.compiler() is None:
+        pytest.skip("no C compiler (cc) for the stand-in NVML library")
+    cluster = SlurmCluster(3)
+    sim = None
+    mounted = None
+    try:
+        cluster.start()
+        sim = SimNode(cluster, NODE).build()
+        state = sim.base / f"state-{NODE}"
+        state.mkdir(mode=0o700)
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=2m,mode=0700", "hma-test-state", str(state)],
+            check=True,
+            capture_output=True,
+            timeout=30,
+        )
+        mounted = state
+        yield sim
+    finally:
+        if sim is not None:
+            sim.close()
+        if mounted is not None:
+            subprocess.run(["umount", str(mounted)], capture_output=True, timeout=30, check=False)
+        cluster.stop()
+
+
+def fill(folder: Path) -> Path:
+    """Write zeros into ``folder/filler`` until the filesystem is full."""
+    filler = folder / "filler"
+    block = b"\0" * 65536
+    with open(filler, "wb", buffering=0) as out:
+        try:
+            while True:
+                out.write(block)
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC
+    return filler
+
+
+def active(sim: SimNode, code: str) -> list[dict[str, Any]]:
+    return [f for f in sim.faults() if f["code"] == code]
+
+
+def test_full_state_dir_still_drains_and_recovers_when_space_returns(node: SimNode) -> None:
+    sim, cluster = node, node.cluster
+    state_dir = sim.base / f"state-{NODE}"
+    db = state_dir / "state.db"
+    sim.start_agent()
+    sim.wait(sim.healthy, TIMEOUT, "a first healthy verdict")
+    filler = fill(state_dir)
+
+    sim.wait(lambda: active(sim, "HMA_STATE_WRITE_FAILED"), TIMEOUT, "HMA_STATE_WRITE_FAILED")
+    (finding,) = active(sim, "HMA_STATE_WRITE_FAILED")
+    assert finding["component"] == f"agent:{db}"
+    assert str(db) in finding["message"] and "full" in finding["message"]
+    assert finding["severity"] == "warning" and finding["action"] == "none"
+
+    res = sim.hma(
+        "inject", "xid", "--gpu", sim.gpu_pci(0), "--xid", "79", "--yes-really-drain",
+        "--kmsg", str(sim.dev_kmsg),
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    sim.wait(lambda: active(sim, "GPU_XID_79"), TIMEOUT, "GPU_XID_79 in status.json")
+    sim.wait(
+        lambda: cluster.node(NODE)["reason"].startswith("HMA: GPU_XID_79")
+        and ("drain", "done") in sim.actions(),
+        TIMEOUT,
+        f"{NODE} drained by hma while its state_dir is full",
+    )
+    assert active(sim, "HMA_STATE_WRITE_FAILED")  # still full: the drain did not wait on it
+
+    filler.unlink()
+    sim.wait(
+        lambda: not active(sim, "HMA_STATE_WRITE_FAILED"), TIMEOUT, "HMA_STATE_WRITE_FAILED clear"
+    )
+    assert sim.agent is not None and sim.agent.poll() is None
+    log = sim.log.read_text()
+    assert f"cannot write {db}: OperationalError: database or disk is full" in log
+    assert f"{db} is written again" in log and "Traceback" not in log
+
+    # the file holds what happened while the disk was full (read beside the running agent)
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        faults = {r[0] for r in conn.execute("SELECT code FROM faults")}
+        raised = {r[0] for r in conn.execute("SELECT code FROM history WHERE kind = 'raised'")}
+        kinds = [tuple(r) for r in conn.execute("SELECT kind, state FROM actions ORDER BY id")]
+    finally:
+        conn.close()
+    assert "GPU_XID_79" in faults and {"GPU_XID_79", "HMA_STATE_WRITE_FAILED"} <= raised
+    assert ("drain", "done") in kinds
+    for suffix in ("", "-wal", "-shm"):
+        assert stat.S_IMODE(os.stat(f"{db}{suffix}").st_mode) == 0o600
