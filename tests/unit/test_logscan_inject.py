@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import io
 import json
 import os
 from pathlib import Path
@@ -11,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from hma import cli, inject
+from hma import logscan as logscan_mod
+from hma.rules import RuleSet, compile_rule
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "kernel-log"
 
@@ -143,6 +146,96 @@ def test_logscan_site_rules_from_rules_dir(
     rc, doc = logscan(capsys, config, "--rules-dir", str(site), str(log))
     assert rc == 1 and codes(doc) == [("SITE_OOM_KILL", "node", "warning")]
     assert doc["findings"][0]["details"]["pid"] == "4242"
+
+
+XID_LINE = "[ 9.0] NVRM: Xid (PCI:0000:01:00): 79, pid='<unknown>', name=<unknown>, off the bus"
+FALLEN = [
+    "[ 9.1] NVRM: The NVIDIA GPU 0000:b3:00.0",
+    "[ 9.1] NVRM: (PCI ID: 10de:26b5) installed in this system has",
+    "[ 9.1] NVRM: fallen off the bus and is not responding to commands.",
+]
+
+
+@pytest.mark.parametrize("block", [64, 97, 4096, logscan_mod.BLOCK])
+def test_streamed_blocks_keep_line_numbers_and_multi_line_context(
+    monkeypatch: pytest.MonkeyPatch, block: int
+) -> None:
+    """Whatever the block size, line numbers and the three-line rule (its PCI id two lines up,
+    possibly in an earlier block) come out as if read line by line."""
+    monkeypatch.setattr(logscan_mod, "BLOCK", block)
+    noise = [f"[ 1.{i}] eth0: renamed from veth{i}" for i in range(40)]
+    text = "\n".join([*noise, XID_LINE, *noise[:7], *FALLEN, *noise[:3], XID_LINE]) + "\n"
+    stream = io.BytesIO(text.encode())
+    hits: dict = {}
+    one = logscan_mod._Scan("mem", RuleSet.load(None), hits)
+    for chunk in logscan_mod.blocks(stream):
+        assert chunk.endswith(b"\n")
+        one.block(chunk)
+    got = {h.finding.code: h for h in hits.values()}
+    assert got["GPU_XID_79"].finding.details["lineno"] == 41 and got["GPU_XID_79"].count == 2
+    assert got["GPU_XID_79"].last_where == "mem:55"
+    fallen = got["GPU_FALLEN_OFF_BUS"].finding
+    assert fallen.component == "gpu:0000:b3:00" and fallen.details["lineno"] == 51
+    assert one.lineno == 55
+
+
+def test_over_long_lines_are_cut_and_counted_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(logscan_mod, "BLOCK", 4096)
+    monkeypatch.setattr(logscan_mod, "MAX_LINE", 1000)
+    data = b"x" * 50_000 + b"NVRM: Xid (PCI:0000:02:00): 79, hidden\n" + XID_LINE.encode()
+    out = list(logscan_mod.blocks(io.BytesIO(data)))  # no newline at the end: still a line
+    assert max(len(b) for b in out) <= 4096 + 1000 + 1
+    assert b"".join(out) == b"x" * 1000 + b"\n" + XID_LINE.encode() + b"\n"
+
+
+def test_gzip_of_newlines_is_streamed(
+    capsys: pytest.CaptureFixture[str], config: str, tmp_path: Path
+) -> None:
+    packed = tmp_path / "nl.gz"
+    with gzip.open(packed, "wb", compresslevel=1) as out:
+        for _ in range(16):
+            out.write(b"\n" * (1 << 20))
+        out.write(XID_LINE.encode() + b"\n")
+    rc, doc = logscan(capsys, config, str(packed))
+    assert rc == 2 and doc["findings"][0]["details"]["lineno"] == 16 * (1 << 20) + 1
+
+
+def test_a_rule_without_a_literal_turns_the_prefilter_off(
+    capsys: pytest.CaptureFixture[str], config: str, tmp_path: Path
+) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "x.toml").write_text(
+        '[[rules]]\nname = "any"\npattern = "(?:ab|cd)[0-9]{3}z"\ncode = "SITE_X"\n\n'
+        '[codes.SITE_X]\nsummary = "x"\nremedy = "x"\nseverity = "warning"\naction = "none"\n'
+        'clears = "observation"\n'
+    )
+    rules = RuleSet.load(str(site))
+    assert rules.needles is None
+    log = tmp_path / "x.log"
+    log.write_text("[ 1.0] eth0 up\n[ 1.1] cd123z\n" + XID_LINE + "\n")
+    rc, doc = logscan(capsys, config, "--rules-dir", str(site), str(log))
+    assert codes(doc) == [
+        ("SITE_X", "node", "warning"),
+        ("GPU_XID_79", "gpu:0000:01:00", "critical"),
+    ]
+
+
+def test_needles_are_derived_from_a_rule_without_them() -> None:
+    rule = compile_rule(
+        {"name": "c", "pattern": r"mlx5_core (?P<pci>\S+): Cable unplugged", "code": "SITE_C"}, "t"
+    )
+    assert rule.needles == (": Cable unplugged",)
+    loose = compile_rule({"name": "d", "pattern": "(?i)cable unplugged", "code": "SITE_D"}, "t")
+    assert loose.needles == ()  # case-insensitive: no literal to rely on
+
+
+def test_prefilter_and_context_of_the_matcher() -> None:
+    matcher = RuleSet.load(None).matcher("t")
+    assert matcher.feed("NVRM: GPU at PCI:0000:3b:00: GPU-5e4c0b1a") is None
+    matcher.context([f.split("] ", 1)[1] for f in FALLEN[:2]])
+    found = matcher.feed(FALLEN[2].split("] ", 1)[1])
+    assert found is not None and found.component == "gpu:0000:b3:00"
 
 
 def _args(**kw: object) -> argparse.Namespace:
