@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Iterator, Optional
@@ -24,12 +25,13 @@ PLUGINS = ROOT / "tests" / "plugins"
 class Env:
     """An isolated agent installation: config, state and run folders under tmp_path."""
 
-    def __init__(self, base: Path) -> None:
+    def __init__(self, base: Path, trusted: Optional[Path] = None) -> None:
         self.base = base
         self.config = base / "hma.toml"
         self.state = base / "state"
         self.run = base / "run"
-        self.probes_d = base / "probes.d"
+        # executable probes run only from a path root alone can change (not under /tmp)
+        self.probes_d = (trusted or base) / "probes.d"
         self.probes_d.mkdir()
         os.chmod(self.probes_d, 0o755)
         os.chmod(base, 0o755)
@@ -79,10 +81,22 @@ class Env:
         return path
 
 
+TRUSTED_ROOT = "/run"  # root-owned and writable by root alone, unlike /tmp
+
+
 @pytest.fixture
-def hma_env(tmp_path: Path) -> Env:
-    """An isolated agent installation."""
-    return Env(tmp_path)
+def hma_env(tmp_path: Path) -> Iterator[Env]:
+    """An isolated agent installation; as root its probes.d lies in a folder under /run (removed
+    after the test), whose every component is root's: executable probes run only from there."""
+    trusted = None
+    if os.geteuid() == 0:
+        trusted = Path(tempfile.mkdtemp(prefix="hma-test-", dir=TRUSTED_ROOT))
+        os.chmod(trusted, 0o755)
+    try:
+        yield Env(tmp_path, trusted)
+    finally:
+        if trusted is not None:
+            shutil.rmtree(trusted, ignore_errors=True)
 
 
 # --- a private, namespaced systemd-journald for the whole session -------------------------------
