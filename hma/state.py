@@ -11,7 +11,9 @@ The daemon's store works from memory (``memory=True``): reads and writes go to a
 loaded at start, and every write transaction is then replayed on the file at once. When the file
 cannot be written (full disk, I/O error) nothing the agent does waits or fails: the writes queue,
 ``write_error`` names the path and the error, ``flush()`` retries with backoff (1 s doubling to
-60 s), and once a retry succeeds the file holds everything again. Past ``MAX_PENDING`` queued
+60 s), and once a retry succeeds the file holds everything again. When the file cannot even be
+opened at start (it needs to create its -wal and -shm), the memory copy is read from it without
+writing and the file is opened by a later retry. Past ``MAX_PENDING`` queued
 bytes of queued statements the queue is dropped and the whole memory copy is written back
 instead.
 """
@@ -19,12 +21,14 @@ instead.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import sqlite3
 import stat
 import threading
 import time
+import urllib.parse
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
@@ -105,24 +109,48 @@ class Store:
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as exc:
             raise StateError(f"{self.path.parent}: {exc.strerror}") from None
+        self.memory = memory
+        self._disk: Optional[sqlite3.Connection] = None  # None: the file could not be opened
         try:
             self._disk = self._open()
-        except sqlite3.OperationalError:
-            raise  # full disk, I/O error, locked: the file may be fine, never move it aside
+        except sqlite3.OperationalError as exc:
+            # full disk, I/O error, locked: the file may be fine, never move it aside
+            if not memory:
+                raise
+            self._conn = self._read_only()
+            self.write_error, self._resync = f"{type(exc).__name__}: {exc}", True
+            self._retry_at = self._clock() + self._retry_s
+            return
         except sqlite3.DatabaseError as exc:
             self.reset_reason = f"{type(exc).__name__}: {exc}"
             self._move_aside()
             self._disk = self._open()
         self._conn = self._disk
-        self.memory = memory
         if memory:
             self._conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
             self._disk.backup(self._conn)
+
+    def _read_only(self) -> sqlite3.Connection:
+        """A memory copy of what the file holds, read without writing anything (``immutable``:
+        no -wal or -shm; what a crash left in the -wal only is not seen), else an empty one."""
+        mem = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+        try:
+            uri = f"file:{urllib.parse.quote(str(self.path))}?immutable=1"
+            with contextlib.closing(sqlite3.connect(uri, uri=True)) as src:
+                src.execute("PRAGMA quick_check").fetchone()
+                src.backup(mem)
+        except sqlite3.Error:
+            mem.close()
+            mem = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+        self._migrate(mem)
+        return mem
 
     def _open(self) -> sqlite3.Connection:
         try:
             _private(self.path, create=True)
         except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS):
+                raise sqlite3.OperationalError(f"{self.path}: {exc.strerror}") from None
             raise StateError(f"{self.path}: {exc.strerror}") from None
         conn = sqlite3.connect(
             str(self.path), timeout=10, check_same_thread=False, isolation_level=None
@@ -174,7 +202,8 @@ class Store:
             if self.memory:
                 self.flush(force=True)
                 self._conn.close()
-            self._disk.close()
+            if self._disk is not None:
+                self._disk.close()
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Any]:
@@ -217,9 +246,9 @@ class Store:
                     self._write_back()
                 else:
                     self._replay()
-            except (sqlite3.Error, OSError) as exc:
+            except (sqlite3.Error, StateError, OSError) as exc:
                 with contextlib.suppress(sqlite3.Error):
-                    if self._disk.in_transaction:
+                    if self._disk is not None and self._disk.in_transaction:
                         self._disk.execute("ROLLBACK")
                 self.write_error = f"{type(exc).__name__}: {exc}"
                 self._retry_at = now + self._retry_s
@@ -231,21 +260,29 @@ class Store:
             self._retry_at = 0.0
             return True
 
+    def _file(self) -> sqlite3.Connection:
+        """The file's connection, opened now if it could not be at start."""
+        if self._disk is None:
+            self._disk = self._open()
+        return self._disk
+
     def _replay(self) -> None:
-        self._disk.execute("BEGIN IMMEDIATE")
+        disk = self._file()
+        disk.execute("BEGIN IMMEDIATE")
         for sql, params in self._pending:
-            self._disk.execute(sql, params)
-        self._disk.execute("COMMIT")
+            disk.execute(sql, params)
+        disk.execute("COMMIT")
 
     def _write_back(self) -> None:
         """The whole memory copy to the file, keeping the requests other processes wrote."""
-        rows = self._disk.execute("SELECT id, ts, kind, payload, who, done FROM requests")
+        disk = self._file()
+        rows = disk.execute("SELECT id, ts, kind, payload, who, done FROM requests")
         requests = rows.fetchall()
         self._conn.execute("BEGIN IMMEDIATE")
         self._conn.execute("DELETE FROM requests")
         self._conn.executemany("INSERT INTO requests VALUES (?, ?, ?, ?, ?, ?)", requests)
         self._conn.execute("COMMIT")
-        self._conn.backup(self._disk)
+        self._conn.backup(disk)
 
     # --- key/value ------------------------------------------------------------------------------
 
@@ -357,6 +394,8 @@ class Store:
         """Pending requests, marked done. Other processes (``hma ack``) write them to the file,
         so they are read there; one that cannot be marked done in the file is still taken once."""
         with self._lock:
+            if self._disk is None:
+                return []  # the file could not be opened yet: taken once it can
             rows = self._disk.execute(
                 "SELECT id, ts, kind, payload, who FROM requests WHERE done IS NULL ORDER BY id"
             ).fetchall()

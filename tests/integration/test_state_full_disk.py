@@ -15,6 +15,7 @@ from typing import Any, Iterator
 
 import pytest
 
+from hma.state import Store
 from tests.simnode import SimNode
 from tests.slurmcluster import SlurmCluster, available
 from tests.standin import nvmlstub
@@ -54,6 +55,25 @@ def node() -> Iterator[SimNode]:
         if mounted is not None:
             subprocess.run(["umount", str(mounted)], capture_output=True, timeout=30, check=False)
         cluster.stop()
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
+    """A 1 MiB tmpfs, unmounted after the test."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    folder = tmp_path / "small"
+    folder.mkdir()
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "hma-test-small", str(folder)],
+        check=True,
+        capture_output=True,
+        timeout=30,
+    )
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], capture_output=True, timeout=30, check=False)
 
 
 def fill(folder: Path) -> Path:
@@ -122,3 +142,29 @@ def test_full_state_dir_still_drains_and_recovers_when_space_returns(node: SimNo
     assert ("drain", "done") in kinds
     for suffix in ("", "-wal", "-shm"):
         assert stat.S_IMODE(os.stat(f"{db}{suffix}").st_mode) == 0o600
+
+
+def test_the_daemon_store_starts_on_a_full_disk_and_writes_everything_later(
+    small_tmpfs: Path,
+) -> None:
+    path = small_tmpfs / "state.db"
+    before = Store(str(path), memory=True)
+    before.kv_set("cursor", {"seq": 41})
+    before.close()  # a clean stop: no -wal or -shm left; opening needs to create them
+    filler = fill(small_tmpfs)
+    clock = [0.0]
+    store = Store(str(path), memory=True, clock=lambda: clock[0])
+    assert store.write_error.startswith("OperationalError")
+    assert store.kv_get("cursor") == {"seq": 41}  # read without writing
+    store.kv_set("cursor", {"seq": 42})
+    store.add_history(1.0, "raised", "GPU_XID_79", "gpu:0000:01:00", "critical", "m")
+    clock[0] = 100.0
+    assert store.flush() is False and store.write_error  # still full
+    filler.unlink()
+    clock[0] = 200.0
+    assert store.flush() is True and store.write_error == ""
+    store.close()
+    after = Store(str(path))
+    assert after.kv_get("cursor") == {"seq": 42} and after.history(1)[0]["code"] == "GPU_XID_79"
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    after.close()
