@@ -9,13 +9,13 @@ database is moved aside, a fresh one created and ``reset`` set, so that the daem
 
 The daemon's store works from memory (``memory=True``): reads and writes go to an in-memory copy
 loaded at start, and every write transaction is then replayed on the file at once. When the file
-cannot be written (full disk, I/O error) nothing the agent does waits or fails: the writes queue,
-``write_error`` names the path and the error, ``flush()`` retries with backoff (1 s doubling to
-60 s), and once a retry succeeds the file holds everything again. When the file cannot even be
-opened at start (it needs to create its -wal and -shm), the memory copy is read from it without
-writing and the file is opened by a later retry. Past ``MAX_PENDING`` queued
-bytes of queued statements the queue is dropped and the whole memory copy is written back
-instead.
+cannot be written (full disk, I/O error, another process's lock held past 0.5 s) nothing the
+agent does fails: the writes queue, ``write_error`` names the path and the error, ``flush()``
+retries with backoff (1 s doubling to 60 s) and until a retry is due no transaction touches the
+file; once a retry succeeds the file holds everything again. When the file cannot even be opened
+at start (it needs to create its -wal and -shm), the memory copy is read from it without writing
+and the file is opened by a later retry. Past ``MAX_PENDING`` bytes of queued statements the queue
+is dropped and the whole memory copy is written back instead.
 """
 
 from __future__ import annotations
@@ -69,6 +69,7 @@ FILE_MODE = 0o600
 SUFFIXES = ("", "-wal", "-shm")  # SQLite creates -wal/-shm with the database file's mode
 MAX_PENDING = 8 << 20  # bytes of queued statements; beyond, the whole memory copy is written back
 RETRY_MIN_S, RETRY_MAX_S = 1.0, 60.0
+LOCKED_WAIT_S = 0.5
 Statement = tuple[str, tuple[Any, ...]]
 
 
@@ -152,8 +153,11 @@ class Store:
             if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS):
                 raise sqlite3.OperationalError(f"{self.path}: {exc.strerror}") from None
             raise StateError(f"{self.path}: {exc.strerror}") from None
+        # memory mode: another process's write lock (`hma ack`) is waited for briefly, then the
+        # writes stay queued for the next retry
+        timeout = LOCKED_WAIT_S if self.memory else 10.0
         conn = sqlite3.connect(
-            str(self.path), timeout=10, check_same_thread=False, isolation_level=None
+            str(self.path), timeout=timeout, check_same_thread=False, isolation_level=None
         )
         try:
             conn.execute("PRAGMA journal_mode=WAL")
