@@ -30,6 +30,14 @@ def logscan(capsys: pytest.CaptureFixture[str], config: str, *argv: str) -> tupl
     return rc, json.loads(capsys.readouterr().out)
 
 
+def site_rules(tmp_path: Path, text: str) -> Path:
+    """A rules folder with one site rule file."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "x.toml").write_text(text)
+    return site
+
+
 def codes(doc: dict) -> list[tuple[str, str, str]]:
     return [(f["code"], f["component"], f["severity"]) for f in doc["findings"]]
 
@@ -133,13 +141,12 @@ def test_logscan_unreadable_file_is_unknown(
 def test_logscan_site_rules_from_rules_dir(
     capsys: pytest.CaptureFixture[str], config: str, tmp_path: Path
 ) -> None:
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "x.toml").write_text(
+    site = site_rules(
+        tmp_path,
         '[[rules]]\nname = "oom"\npattern = "Out of memory: Killed process (?P<pid>\\\\d+)"\n'
         'code = "SITE_OOM_KILL"\n\n[codes.SITE_OOM_KILL]\nsummary = "OOM kill"\n'
         'remedy = "Look at the job."\nseverity = "warning"\naction = "none"\n'
-        'clears = "window"\nwindow_s = 600.0\n'
+        'clears = "window"\nwindow_s = 600.0\n',
     )
     log = tmp_path / "oom.log"
     log.write_text("[ 5.5] Out of memory: Killed process 4242 (python3)\n")
@@ -203,13 +210,9 @@ def test_gzip_of_newlines_is_streamed(
 def test_a_rule_without_a_literal_turns_the_prefilter_off(
     capsys: pytest.CaptureFixture[str], config: str, tmp_path: Path
 ) -> None:
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "x.toml").write_text(
-        '[[rules]]\nname = "any"\npattern = "(?:ab|cd)[0-9]{3}z"\ncode = "SITE_X"\n\n'
-        '[codes.SITE_X]\nsummary = "x"\nremedy = "x"\nseverity = "warning"\naction = "none"\n'
-        'clears = "observation"\n'
-    )
+    rule = '[[rules]]\nname = "any"\npattern = "(?:ab|cd)[0-9]{3}z"\ncode = "SITE_X"\n'
+    code = 'summary = "x"\nremedy = "x"\nseverity = "warning"\naction = "none"\n'
+    site = site_rules(tmp_path, f"{rule}\n[codes.SITE_X]\n{code}clears = 'observation'\n")
     rules = RuleSet.load(str(site))
     assert rules.needles is None
     log = tmp_path / "x.log"
