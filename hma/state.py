@@ -398,21 +398,25 @@ class Store:
         """Pending requests, marked done. Other processes (``hma ack``) write them to the file,
         so they are read there; one that cannot be marked done in the file is still taken once."""
         with self._lock:
-            if self._disk is None:
+            disk = self._disk
+            if disk is None:
                 return []  # the file could not be opened yet: taken once it can
-            rows = self._disk.execute(
-                "SELECT id, ts, kind, payload, who FROM requests WHERE done IS NULL ORDER BY id"
-            ).fetchall()
+            try:
+                rows = disk.execute(
+                    "SELECT id, ts, kind, payload, who FROM requests WHERE done IS NULL ORDER BY id"
+                ).fetchall()
+            except sqlite3.Error:
+                return []  # unreadable now: taken with a later request
             rows = [r for r in rows if r[0] not in self._taken]
             self._taken.update(r[0] for r in rows)
             try:
-                self._disk.execute("BEGIN IMMEDIATE")
-                self._disk.execute("UPDATE requests SET done = ? WHERE done IS NULL", (now,))
-                self._disk.execute("COMMIT")
+                disk.execute("BEGIN IMMEDIATE")
+                disk.execute("UPDATE requests SET done = ? WHERE done IS NULL", (now,))
+                disk.execute("COMMIT")
                 self._taken.clear()
             except sqlite3.Error:  # tried again with the next request; write_error comes from
                 with contextlib.suppress(sqlite3.Error):  # the store's own writes
-                    self._disk.execute("ROLLBACK")
+                    disk.execute("ROLLBACK")
         return [
             {"id": r[0], "ts": r[1], "kind": r[2], "payload": json.loads(r[3]), "who": r[4]}
             for r in rows
