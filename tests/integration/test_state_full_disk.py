@@ -1,19 +1,23 @@
 """A full disk does not blind the agent: ``state_dir`` on a small tmpfs that is filled while
 ``hma run`` works; an Xid injected through the /dev/kmsg stand-in still drains the node in the
 real (loopback) Slurm, ``HMA_STATE_WRITE_FAILED`` names the path, and once space is freed the
-finding clears by itself and the database file holds the fault, its history and the drain."""
+finding clears by itself and the database file holds the fault, its history and the drain. Also:
+the store starts on a full disk, and the finding is a journald alert naming the path and error."""
 
 from __future__ import annotations
 
 import errno
 import os
+import signal
 import sqlite3
 import stat
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+from conftest import Env, journald_usable, read_back
 
 from hma.state import Store
 from tests.simnode import SimNode
@@ -168,3 +172,35 @@ def test_the_daemon_store_starts_on_a_full_disk_and_writes_everything_later(
     assert after.kv_get("cursor") == {"seq": 42} and after.history(1)[0]["code"] == "GPU_XID_79"
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     after.close()
+
+
+@pytest.mark.skipif(not journald_usable(), reason="needs root, systemd-journald, journalctl")
+def test_write_failure_is_a_journald_alert_naming_path_and_error(
+    hma_env: Env, journald: tuple[str, str], small_tmpfs: Path
+) -> None:
+    ns, sock = journald
+    hma_env.state = small_tmpfs
+    hma_env.exec_probe("fan", 'echo "fans ok"\nexit 0')
+    hma_env.write(
+        "[probes.fan]\ninterval = 0.5\n[probes.system]\nenabled = false\n"
+        f'[reporters.journald]\nsocket = "{sock}"\n'
+    )
+    db = small_tmpfs / "state.db"
+    with open(hma_env.base / "daemon.log", "w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "hma", "run"], env=hma_env.env(), stdout=log, stderr=log
+        )
+    try:
+        assert read_back(ns, "HMA_KIND=agent", timeout=30), "the agent did not start"
+        filler = fill(small_tmpfs)
+        (raised,) = read_back(ns, "HMA_CODE=HMA_STATE_WRITE_FAILED", "HMA_KIND=raised")
+        assert raised["HMA_COMPONENT"] == f"agent:{db}"
+        assert f"cannot write {db}: OperationalError: database or disk is full" in raised["MESSAGE"]
+        filler.unlink()
+        cleared = read_back(ns, "HMA_CODE=HMA_STATE_WRITE_FAILED", "HMA_KIND=cleared")
+        assert cleared and proc.poll() is None
+        assert "HMA_STATE_WRITE_FAILED" not in hma_env.hma("status").stdout
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+    assert "Traceback" not in (hma_env.base / "daemon.log").read_text()
