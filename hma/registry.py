@@ -95,7 +95,8 @@ def unsafe_reason(path: Path) -> Optional[str]:
     directory from / down, every symlink on the way (and every component of what it points to)
     and the file itself must be owned by root, and none but a symlink writable by group or
     others. Otherwise someone but root could choose which program hma runs as root."""
-    pending = list(Path(os.path.abspath(path)).parts[1:])
+    # ".." is resolved on the way, after the links before it (abspath would drop it lexically)
+    pending = [part for part in os.path.join(os.getcwd(), path).split("/") if part]
     current = "/"
     try:
         reason = _untrusted(current, os.lstat(current))

@@ -184,3 +184,18 @@ def test_symlink_loops_and_dangling_links_are_refused(hma_env) -> None:  # type:
     gone = hma_env.probes_d / "gone"
     gone.symlink_to("nowhere")
     assert "No such file or directory" in str(unsafe_reason(gone))
+
+
+def test_dot_dot_is_resolved_after_the_link_before_it(hma_env) -> None:  # type: ignore[no-untyped-def]
+    # /trusted/user-link/../probes.d: lexically the trusted probes.d, for the kernel the folder
+    # next to what the link points at
+    root = hma_env.probes_d.parent
+    hma_env.exec_probe("site", "exit 0")  # what a lexical reading would check, and accept
+    user = _user_folder(root)
+    (user / "probes.d").mkdir()
+    (user / "probes.d" / "site").write_text("#!/bin/sh\nexit 0\n")
+    os.chmod(user / "probes.d" / "site", 0o755)
+    (root / "link").symlink_to(user / "inner")
+    (user / "inner").mkdir()
+    reason = unsafe_reason(root / "link" / ".." / "probes.d" / "site")
+    assert reason == f"{user} is owned by uid {NOBODY}, not root"
