@@ -103,7 +103,7 @@ def unsafe_reason(path: Path) -> Optional[str]:
         links = 0
         while pending and reason is None:
             name = pending.pop(0)
-            if name in ("", "."):
+            if name == ".":
                 continue
             if name == "..":  # an ancestor of a checked, symlink-free path: checked already
                 current = os.path.dirname(current)
