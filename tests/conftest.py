@@ -25,13 +25,13 @@ PLUGINS = ROOT / "tests" / "plugins"
 class Env:
     """An isolated agent installation: config, state and run folders under tmp_path."""
 
-    def __init__(self, base: Path, trusted: Optional[Path] = None) -> None:
+    def __init__(self, base: Path, trusted: Path) -> None:
         self.base = base
         self.config = base / "hma.toml"
         self.state = base / "state"
         self.run = base / "run"
         # executable probes run only from a path root alone can change (not under /tmp)
-        self.probes_d = (trusted or base) / "probes.d"
+        self.probes_d = trusted / "probes.d"
         self.probes_d.mkdir()
         os.chmod(self.probes_d, 0o755)
         os.chmod(base, 0o755)
@@ -85,18 +85,25 @@ TRUSTED_ROOT = "/run"  # root-owned and writable by root alone, unlike /tmp
 
 
 @pytest.fixture
-def hma_env(tmp_path: Path) -> Iterator[Env]:
-    """An isolated agent installation; as root its probes.d lies in a folder under /run (removed
-    after the test), whose every component is root's: executable probes run only from there."""
-    trusted = None
-    if os.geteuid() == 0:
-        trusted = Path(tempfile.mkdtemp(prefix="hma-test-", dir=TRUSTED_ROOT))
-        os.chmod(trusted, 0o755)
+def trusted_dir(tmp_path: Path) -> Iterator[Path]:
+    """As root, a fresh folder under /run whose every path component is root's and writable by
+    root alone (executable probes run only from such a path; removed after the test); tmp_path
+    otherwise."""
+    if os.geteuid() != 0:
+        yield tmp_path
+        return
+    folder = Path(tempfile.mkdtemp(prefix="hma-test-", dir=TRUSTED_ROOT))
+    os.chmod(folder, 0o755)
     try:
-        yield Env(tmp_path, trusted)
+        yield folder
     finally:
-        if trusted is not None:
-            shutil.rmtree(trusted, ignore_errors=True)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def hma_env(tmp_path: Path, trusted_dir: Path) -> Env:
+    """An isolated agent installation; its probes.d lies in ``trusted_dir``."""
+    return Env(tmp_path, trusted_dir)
 
 
 # --- a private, namespaced systemd-journald for the whole session -------------------------------
