@@ -40,6 +40,7 @@ from hma.status import boot_id, status_path, write_atomic
 log = logging.getLogger("hma")
 
 HEARTBEAT_S = 15.0
+STATE_PROBE = "agent:state"  # the findings about writing state are this pseudo probe's
 PRUNE_EVERY_S = 3600.0
 
 
@@ -97,7 +98,8 @@ class Daemon:
         self.stopping = threading.Event()
         self.setup = assembly.load(config_file)  # ConfigError propagates: exit 78
         agent = self.setup.config.section("agent")
-        self.store = Store(os.path.join(agent["state_dir"], "state.db"))
+        # from memory: a full or failing disk never stops detection or remediation (hma.state)
+        self.store = Store(os.path.join(agent["state_dir"], "state.db"), memory=True)
         self.status_path = status_path(agent["run_dir"])
         self.boot_id = boot_id(self.setup.config.section("paths")["procfs"])
         records, dropped = self.store.load_records()
@@ -114,6 +116,8 @@ class Daemon:
         self._last_ping = 0.0
         self._last_status = 0.0
         self._last_prune = 0.0
+        self._status_error = ""
+        self._write_failures: dict[str, str] = {}  # path -> error, as last reported
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -418,6 +422,7 @@ class Daemon:
 
     def _periodic(self) -> None:
         now = self.clock()
+        self._check_writes(now)
         tick = self.model.tick(now)
         if tick.transitions:
             self._apply(tick)
@@ -439,6 +444,37 @@ class Daemon:
         ):
             self._last_ping = mono
             self.notifier.send(WATCHDOG="1")
+
+    def _check_writes(self, now: float) -> None:
+        """Retry queued state writes when due, and raise or clear ``HMA_STATE_WRITE_FAILED``
+        (one per path: the state database, status.json) when that changes."""
+        self.store.flush()
+        errors = {
+            str(self.store.path): self.store.write_error,
+            str(self.status_path): self._status_error,
+        }
+        failures = {path: error for path, error in errors.items() if error}
+        if failures.keys() == self._write_failures.keys():
+            return
+        for path, error in failures.items():
+            if path not in self._write_failures:
+                log.error("cannot write %s: %s (working from memory, retrying)", path, error)
+        for path in self._write_failures.keys() - failures.keys():
+            log.info("%s is written again", path)
+        self._write_failures = failures
+        findings = tuple(
+            Finding(
+                "HMA_STATE_WRITE_FAILED",
+                f"agent:{path}",
+                f"cannot write {path}: {error}; working from memory, retrying",
+                {"path": path, "error": error},
+                probe=STATE_PROBE,
+                ts=now,
+            )
+            for path, error in failures.items()
+        )
+        run = ProbeRun(STATE_PROBE, RunStatus.RAN, now, 0.0, findings)
+        self.inputs.put("run", run)
 
     # --- effects of a verdict -------------------------------------------------------------------
 
@@ -551,7 +587,10 @@ class Daemon:
         try:
             self.status_path.parent.mkdir(parents=True, exist_ok=True)
             write_atomic(self.status_path, doc)
-        except (OSError, ValueError) as exc:  # ValueError: a non-finite number (never JSON)
+            self._status_error = ""
+        except OSError as exc:  # reported once, as HMA_STATE_WRITE_FAILED (_check_writes)
+            self._status_error = f"{type(exc).__name__}: {exc}"
+        except ValueError as exc:  # a non-finite number (never JSON)
             log.error("cannot write %s: %s", self.status_path, exc)
         for reporter in self.reporters:
             try:

@@ -9,10 +9,12 @@ code is the worst severity, as for ``hma check``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
-import io
 import json
+import re
 import sys
+import zlib
 from dataclasses import dataclass
 from typing import IO, Any, Iterator, Optional, Sequence
 
@@ -34,20 +36,124 @@ class Hit:
     last_where: str = ""
 
 
-def _lines(path: str) -> Iterator[str]:
-    raw: IO[bytes] = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115
-    try:
-        stream: IO[bytes] = raw
-        if hasattr(raw, "peek") and raw.peek(2)[:2] == b"\x1f\x8b":
-            stream = gzip.GzipFile(fileobj=raw)  # type: ignore[assignment]
-        text = io.TextIOWrapper(stream, encoding="utf-8", errors="replace", newline=None)
-        try:
-            yield from text
-        finally:
-            text.detach()  # leave stdin open
-    finally:
+BLOCK = 1 << 20  # bytes read at a time
+MAX_LINE = 65536  # bytes of one line kept (longer: cut; rules see MAX_MESSAGE characters anyway)
+
+
+@contextlib.contextmanager
+def _open(path: str) -> Iterator[IO[bytes]]:
+    """The file (``-``: stdin, left open), decompressed on the fly when it is gzip."""
+    with contextlib.ExitStack() as stack:
+        raw: IO[bytes] = sys.stdin.buffer
         if path != "-":
-            raw.close()
+            raw = stack.enter_context(open(path, "rb"))
+        if hasattr(raw, "peek") and raw.peek(2)[:2] == b"\x1f\x8b":
+            unpacked: Any = stack.enter_context(gzip.GzipFile(fileobj=raw))
+            yield unpacked
+        else:
+            yield raw
+
+
+def blocks(stream: IO[bytes]) -> Iterator[bytes]:
+    """The stream in blocks of whole lines, each ending with a newline; a line longer than
+    ``MAX_LINE`` is cut there (memory stays bounded whatever the input, gzip bombs included)."""
+    rest = b""
+    cutting = False  # the head of an over-long line went out: drop bytes up to its newline
+    while True:
+        chunk = stream.read(BLOCK)
+        if not chunk:
+            break
+        if cutting:
+            nl = chunk.find(b"\n")
+            if nl < 0:
+                continue
+            chunk, cutting = chunk[nl + 1 :], False
+        data = rest + chunk if rest else chunk
+        end = data.rfind(b"\n") + 1
+        block, rest = data[:end], data[end:]
+        if len(rest) > MAX_LINE:
+            block, rest, cutting = block + rest[:MAX_LINE] + b"\n", b"", True
+        if block:
+            yield block
+    if rest:
+        yield rest + b"\n"
+
+
+def _line_before(block: bytes, start: int) -> int:
+    """Start of the line before the one starting at ``start`` (> 0)."""
+    return block.rfind(b"\n", 0, start - 1) + 1
+
+
+class _Scan:
+    """One file through the rules: the literal prefilter finds candidate lines in whole blocks
+    (``bytes.find`` per needle), only those are parsed, decoded and matched."""
+
+    def __init__(self, path: str, rules: RuleSet, hits: dict[tuple[str, str, str], Hit]) -> None:
+        self.path = path
+        self.matcher = rules.matcher(SOURCE)
+        self.needles = [n.encode() for n in rules.needles] if rules.needles is not None else None
+        self.history = rules.history
+        self.hits = hits
+        self.lineno = 0  # lines before the current block
+        self.tail: list[bytes] = []  # the last ``history`` lines before the current block
+
+    def block(self, block: bytes) -> None:
+        """Match the candidate lines of one block (of :func:`blocks`)."""
+        if self.needles is None:
+            starts = _all_starts(block)
+        else:
+            found: set[int] = set()
+            for needle in self.needles:
+                pos = block.find(needle)
+                while pos >= 0:  # every block ends with a newline: the next search is further on
+                    found.add(block.rfind(b"\n", 0, pos) + 1)
+                    pos = block.find(needle, block.find(b"\n", pos) + 1)
+            starts = sorted(found)
+        counted, lineno = 0, self.lineno
+        for start in starts:
+            lineno += block.count(b"\n", counted, start)
+            counted = start
+            end = block.find(b"\n", start)
+            self._line(block, start, end, lineno + 1)
+        self.lineno += block.count(b"\n")
+        if self.history:
+            self.tail = (self.tail + self._before(block, len(block), self.history))[-self.history :]
+
+    def _before(self, block: bytes, start: int, count: int) -> list[bytes]:
+        lines: list[bytes] = []
+        while start > 0 and len(lines) < count:
+            prev = _line_before(block, start)
+            lines.append(block[prev : start - 1])
+            start = prev
+        lines.reverse()
+        return lines
+
+    def _line(self, block: bytes, start: int, end: int, lineno: int) -> None:
+        line = block[start:end].decode("utf-8", "replace").rstrip("\r")
+        fmt, message = saved_line(line)
+        if message is None:  # written by user space: no kernel message
+            return
+        if self.history:
+            before = self._before(block, start, self.history)
+            before = (self.tail + before)[-self.history :] if len(before) < self.history else before
+            context = (saved_line(b.decode("utf-8", "replace").rstrip("\r"))[1] for b in before)
+            self.matcher.context([m for m in context if m is not None])
+        evidence = {"file": self.path, "lineno": lineno, "format": fmt}
+        found = self.matcher.feed(message, 0.0, evidence)
+        if found is None:
+            return
+        key = (found.component, found.code, str(found.severity))
+        hit = self.hits.get(key)
+        if hit is None:
+            self.hits[key] = Hit(found.with_(details={**found.details, "raw": line}))
+        else:
+            hit.count += 1
+            hit.last, hit.last_where = line[:1000], f"{self.path}:{lineno}"
+
+
+def _all_starts(block: bytes) -> list[int]:
+    """Where every line of ``block`` starts (no prefilter: every line is matched)."""
+    return [0, *(m.end() for m in re.finditer(b"\n", block))][:-1]
 
 
 def scan(paths: Sequence[str], rules: RuleSet) -> tuple[list[Hit], list[str]]:
@@ -55,22 +161,12 @@ def scan(paths: Sequence[str], rules: RuleSet) -> tuple[list[Hit], list[str]]:
     hits: dict[tuple[str, str, str], Hit] = {}
     errors: list[str] = []
     for path in paths:
-        matcher = rules.matcher(SOURCE)
         try:
-            for lineno, line in enumerate(_lines(path), 1):
-                fmt, message = saved_line(line)
-                where = f"{path}:{lineno}"
-                found = matcher.feed(message, 0.0, {"file": path, "lineno": lineno, "format": fmt})
-                if found is None:
-                    continue
-                key = (found.component, found.code, str(found.severity))
-                hit = hits.get(key)
-                if hit is None:
-                    hits[key] = Hit(found.with_(details={**found.details, "raw": line.rstrip()}))
-                else:
-                    hit.count += 1
-                    hit.last, hit.last_where = line.rstrip()[:1000], where
-        except (OSError, EOFError, gzip.BadGzipFile) as exc:
+            with _open(path) as stream:
+                one = _Scan(path, rules, hits)
+                for block in blocks(stream):
+                    one.block(block)
+        except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
             errors.append(f"{path}: {getattr(exc, 'strerror', None) or exc}")  # path once
     return list(hits.values()), errors
 

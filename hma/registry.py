@@ -79,18 +79,55 @@ _SITE_CODE = {
 }
 
 
-def unsafe_reason(path: Path) -> Optional[str]:
-    """Why an executable probe must not run (not root-owned, or writable by group/others)."""
-    for target in (path, path.parent):
-        try:
-            st = os.stat(target)
-        except OSError as exc:
-            return f"{target}: {exc.strerror}"
-        if st.st_uid != 0:
-            return f"{target} is owned by uid {st.st_uid}, not root"
-        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            return f"{target} is writable by group or others (mode {stat.S_IMODE(st.st_mode):o})"
+MAX_LINKS = 40  # symlinks followed for one path, as the kernel does
+
+
+def _untrusted(path: str, st: os.stat_result) -> Optional[str]:
+    if st.st_uid != 0:
+        return f"{path} is owned by uid {st.st_uid}, not root"
+    if not stat.S_ISLNK(st.st_mode) and st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"{path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):o})"
     return None
+
+
+def unsafe_reason(path: Path) -> Optional[str]:
+    """Why an executable probe must not run, as OpenSSH's StrictModes judges a path: every
+    directory from / down, every symlink on the way (and every component of what it points to)
+    and the file itself must be owned by root, and none but a symlink writable by group or
+    others. Otherwise someone but root could choose which program hma runs as root."""
+    # ".." is resolved on the way, after the links before it (abspath would drop it lexically)
+    pending = [part for part in os.path.join(os.getcwd(), path).split("/") if part]
+    current = "/"
+    try:
+        reason = _untrusted(current, os.lstat(current))
+        links = 0
+        while pending and reason is None:
+            name = pending.pop(0)
+            if name == ".":
+                continue
+            if name == "..":  # an ancestor of a checked, symlink-free path: checked already
+                current = os.path.dirname(current)
+                continue
+            candidate = os.path.join(current, name)
+            st = os.lstat(candidate)
+            reason = _untrusted(candidate, st)
+            if reason is None and stat.S_ISLNK(st.st_mode):
+                links += 1
+                if links > MAX_LINKS:
+                    return f"{path}: too many levels of symbolic links"
+                target = os.readlink(candidate)
+                pending[:0] = [part for part in target.split("/") if part]
+                if target.startswith("/"):
+                    current = "/"
+                continue
+            if reason is None and pending and not stat.S_ISDIR(st.st_mode):
+                return f"{candidate} is not a directory"
+            current = candidate
+        if reason is None and not stat.S_ISREG(os.lstat(current).st_mode):
+            reason = f"{current} is not a regular file"
+    except OSError as exc:
+        return f"{exc.filename or path}: {exc.strerror}"
+    return reason
 
 
 def exec_probe_class(path: Path) -> type[Probe]:

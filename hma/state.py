@@ -4,20 +4,33 @@ Tables: ``faults`` (health-model records), ``history`` (findings and transitions
 ``[agent] history_days``), ``boots``, ``kv`` (counters, cursors, probe baselines), ``actions``
 (the remediation outbox) and ``requests`` (operator requests such as ``hma ack`` for the daemon).
 The schema is versioned with ``PRAGMA user_version`` and migrated forward step by step. A corrupt
-or unreadable database is moved aside, a fresh one created and ``reset`` set, so that the daemon
-raises ``HMA_STATE_RESET`` and goes on.
+database is moved aside, a fresh one created and ``reset`` set, so that the daemon raises
+``HMA_STATE_RESET`` and goes on. The database and its -wal/-shm files are 0600.
+
+The daemon's store works from memory (``memory=True``): reads and writes go to an in-memory copy
+loaded at start, and every write transaction is then replayed on the file at once. When the file
+cannot be written (full disk, I/O error, another process's lock held past 0.5 s) nothing the
+agent does fails: the writes queue, ``write_error`` names the path and the error, ``flush()``
+retries with backoff (1 s doubling to 60 s) and until a retry is due no transaction touches the
+file; once a retry succeeds the file holds everything again. When the file cannot even be opened
+at start (it needs to create its -wal and -shm), the memory copy is read from it without writing
+and the file is opened by a later retry. Past ``MAX_PENDING`` bytes of queued statements the queue
+is dropped and the whole memory copy is written back instead.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import sqlite3
+import stat
 import threading
 import time
+import urllib.parse
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from hma.health import Record
 
@@ -52,27 +65,99 @@ class StateError(Exception):
     """The state folder itself is unusable (not the database file)."""
 
 
-class Store:
-    """Thread-safe access to the state database."""
+FILE_MODE = 0o600
+SUFFIXES = ("", "-wal", "-shm")  # SQLite creates -wal/-shm with the database file's mode
+MAX_PENDING = 8 << 20  # bytes of queued statements; beyond, the whole memory copy is written back
+RETRY_MIN_S, RETRY_MAX_S = 1.0, 60.0
+LOCKED_WAIT_S = 0.5
+Statement = tuple[str, tuple[Any, ...]]
 
-    def __init__(self, path: str) -> None:
+
+class _Recorder:
+    """The connection a memory store's transaction hands out: runs statements in memory and
+    notes the writes among them for the file."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+        self.writes: list[Statement] = []
+
+    def execute(self, sql: str, params: Any = ()) -> sqlite3.Cursor:
+        """Run ``sql``; a statement other than SELECT is noted for the file."""
+        cur = self._conn.execute(sql, params)
+        if sql.lstrip()[:6].upper() != "SELECT":
+            self.writes.append((sql, tuple(params)))
+        return cur
+
+
+class Store:
+    """Thread-safe access to the state database (see the module doc for ``memory``)."""
+
+    def __init__(
+        self, path: str, memory: bool = False, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.path = Path(path)
         self.reset_reason = ""  # set when a broken database was moved aside
+        self.write_error = ""  # "" while the file holds every write
         self._lock = threading.RLock()
+        self._clock = clock
+        self._pending: list[Statement] = []
+        self._pending_bytes = 0
+        self._resync = False  # the queue overflowed: write the whole memory copy back
+        self._retry_at = 0.0
+        self._retry_s = RETRY_MIN_S
+        self._taken: set[int] = set()  # requests handled but not yet marked done in the file
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as exc:
             raise StateError(f"{self.path.parent}: {exc.strerror}") from None
+        self.memory = memory
+        self._disk: Optional[sqlite3.Connection] = None  # None: the file could not be opened
         try:
-            self._conn = self._open()
+            self._disk = self._open()
+        except sqlite3.OperationalError as exc:
+            # full disk, I/O error, locked: the file may be fine, never move it aside
+            if not memory:
+                raise
+            self._conn = self._read_only()
+            self.write_error, self._resync = f"{type(exc).__name__}: {exc}", True
+            self._retry_at = self._clock() + self._retry_s
+            return
         except sqlite3.DatabaseError as exc:
             self.reset_reason = f"{type(exc).__name__}: {exc}"
             self._move_aside()
-            self._conn = self._open()
+            self._disk = self._open()
+        self._conn = self._disk
+        if memory:
+            self._conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+            self._disk.backup(self._conn)
+
+    def _read_only(self) -> sqlite3.Connection:
+        """A memory copy of what the file holds, read without writing anything (``immutable``:
+        no -wal or -shm; what a crash left in the -wal only is not seen), else an empty one."""
+        mem = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+        try:
+            uri = f"file:{urllib.parse.quote(str(self.path))}?immutable=1"
+            with contextlib.closing(sqlite3.connect(uri, uri=True)) as src:
+                src.execute("PRAGMA quick_check").fetchone()
+                src.backup(mem)
+        except sqlite3.Error:
+            mem.close()
+            mem = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+        self._migrate(mem)
+        return mem
 
     def _open(self) -> sqlite3.Connection:
+        try:
+            _private(self.path, create=True)
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS):
+                raise sqlite3.OperationalError(f"{self.path}: {exc.strerror}") from None
+            raise StateError(f"{self.path}: {exc.strerror}") from None
+        # memory mode: another process's write lock (`hma ack`) is waited for briefly, then the
+        # writes stay queued for the next retry
+        timeout = LOCKED_WAIT_S if self.memory else 10.0
         conn = sqlite3.connect(
-            str(self.path), timeout=10, check_same_thread=False, isolation_level=None
+            str(self.path), timeout=timeout, check_same_thread=False, isolation_level=None
         )
         try:
             conn.execute("PRAGMA journal_mode=WAL")
@@ -84,6 +169,8 @@ class Store:
         except sqlite3.DatabaseError:
             conn.close()
             raise
+        for suffix in SUFFIXES[1:]:
+            _private(Path(f"{self.path}{suffix}"))
         return conn
 
     @staticmethod
@@ -106,27 +193,100 @@ class Store:
 
     def _move_aside(self) -> None:
         stamp = time.strftime("%Y%m%dT%H%M%S")
-        for suffix in ("", "-wal", "-shm"):
+        for suffix in SUFFIXES:
             src = Path(str(self.path) + suffix)
             if src.exists():
-                os.replace(src, Path(f"{self.path}.corrupt-{stamp}{suffix}"))
+                dst = Path(f"{self.path}.corrupt-{stamp}{suffix}")
+                os.replace(src, dst)
+                _private(dst)
 
     def close(self) -> None:
-        """Close the connection."""
+        """Write what is queued (one last try) and close."""
         with self._lock:
-            self._conn.close()
+            if self.memory:
+                self.flush(force=True)
+                self._conn.close()
+            if self._disk is not None:
+                self._disk.close()
 
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
-        """A connection inside BEGIN IMMEDIATE ... COMMIT (ROLLBACK on error), under the lock."""
+    def transaction(self) -> Iterator[Any]:
+        """A connection inside BEGIN IMMEDIATE ... COMMIT (ROLLBACK on error), under the lock.
+
+        In memory mode it is a recorder: the writes are replayed on the file after the commit."""
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
+            conn: Any = _Recorder(self._conn) if self.memory else self._conn
             try:
-                yield self._conn
+                yield conn
             except BaseException:
                 self._conn.execute("ROLLBACK")
                 raise
             self._conn.execute("COMMIT")
+            if self.memory and conn.writes:
+                self._queue(conn.writes)
+
+    # --- writing the file (memory mode) ---------------------------------------------------------
+
+    def _queue(self, writes: list[Statement]) -> None:
+        if not self._resync:
+            self._pending += writes
+            self._pending_bytes += sum(len(sql) + len(repr(params)) for sql, params in writes)
+            if self._pending_bytes > MAX_PENDING:
+                self._pending, self._pending_bytes, self._resync = [], 0, True
+        self.flush()
+
+    def flush(self, force: bool = False) -> bool:
+        """Write queued changes to the file when a retry is due (or ``force``); True when the
+        file holds everything. Never raises: a failure sets ``write_error`` and the backoff."""
+        with self._lock:
+            if not self._pending and not self._resync:
+                return True
+            now = self._clock()
+            if not force and now < self._retry_at:
+                return False
+            try:
+                if self._resync:
+                    self._write_back()
+                else:
+                    self._replay()
+            except (sqlite3.Error, StateError, OSError) as exc:
+                with contextlib.suppress(sqlite3.Error):
+                    if self._disk is not None and self._disk.in_transaction:
+                        self._disk.execute("ROLLBACK")
+                self.write_error = f"{type(exc).__name__}: {exc}"
+                self._retry_at = now + self._retry_s
+                self._retry_s = min(self._retry_s * 2, RETRY_MAX_S)
+                return False
+            self._pending, self._pending_bytes, self._resync = [], 0, False
+            self.write_error = ""
+            self._retry_s = RETRY_MIN_S
+            self._retry_at = 0.0
+            return True
+
+    def _file(self) -> sqlite3.Connection:
+        """The file's connection, opened now if it could not be at start."""
+        if self._disk is None:
+            self._disk = self._open()
+        return self._disk
+
+    def _replay(self) -> None:
+        disk = self._file()
+        disk.execute("BEGIN IMMEDIATE")
+        for sql, params in self._pending:
+            disk.execute(sql, params)
+        disk.execute("COMMIT")
+
+    def _write_back(self) -> None:
+        """The whole memory copy to the file, keeping the requests other processes wrote."""
+        disk = self._file()
+        rows = disk.execute("SELECT id, ts, kind, payload, who, done FROM requests")
+        requests = rows.fetchall()
+        self._conn.execute("BEGIN IMMEDIATE")
+        self._conn.execute("DELETE FROM requests")
+        self._conn.executemany("INSERT INTO requests VALUES (?, ?, ?, ?, ?, ?)", requests)
+        self._conn.execute("COMMIT")
+        self._conn.backup(disk)
 
     # --- key/value ------------------------------------------------------------------------------
 
@@ -235,13 +395,39 @@ class Store:
             return int(cur.lastrowid or 0)
 
     def take_requests(self, now: float) -> list[dict[str, Any]]:
-        """Pending requests, marked done."""
-        with self.transaction() as conn:
-            rows = conn.execute(
-                "SELECT id, ts, kind, payload, who FROM requests WHERE done IS NULL ORDER BY id"
-            ).fetchall()
-            conn.execute("UPDATE requests SET done = ? WHERE done IS NULL", (now,))
+        """Pending requests, marked done. Other processes (``hma ack``) write them to the file,
+        so they are read there; one that cannot be marked done in the file is still taken once."""
+        with self._lock:
+            disk = self._disk
+            if disk is None:
+                return []  # the file could not be opened yet: taken once it can
+            try:
+                rows = disk.execute(
+                    "SELECT id, ts, kind, payload, who FROM requests WHERE done IS NULL ORDER BY id"
+                ).fetchall()
+            except sqlite3.Error:
+                return []  # unreadable now: taken with a later request
+            rows = [r for r in rows if r[0] not in self._taken]
+            self._taken.update(r[0] for r in rows)
+            try:
+                disk.execute("BEGIN IMMEDIATE")
+                disk.execute("UPDATE requests SET done = ? WHERE done IS NULL", (now,))
+                disk.execute("COMMIT")
+                self._taken.clear()
+            except sqlite3.Error:  # tried again with the next request; write_error comes from
+                with contextlib.suppress(sqlite3.Error):  # the store's own writes
+                    disk.execute("ROLLBACK")
         return [
             {"id": r[0], "ts": r[1], "kind": r[2], "payload": json.loads(r[3]), "who": r[4]}
             for r in rows
         ]
+
+
+def _private(path: Path, create: bool = False) -> None:
+    """Make ``path`` 0600 (creating it empty, already 0600, when asked); absent: nothing."""
+    if create:
+        with contextlib.suppress(FileExistsError):
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE))
+    with contextlib.suppress(FileNotFoundError):
+        if stat.S_IMODE(os.stat(path).st_mode) != FILE_MODE:
+            os.chmod(path, FILE_MODE)

@@ -8,6 +8,10 @@ repeated), and after a reboot everything in the buffer is new. Where /dev/kmsg c
 journald (systemd-python's ``journal.Reader``, optional) serves the kernel messages instead, with
 its own cursor. The path is configurable: tests feed a FIFO of kmsg records.
 
+Only kernel records are trusted: every /dev/kmsg record (only root may write the device, as
+``hma inject`` does), and journald entries with ``_TRANSPORT=kernel`` (journald sets that field
+itself; syslog and native entries, which any user can send, are never read).
+
 Bad input is survived: lines longer than ``max_line`` are cut, bytes that are not UTF-8 replaced,
 records that do not parse counted and skipped, and EPIPE (the kernel overwrote records before we
 read them) is counted and reading goes on.
@@ -218,9 +222,7 @@ class KernelLogSource(EventSource):
         reader = journal.Reader()
         try:
             reader.this_boot()
-            reader.add_match(_TRANSPORT="kernel")
-            reader.add_disjunction()
-            reader.add_match(SYSLOG_IDENTIFIER="NVRM")
+            reader.add_match(_TRANSPORT="kernel")  # not syslog: any user can write that
             stored = ctx.kv.get(JOURNAL_CURSOR_KEY) or {}
             if isinstance(stored, dict) and stored.get("boot_id") == ctx.boot_id:
                 reader.seek_cursor(stored["cursor"])
@@ -237,8 +239,11 @@ class KernelLogSource(EventSource):
                         saved_at = time.monotonic()
                     reader.wait(POLL_S)
                     continue
-                self.stats["records"] += 1
                 cursor = entry.get("__CURSOR", cursor)
+                if entry.get("_TRANSPORT") != "kernel":  # the match does this; never trust less
+                    self.stats["skipped"] += 1
+                    continue
+                self.stats["records"] += 1
                 message = entry.get("MESSAGE", "")
                 if isinstance(message, bytes):
                     message = message.decode("utf-8", "replace")

@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Iterator, Optional
@@ -24,12 +25,13 @@ PLUGINS = ROOT / "tests" / "plugins"
 class Env:
     """An isolated agent installation: config, state and run folders under tmp_path."""
 
-    def __init__(self, base: Path) -> None:
+    def __init__(self, base: Path, trusted: Path) -> None:
         self.base = base
         self.config = base / "hma.toml"
         self.state = base / "state"
         self.run = base / "run"
-        self.probes_d = base / "probes.d"
+        # executable probes run only from a path root alone can change (not under /tmp)
+        self.probes_d = trusted / "probes.d"
         self.probes_d.mkdir()
         os.chmod(self.probes_d, 0o755)
         os.chmod(base, 0o755)
@@ -79,10 +81,29 @@ class Env:
         return path
 
 
+TRUSTED_ROOT = "/run"  # root-owned and writable by root alone, unlike /tmp
+
+
 @pytest.fixture
-def hma_env(tmp_path: Path) -> Env:
-    """An isolated agent installation."""
-    return Env(tmp_path)
+def trusted_dir(tmp_path: Path) -> Iterator[Path]:
+    """As root, a fresh folder under /run whose every path component is root's and writable by
+    root alone (executable probes run only from such a path; removed after the test); tmp_path
+    otherwise."""
+    if os.geteuid() != 0:
+        yield tmp_path
+        return
+    folder = Path(tempfile.mkdtemp(prefix="hma-test-", dir=TRUSTED_ROOT))
+    os.chmod(folder, 0o755)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def hma_env(tmp_path: Path, trusted_dir: Path) -> Env:
+    """An isolated agent installation; its probes.d lies in ``trusted_dir``."""
+    return Env(tmp_path, trusted_dir)
 
 
 # --- a private, namespaced systemd-journald for the whole session -------------------------------
@@ -211,3 +232,43 @@ def read_back(ns: str, *matches: str, count: int = 1, timeout: float = 30) -> li
 def journald_usable() -> bool:
     """Root, systemd-journald and journalctl present."""
     return os.geteuid() == 0 and os.access(JOURNALD, os.X_OK) and bool(shutil.which("journalctl"))
+
+
+# --- an ordinary (non-root) user, for tests of what such a user can and cannot do ----------------
+
+
+class User:
+    """A system user created for one test: name, uid, gid, and ``argv`` to run a command as it."""
+
+    def __init__(self, name: str) -> None:
+        import pwd
+
+        entry = pwd.getpwnam(name)
+        self.name, self.uid, self.gid = name, entry.pw_uid, entry.pw_gid
+
+    def argv(self, *command: str) -> list[str]:
+        """``command`` run as this user (no supplementary groups)."""
+        ids = ["--reuid", str(self.uid), "--regid", str(self.gid), "--clear-groups"]
+        return ["setpriv", *ids, "--", *command]
+
+
+def users_usable() -> bool:
+    """Root with useradd, userdel and setpriv."""
+    return os.geteuid() == 0 and all(shutil.which(t) for t in ("useradd", "userdel", "setpriv"))
+
+
+@pytest.fixture
+def ordinary_user() -> Iterator[User]:
+    """A fresh user without a home or login shell, deleted after the test."""
+    name = f"hmau{os.getpid() % 100000}"
+    subprocess.run(["userdel", name], capture_output=True, timeout=30, check=False)  # leftover
+    subprocess.run(
+        ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+        check=True,
+        capture_output=True,
+        timeout=30,
+    )
+    try:
+        yield User(name)
+    finally:
+        subprocess.run(["userdel", name], capture_output=True, timeout=30, check=False)

@@ -30,6 +30,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
+try:
+    from re import _parser as _sre_parse  # type: ignore[attr-defined]  # Python 3.11+
+except ImportError:  # pragma: no cover - Python 3.9, 3.10
+    import sre_parse as _sre_parse
+
 from hma import tomlcompat, xid
 from hma.catalogue import Catalogue, CatalogueError, Entry, parse_entry
 from hma.model import Action, Finding, Severity
@@ -76,6 +81,24 @@ class Rule:
     origin: str = ""
 
 
+def derive_needles(pattern: re.Pattern[str]) -> list[str]:
+    """A literal every match of ``pattern`` contains (the longest run of plain characters at its
+    top level, 3 or more), as a one-needle list; [] when there is none (no prefilter then)."""
+    if pattern.flags & re.IGNORECASE:
+        return []
+    try:
+        parsed = _sre_parse.parse(pattern.pattern, pattern.flags)
+    except Exception:  # noqa: BLE001 - compiled already; a parser difference only costs speed
+        return []
+    best, run = "", ""
+    for op, arg in [*parsed, (None, None)]:
+        if op is _sre_parse.LITERAL:
+            run += chr(arg)
+            continue
+        best, run = max(best, run, key=len), ""
+    return [best] if len(best) >= 3 else []
+
+
 def _fields(template: str) -> list[str]:
     return [f for _, f, _, _ in string.Formatter().parse(template) if f]
 
@@ -105,6 +128,8 @@ def compile_rule(raw: Mapping[str, Any], origin: str) -> Rule:
     needles = raw.get("needles", [])
     if not isinstance(needles, list) or not all(isinstance(n, str) and n for n in needles):
         raise ValueError(f"{name}: needles: expected a list of non-empty strings")
+    if not needles:
+        needles = derive_needles(pattern)
     component = raw.get("component", ["node"])
     if isinstance(component, str):
         component = [component]
@@ -247,6 +272,11 @@ class RuleSet:
         if dupes:
             raise RulesError([f"rule name(s) used twice: {', '.join(dupes)}"])
         self.history = max((r.before_lines for r in self.rules), default=0)
+        # the literal prefilter: a message without any of these matches no rule (None: a rule
+        # without a literal, every message goes through the regular expressions)
+        self.needles: Optional[tuple[str, ...]] = None
+        if all(r.needles for r in self.rules):
+            self.needles = tuple(sorted({n for r in self.rules for n in r.needles}))
 
     @classmethod
     def load(cls, site_folder: Optional[str] = None) -> RuleSet:
@@ -284,6 +314,7 @@ class Matcher:
 
     def __init__(self, ruleset: RuleSet, source: str) -> None:
         self.rules = ruleset.rules
+        self.needles = ruleset.needles
         self.source = source
         self._recent: collections.deque[str] = collections.deque(maxlen=max(ruleset.history, 1))
 
@@ -294,9 +325,17 @@ class Matcher:
         if len(message) > MAX_MESSAGE:
             message = message[:MAX_MESSAGE]
         try:
+            if self.needles is not None and not any(n in message for n in self.needles):
+                return None  # the common case: one cheap check, no regular expression
             return self._match(message, ts, evidence or {})
         finally:
             self._recent.append(message)
+
+    def context(self, messages: Sequence[str]) -> None:
+        """The messages before the next one fed (for multi-line rules), when the caller skipped
+        lines without feeding them (``hma logscan`` feeds prefiltered lines only)."""
+        self._recent.clear()
+        self._recent.extend(m[:MAX_MESSAGE] for m in messages)
 
     def _match(self, message: str, ts: float, evidence: Mapping[str, Any]) -> Optional[Finding]:
         for rule in self.rules:

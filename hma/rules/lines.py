@@ -1,9 +1,10 @@
 """Kernel log line formats: /dev/kmsg records and the saved forms admins bring to ``hma logscan``.
 
 Every reader reduces a line to the kernel message text the rules match (``NVRM: Xid ...``), plus
-what it knows of the record (sequence number, facility, time as printed). Lines that user space
-wrote to /dev/kmsg (user facility) and that syslog or journald filed under identifier ``NVRM`` are
-turned back into ``NVRM: ...`` so that one set of rules matches every form.
+what it knows of the record (sequence number, facility, time as printed). A syslog line whose
+identifier is not ``kernel`` (``host NVRM[4242]: Xid ...``, ``sshd[1]: Invalid user NVRM: ...``)
+was written by a user-space program, which any user can do with ``logger``: it is no kernel
+message and is never matched.
 """
 
 from __future__ import annotations
@@ -33,8 +34,14 @@ _CTIME = re.compile(
 )
 _ISO = re.compile(r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\s+")
 _SYSLOG_TIME = re.compile(r"^[A-Z][a-z]{2} [ \d]?\d \d\d:\d\d:\d\d\s+")
-# `host ident[pid]: message` after a syslog or ISO time stamp.
-_HOST_IDENT = re.compile(r"^(?P<host>\S+) (?P<ident>[A-Za-z0-9_.@/-]+?)(?:\[\d+\])?: (?P<msg>.*)$")
+# `host ident[pid]: message` after a syslog or ISO time stamp (a host name has no colon: that
+# keeps `NVRM: GPU at ...` of `dmesg --time-format iso` a kernel message).
+_HOST_IDENT = re.compile(
+    r"^(?P<host>[^\s:]+) (?P<ident>[A-Za-z0-9_.@/-]+?)(?:\[\d+\])?: (?P<msg>.*)$"
+)
+# `sshd[1]: ...` without a time stamp: a user-space syslog tag (the kernel's `comm[pid]: segfault`
+# lines look alike; no rule is about them).
+_USER_TAG = re.compile(r"^[A-Za-z0-9_.@/-]+\[\d+\]: ")
 _KMSG = re.compile(r"^(?P<pri>\d{1,4}),(?P<seq>\d{1,20}),(?P<ts>\d{1,20}),[^;]*;(?P<msg>.*)$")
 # journald `-o short` without a host (seen in some exports): `kernel: message`.
 _BARE_IDENT = re.compile(r"^(?P<ident>kernel|NVRM): (?P<msg>.*)$")
@@ -57,18 +64,22 @@ def parse_record(raw: bytes) -> Optional[Record]:
 
 
 def from_identifier(ident: str, message: str) -> str:
-    """The message as the kernel printed it, from a (syslog identifier, message) pair."""
+    """The message as the kernel printed it, from the (syslog identifier, message) pair of a
+    kernel record (journald files records written to /dev/kmsg by root under their own
+    identifier, such as ``NVRM`` for ``hma inject``)."""
     if ident == "kernel" or not ident:
         return _DMESG_TS.sub("", message, count=1)
     return f"{ident}: {message}"
 
 
-def saved_line(line: str) -> tuple[str, str]:
-    """(format, kernel message) of one line of a saved log.
+def saved_line(line: str) -> tuple[str, Optional[str]]:
+    """(format, kernel message) of one line of a saved log; the message is None for a line that
+    user space wrote (a syslog identifier other than ``kernel``).
 
     Formats: ``kmsg`` (/dev/kmsg records), ``dmesg`` (``[  170.053881] ``), ``ctime``
     (``dmesg --ctime``), ``iso`` (``dmesg --time-format iso``, ``journalctl -o short-iso``),
-    ``syslog`` (``Dec  2 10:43:35 host kernel: ...``) and ``plain`` (anything else, matched as is).
+    ``syslog`` (``Dec  2 10:43:35 host kernel: ...``) and ``plain`` (anything else, matched as is;
+    ``ident[pid]: ...`` is a user-space syslog tag).
     """
     line = line.rstrip("\r\n")
     m = _KMSG.match(line)
@@ -85,8 +96,12 @@ def saved_line(line: str) -> tuple[str, str]:
             rest = line[m3.end() :]
             ident = _HOST_IDENT.match(rest)
             if ident:
-                return fmt, from_identifier(ident.group("ident"), ident.group("msg"))
+                if ident.group("ident") != "kernel":
+                    return fmt, None
+                return fmt, _DMESG_TS.sub("", ident.group("msg"), count=1)
             return fmt, _DMESG_TS.sub("", rest, count=1)
+    if _USER_TAG.match(line):
+        return "plain", None
     bare = _BARE_IDENT.match(line)
     if bare:
         return "plain", from_identifier(bare.group("ident"), bare.group("msg"))

@@ -43,9 +43,11 @@ def write_config(
     slurm: Optional[dict[str, Any]] = None,
     extra: str = "",
     paths: Optional[dict[str, Any]] = None,
+    agent: Optional[dict[str, Any]] = None,
 ) -> Path:
     """An hma.toml for ``node`` of ``cluster`` with fast timings (``extra``: more TOML;
-    ``paths``: more ``[paths]`` keys, e.g. a generated sysfs root)."""
+    ``paths``: more ``[paths]`` keys, e.g. a generated sysfs root; ``agent``: ``[agent]`` keys
+    replaced, e.g. a ``probes_dir`` under a path only root can write)."""
     folder = path.parent
     sections = {
         "agent": {
@@ -53,6 +55,7 @@ def write_config(
             "run_dir": str(folder / f"run-{node}"),
             "node_name": node,
             "probes_dir": str(folder / "probes.d"),
+            **(agent or {}),
         },
         "paths": {"procfs": str(cluster.procfs(node)), **(paths or {})},
         "slurm": {

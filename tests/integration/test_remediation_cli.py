@@ -32,9 +32,11 @@ def site_probe(folder: Path, flag: Path) -> None:
     probe.chmod(0o755)
 
 
-def test_healthcheck_as_slurmd_runs_it(fresh: SlurmCluster, tmp_path: Path) -> None:
+def test_healthcheck_as_slurmd_runs_it(
+    fresh: SlurmCluster, tmp_path: Path, trusted_dir: Path
+) -> None:
     flag = tmp_path / "broken"
-    site_probe(tmp_path / "probes.d", flag)
+    site_probe(trusted_dir / "probes.d", flag)
     cfg = write_config(
         tmp_path / "hma.toml",
         fresh,
@@ -42,6 +44,7 @@ def test_healthcheck_as_slurmd_runs_it(fresh: SlurmCluster, tmp_path: Path) -> N
         {},
         {"node_name": "unused"},
         extra="[probes.system]\nenabled = false\n",
+        agent={"probes_dir": str(trusted_dir / "probes.d")},
     )
     # slurmd gives the program nothing but SLURMD_NODENAME (HMA_CONFIG only because the test
     # cannot use /etc/hma/hma.toml): no PATH, no SLURM_CONF.

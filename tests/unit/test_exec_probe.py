@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+from pathlib import Path
 
 import pytest
+from conftest import User, users_usable
+
+from hma.registry import unsafe_reason
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="ownership checks need root")
 
@@ -79,3 +84,118 @@ def test_not_root_owned_refused(hma_env) -> None:  # type: ignore[no-untyped-def
     os.chown(path, 65534, 65534)
     [f] = probe_doc(hma_env, "nobody")["findings"]
     assert f["code"] == "HMA_PROBE_REFUSED" and "uid 65534" in f["message"]
+
+
+# --- every component of the path (StrictModes) ---------------------------------------------------
+
+NOBODY = 65534
+
+
+def _marker_probe(folder: Path, marker: Path) -> Path:
+    """A root-owned 0755 script that leaves ``marker`` behind when it runs."""
+    folder.mkdir(parents=True, exist_ok=True)
+    script = folder / "planted"
+    script.write_text(f"#!/bin/sh\necho ran > {marker}\nexit 2\n")
+    os.chmod(script, 0o755)
+    return script
+
+
+def _user_folder(parent: Path) -> Path:
+    """A folder owned by an ordinary user (mode 0755): that user may put anything in it."""
+    folder = parent / "user"
+    folder.mkdir(mode=0o755)
+    os.chown(folder, NOBODY, NOBODY)
+    return folder
+
+
+def test_probe_symlink_into_a_user_folder_is_refused(hma_env, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    marker = tmp_path / "ran"
+    script = _marker_probe(_user_folder(hma_env.probes_d.parent), marker)
+    (hma_env.probes_d / "site").symlink_to(script)
+    [f] = probe_doc(hma_env, "site")["findings"]
+    assert f["code"] == "HMA_PROBE_REFUSED"
+    assert f"{script.parent} is owned by uid {NOBODY}" in f["message"]
+    assert not marker.exists()
+
+
+def test_probes_dir_itself_a_symlink_into_a_user_folder_is_refused(hma_env, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    marker = tmp_path / "ran"
+    user = _user_folder(hma_env.probes_d.parent)
+    _marker_probe(user, marker)
+    link = hma_env.probes_d.parent / "probes.link"
+    link.symlink_to(user)
+    hma_env.config.write_text(hma_env.config.read_text().replace(str(hma_env.probes_d), str(link)))
+    [f] = probe_doc(hma_env, "planted")["findings"]
+    assert f["code"] == "HMA_PROBE_REFUSED" and f"owned by uid {NOBODY}" in f["message"]
+    assert not marker.exists()
+
+
+def _as_user(user: User, *command: str) -> None:
+    done = subprocess.run(
+        user.argv(*command), capture_output=True, text=True, timeout=30, check=False
+    )
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.skipif(not users_usable(), reason="needs useradd and setpriv")
+def test_user_planted_symlink_in_a_sticky_world_writable_folder_is_refused(  # type: ignore[no-untyped-def]
+    hma_env, tmp_path, ordinary_user: User
+) -> None:
+    marker = tmp_path / "ran"
+    script = _marker_probe(hma_env.probes_d.parent / "root-only", marker)
+    sticky = hma_env.probes_d.parent / "sticky"
+    sticky.mkdir()
+    os.chmod(sticky, 0o1777)  # like /tmp
+    planted = sticky / "p"
+    _as_user(ordinary_user, "ln", "-s", str(script), str(planted))
+    (hma_env.probes_d / "site").symlink_to(planted)
+    [f] = probe_doc(hma_env, "site")["findings"]
+    assert f["code"] == "HMA_PROBE_REFUSED" and "writable by group or others" in f["message"]
+    assert not marker.exists()
+
+
+@pytest.mark.skipif(not users_usable(), reason="needs useradd and setpriv")
+def test_a_user_placed_link_to_reboot_is_refused(hma_env, ordinary_user: User) -> None:  # type: ignore[no-untyped-def]
+    # judged only: a broken check must never get this test to run reboot
+    user = hma_env.probes_d.parent / "user"
+    user.mkdir(mode=0o755)
+    os.chown(user, ordinary_user.uid, ordinary_user.gid)
+    _as_user(ordinary_user, "ln", "-s", "/usr/sbin/reboot", str(user / "reboot"))
+    (hma_env.probes_d / "reboot").symlink_to(user / "reboot")
+    reason = unsafe_reason(hma_env.probes_d / "reboot")
+    assert reason == f"{user} is owned by uid {ordinary_user.uid}, not root"
+
+
+def test_links_within_root_owned_paths_run(hma_env, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    marker = tmp_path / "ran"
+    script = _marker_probe(hma_env.probes_d.parent / "lib" / "probes", marker)
+    (hma_env.probes_d.parent / "lib" / "alias").symlink_to("probes")  # relative, in a root folder
+    (hma_env.probes_d / "site").symlink_to("../lib/alias/./planted")
+    assert unsafe_reason(hma_env.probes_d / "site") is None
+    [f] = probe_doc(hma_env, "site")["findings"]
+    assert f["code"] == "SITE_PROBE_CRITICAL" and marker.read_text() == "ran\n"
+    assert script.exists()
+
+
+def test_symlink_loops_and_dangling_links_are_refused(hma_env) -> None:  # type: ignore[no-untyped-def]
+    loop = hma_env.probes_d / "loop"
+    loop.symlink_to("loop")
+    assert "too many levels of symbolic links" in str(unsafe_reason(loop))
+    gone = hma_env.probes_d / "gone"
+    gone.symlink_to("nowhere")
+    assert "No such file or directory" in str(unsafe_reason(gone))
+
+
+def test_dot_dot_is_resolved_after_the_link_before_it(hma_env) -> None:  # type: ignore[no-untyped-def]
+    # /trusted/user-link/../probes.d: lexically the trusted probes.d, for the kernel the folder
+    # next to what the link points at
+    root = hma_env.probes_d.parent
+    hma_env.exec_probe("site", "exit 0")  # what a lexical reading would check, and accept
+    user = _user_folder(root)
+    (user / "probes.d").mkdir()
+    (user / "probes.d" / "site").write_text("#!/bin/sh\nexit 0\n")
+    os.chmod(user / "probes.d" / "site", 0o755)
+    (root / "link").symlink_to(user / "inner")
+    (user / "inner").mkdir()
+    reason = unsafe_reason(root / "link" / ".." / "probes.d" / "site")
+    assert reason == f"{user} is owned by uid {NOBODY}, not root"

@@ -16,16 +16,30 @@ from hma.probes import kernel_log
 from hma.probes.kernel_log import JOURNAL_CURSOR_KEY, KernelLogSource
 from hma.source import MemoryKV, SourceContext
 
+KERNEL = {"_TRANSPORT": "kernel"}
 ENTRIES = [
-    {"__CURSOR": "c1", "SYSLOG_IDENTIFIER": "kernel", "MESSAGE": "eth0: link up"},
+    {**KERNEL, "__CURSOR": "c1", "SYSLOG_IDENTIFIER": "kernel", "MESSAGE": "eth0: link up"},
     {
+        **KERNEL,
         "__CURSOR": "c2",
         "SYSLOG_IDENTIFIER": "kernel",
         "MESSAGE": "NVRM: Xid (PCI:0000:3b:00): 48, pid='<unknown>', name=<unknown>, DBE",
     },
-    # A line written to /dev/kmsg from user space: journald files it under identifier NVRM and
-    # strips the identifier from MESSAGE.
-    {"__CURSOR": "c3", "SYSLOG_IDENTIFIER": "NVRM", "MESSAGE": b"Xid (PCI:0000:5d:00): 79, x\xff"},
+    # `logger -t NVRM ...` by any user: syslog transport, never a kernel message.
+    {
+        "_TRANSPORT": "syslog",
+        "__CURSOR": "c3",
+        "SYSLOG_IDENTIFIER": "NVRM",
+        "MESSAGE": "Xid (PCI:0000:01:00): 79, pid=1",
+    },
+    # A line written to /dev/kmsg by root (hma inject): journald files it under identifier NVRM
+    # and strips the identifier from MESSAGE.
+    {
+        **KERNEL,
+        "__CURSOR": "c4",
+        "SYSLOG_IDENTIFIER": "NVRM",
+        "MESSAGE": b"Xid (PCI:0000:5d:00): 79, x\xff",
+    },
 ]
 
 
@@ -90,16 +104,17 @@ def run(tmp_path: Path, kv: MemoryKV, entries: list[dict[str, Any]]) -> tuple[li
 
 
 @pytest.mark.timeout(20)
-def test_journal_fallback_matches_kernel_and_nvrm_identifier_entries(tmp_path: Path) -> None:
+def test_journal_fallback_matches_kernel_transport_entries_only(tmp_path: Path) -> None:
     kv = MemoryKV()
     found, fake = run(tmp_path, kv, ENTRIES)
     assert [(f.code, f.component) for f in found] == [
         ("GPU_XID_48", "gpu:0000:3b:00"),
         ("GPU_XID_79", "gpu:0000:5d:00"),
     ]
-    assert ("add_match", {"_TRANSPORT": "kernel"}) in fake.calls
-    assert ("add_match", {"SYSLOG_IDENTIFIER": "NVRM"}) in fake.calls
-    assert kv.get(JOURNAL_CURSOR_KEY) == {"boot_id": "b1", "cursor": "c3"}
+    assert [c for c in fake.calls if c[0] in ("add_match", "add_disjunction")] == [
+        ("add_match", {"_TRANSPORT": "kernel"})
+    ]
+    assert kv.get(JOURNAL_CURSOR_KEY) == {"boot_id": "b1", "cursor": "c4"}
 
 
 @pytest.mark.timeout(20)

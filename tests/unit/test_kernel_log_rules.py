@@ -82,16 +82,8 @@ TABLE: list[tuple[str, str, Optional[str], str, Optional[str]]] = [
         "gpu:0000:b9:00",
         None,
     ),
-    # user-space writes to /dev/kmsg: syslog and journald file them under identifier NVRM
     (
-        "Dec  2 10:45:00 worker4 NVRM: Xid (PCI:0000:44:00): 79, pid='<unknown>', x",
-        "syslog",
-        "GPU_XID_79",
-        "gpu:0000:44:00",
-        None,
-    ),
-    (
-        "2025-01-01T00:00:00+0000 n1 NVRM[1234]: Xid (PCI:0000:44:00): 999, unknown kind",
+        "2025-01-01T00:00:00+0000 n1 kernel: NVRM: Xid (PCI:0000:44:00): 999, unknown kind",
         "iso",
         "GPU_XID_OTHER",
         "gpu:0000:44:00",
@@ -175,8 +167,18 @@ TABLE: list[tuple[str, str, Optional[str], str, Optional[str]]] = [
     ),
     # lines that must not match
     ("[ 1.0] nvidia-nvlink: Nvlink Core is being initialized", "dmesg", None, "", None),
-    ("Dec  2 10:43:30 worker4 systemd[1]: Started Session 12.", "syslog", None, "", None),
     ("NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.90.07", "plain", None, "", None),
+]
+# Lines user space wrote (`logger -t NVRM ...` needs no privilege): never a kernel message.
+USER_SPACE = [
+    ("Dec  2 10:43:35 worker4 NVRM[4242]: Xid (PCI:0000:01:00): 79, pid=1", "syslog"),
+    ("Dec  2 10:43:35 worker4 NVRM: Xid (PCI:0000:01:00): 79, pid=1", "syslog"),
+    ("Dec  2 10:43:35 worker4 sshd[1]: Invalid user NVRM: Xid (PCI:0000:01:00): 79, x", "syslog"),
+    ("2024-12-02T10:43:35+0000 worker4 NVRM[4242]: Xid (PCI:0000:01:00): 79, pid=1", "iso"),
+    ("NVRM[4242]: Xid (PCI:0000:01:00): 79, pid=1", "plain"),
+    ("sshd[1]: Invalid user NVRM: Xid (PCI:0000:01:00): 79, pid=1", "plain"),
+    ("Dec  2 10:43:30 worker4 systemd[1]: Started Session 12.", "syslog"),
+    ("Dec  2 10:43:35 worker4 mce[7]: [Hardware Error]: Machine Check Exception: 5", "syslog"),
 ]
 
 
@@ -185,7 +187,7 @@ def test_line_formats_and_rules(
     line: str, fmt: str, code: Optional[str], component: str, severity: Optional[str]
 ) -> None:
     got_fmt, message = saved_line(line)
-    assert got_fmt == fmt
+    assert got_fmt == fmt and message is not None
     finding = RuleSet.load(None).matcher("test").feed(message)
     if code is None:
         assert finding is None
@@ -194,6 +196,19 @@ def test_line_formats_and_rules(
     assert (finding.code, finding.component) == (code, component)
     assert finding.severity == (Severity.parse(severity) if severity else None)
     assert finding.details["line"] == message
+
+
+@pytest.mark.parametrize(("line", "fmt"), USER_SPACE)
+def test_user_space_lines_are_not_kernel_messages(line: str, fmt: str) -> None:
+    assert saved_line(line) == (fmt, None)
+
+
+def test_iso_dmesg_kernel_lines_are_not_taken_for_a_host_and_tag() -> None:
+    line = "2024-12-02T10:43:35,123456+00:00 NVRM: GPU 0000:18:00.0: GPU has fallen off the bus."
+    fmt, message = saved_line(line)
+    assert (fmt, message) == ("iso", line.split(" ", 1)[1])
+    f = RuleSet.load(None).matcher("test").feed(message or "")
+    assert f is not None and f.code == "GPU_FALLEN_OFF_BUS"
 
 
 def test_three_line_fallen_off_the_bus_takes_the_pci_id_from_a_previous_line() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import io
 import json
 import os
 from pathlib import Path
@@ -11,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from hma import cli, inject
+from hma import logscan as logscan_mod
+from hma.rules import RuleSet, compile_rule
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "kernel-log"
 
@@ -25,6 +28,14 @@ def config(tmp_path: Path) -> str:
 def logscan(capsys: pytest.CaptureFixture[str], config: str, *argv: str) -> tuple[int, dict]:
     rc = cli.main(["--config", config, "logscan", "--json", *argv])
     return rc, json.loads(capsys.readouterr().out)
+
+
+def site_rules(tmp_path: Path, text: str) -> Path:
+    """A rules folder with one site rule file."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "x.toml").write_text(text)
+    return site
 
 
 def codes(doc: dict) -> list[tuple[str, str, str]]:
@@ -59,7 +70,7 @@ def codes(doc: dict) -> list[tuple[str, str, str]]:
             [
                 ("GPU_XID_48", "gpu:0000:07:00", "critical"),
                 ("GPU_XID_45", "gpu:0000:dc:00", "warning"),
-                ("GPU_XID_79", "gpu:0000:44:00", "critical"),
+                # `worker4 NVRM: Xid ...: 79` was written by user space: not a kernel line
                 ("KERNEL_MCE_HW_ERROR", "node", "warning"),
             ],
             2,
@@ -112,8 +123,9 @@ def test_logscan_text_output_gzip_and_clean_logs(
     packed.write_bytes(gzip.compress((FIXTURES / "syslog.log").read_bytes()))
     assert cli.main(["--config", config, "logscan", str(packed)]) == 2
     out = capsys.readouterr().out
-    assert "[critical] GPU_XID_79 gpu:0000:44:00" in out
-    assert "Dec  2 10:45:00 worker4 NVRM: Xid (PCI:0000:44:00): 79" in out
+    assert "[critical] GPU_XID_48 gpu:0000:07:00" in out
+    assert "Dec  2 10:43:35 worker4 kernel: [240314.528856] NVRM: Xid (PCI:0000:07:00): 48" in out
+    assert "GPU_XID_79" not in out
     clean = tmp_path / "clean.log"
     clean.write_bytes(b"[ 1.0] all good\n\xff\xfe binary \x00 junk\n")
     assert cli.main(["--config", config, "logscan", str(clean)]) == 0
@@ -129,19 +141,104 @@ def test_logscan_unreadable_file_is_unknown(
 def test_logscan_site_rules_from_rules_dir(
     capsys: pytest.CaptureFixture[str], config: str, tmp_path: Path
 ) -> None:
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "x.toml").write_text(
+    site = site_rules(
+        tmp_path,
         '[[rules]]\nname = "oom"\npattern = "Out of memory: Killed process (?P<pid>\\\\d+)"\n'
         'code = "SITE_OOM_KILL"\n\n[codes.SITE_OOM_KILL]\nsummary = "OOM kill"\n'
         'remedy = "Look at the job."\nseverity = "warning"\naction = "none"\n'
-        'clears = "window"\nwindow_s = 600.0\n'
+        'clears = "window"\nwindow_s = 600.0\n',
     )
     log = tmp_path / "oom.log"
     log.write_text("[ 5.5] Out of memory: Killed process 4242 (python3)\n")
     rc, doc = logscan(capsys, config, "--rules-dir", str(site), str(log))
     assert rc == 1 and codes(doc) == [("SITE_OOM_KILL", "node", "warning")]
     assert doc["findings"][0]["details"]["pid"] == "4242"
+
+
+XID_LINE = "[ 9.0] NVRM: Xid (PCI:0000:01:00): 79, pid='<unknown>', name=<unknown>, off the bus"
+FALLEN = [
+    "[ 9.1] NVRM: The NVIDIA GPU 0000:b3:00.0",
+    "[ 9.1] NVRM: (PCI ID: 10de:26b5) installed in this system has",
+    "[ 9.1] NVRM: fallen off the bus and is not responding to commands.",
+]
+
+
+@pytest.mark.parametrize("block", [64, 97, 4096, logscan_mod.BLOCK])
+def test_streamed_blocks_keep_line_numbers_and_multi_line_context(
+    monkeypatch: pytest.MonkeyPatch, block: int
+) -> None:
+    """Whatever the block size, line numbers and the three-line rule (its PCI id two lines up,
+    possibly in an earlier block) come out as if read line by line."""
+    monkeypatch.setattr(logscan_mod, "BLOCK", block)
+    noise = [f"[ 1.{i}] eth0: renamed from veth{i}" for i in range(40)]
+    text = "\n".join([*noise, XID_LINE, *noise[:7], *FALLEN, *noise[:3], XID_LINE]) + "\n"
+    stream = io.BytesIO(text.encode())
+    hits: dict = {}
+    one = logscan_mod._Scan("mem", RuleSet.load(None), hits)
+    for chunk in logscan_mod.blocks(stream):
+        assert chunk.endswith(b"\n")
+        one.block(chunk)
+    got = {h.finding.code: h for h in hits.values()}
+    assert got["GPU_XID_79"].finding.details["lineno"] == 41 and got["GPU_XID_79"].count == 2
+    assert got["GPU_XID_79"].last_where == "mem:55"
+    fallen = got["GPU_FALLEN_OFF_BUS"].finding
+    assert fallen.component == "gpu:0000:b3:00" and fallen.details["lineno"] == 51
+    assert one.lineno == 55
+
+
+def test_over_long_lines_are_cut_and_counted_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(logscan_mod, "BLOCK", 4096)
+    monkeypatch.setattr(logscan_mod, "MAX_LINE", 1000)
+    data = b"x" * 50_000 + b"NVRM: Xid (PCI:0000:02:00): 79, hidden\n" + XID_LINE.encode()
+    out = list(logscan_mod.blocks(io.BytesIO(data)))  # no newline at the end: still a line
+    assert max(len(b) for b in out) <= 4096 + 1000 + 1
+    assert b"".join(out) == b"x" * 1000 + b"\n" + XID_LINE.encode() + b"\n"
+
+
+def test_gzip_of_newlines_is_streamed(
+    capsys: pytest.CaptureFixture[str], config: str, tmp_path: Path
+) -> None:
+    packed = tmp_path / "nl.gz"
+    with gzip.open(packed, "wb", compresslevel=1) as out:
+        for _ in range(16):
+            out.write(b"\n" * (1 << 20))
+        out.write(XID_LINE.encode() + b"\n")
+    rc, doc = logscan(capsys, config, str(packed))
+    assert rc == 2 and doc["findings"][0]["details"]["lineno"] == 16 * (1 << 20) + 1
+
+
+def test_a_rule_without_a_literal_turns_the_prefilter_off(
+    capsys: pytest.CaptureFixture[str], config: str, tmp_path: Path
+) -> None:
+    rule = '[[rules]]\nname = "any"\npattern = "(?:ab|cd)[0-9]{3}z"\ncode = "SITE_X"\n'
+    code = 'summary = "x"\nremedy = "x"\nseverity = "warning"\naction = "none"\n'
+    site = site_rules(tmp_path, f"{rule}\n[codes.SITE_X]\n{code}clears = 'observation'\n")
+    rules = RuleSet.load(str(site))
+    assert rules.needles is None
+    log = tmp_path / "x.log"
+    log.write_text("[ 1.0] eth0 up\n[ 1.1] cd123z\n" + XID_LINE + "\n")
+    rc, doc = logscan(capsys, config, "--rules-dir", str(site), str(log))
+    assert codes(doc) == [
+        ("SITE_X", "node", "warning"),
+        ("GPU_XID_79", "gpu:0000:01:00", "critical"),
+    ]
+
+
+def test_needles_are_derived_from_a_rule_without_them() -> None:
+    rule = compile_rule(
+        {"name": "c", "pattern": r"mlx5_core (?P<pci>\S+): Cable unplugged", "code": "SITE_C"}, "t"
+    )
+    assert rule.needles == (": Cable unplugged",)
+    loose = compile_rule({"name": "d", "pattern": "(?i)cable unplugged", "code": "SITE_D"}, "t")
+    assert loose.needles == ()  # case-insensitive: no literal to rely on
+
+
+def test_prefilter_and_context_of_the_matcher() -> None:
+    matcher = RuleSet.load(None).matcher("t")
+    assert matcher.feed("NVRM: GPU at PCI:0000:3b:00: GPU-5e4c0b1a") is None
+    matcher.context([f.split("] ", 1)[1] for f in FALLEN[:2]])
+    found = matcher.feed(FALLEN[2].split("] ", 1)[1])
+    assert found is not None and found.component == "gpu:0000:b3:00"
 
 
 def _args(**kw: object) -> argparse.Namespace:
