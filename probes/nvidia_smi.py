@@ -88,6 +88,7 @@ class NvidiaSmiProbe(Probe):
         raw = {
             "rc": result.rc,
             "start_error": result.error,
+            "cut": result.cut_message(),
             "stdout": result.stdout,
             "stderr": result.stderr[-4000:],
         }
@@ -104,6 +105,9 @@ def parse_result(raw: Mapping[str, Any]) -> dict[str, Any]:
     argv = "nvidia-smi"
     if raw.get("start_error"):
         snap["init_error"] = {"call": argv, "code": 12, "text": str(raw["start_error"])}
+        return snap
+    if raw.get("cut"):  # never parse part of a document
+        snap["init_error"] = {"call": argv, "code": -1, "text": str(raw["cut"])}
         return snap
     rc = raw.get("rc")
     text = str(raw.get("stdout") or "")

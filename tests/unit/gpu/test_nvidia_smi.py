@@ -216,3 +216,14 @@ def test_missing_binary_is_unknown_when_gpus_expected(monkeypatch: pytest.Monkey
 def test_parse_result_without_document() -> None:
     snap = parse_result({"rc": 0, "stdout": "garbage", "stderr": ""})
     assert snap["init_error"]["code"] == -1
+
+
+def test_cut_output_is_reported_as_cut_never_parsed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HMA_SMI_DOCUMENT", str(V12))
+    monkeypatch.setenv("HMA_SMI_EXIT", "0")
+    probe = NvidiaSmiProbe()
+    c = ctx()
+    c.runner = CommandRunner(output_cap=4096)
+    (f,) = probe.evaluate(probe.collect(c), c)
+    assert (f.code, f.severity) == ("GPU_READ_FAILED", Severity.UNKNOWN)
+    assert "output cut at 4096 bytes" in f.message
