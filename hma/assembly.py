@@ -12,7 +12,7 @@ from typing import Optional
 from hma import catalogue as catalogue_mod
 from hma import config as config_mod
 from hma import configfile, reporters
-from hma.adapters.command import CommandRunner
+from hma.adapters.command import TOOL_OUTPUT_CAP, CommandRunner
 from hma.adapters.files import ReadError, RootReader
 from hma.catalogue import Catalogue
 from hma.config import CORE_SECTIONS, Config, Schema
@@ -34,6 +34,7 @@ class Setup:
     probes: dict[str, Probe]  # enabled or not; see ``enabled``
     sources: dict[str, EventSource] = field(default_factory=dict)
     broken: list[Broken] = field(default_factory=list)
+    exec_names: frozenset[str] = frozenset()  # executable (Nagios) probes among ``probes``
 
     def enabled(self) -> list[str]:
         """Names of the enabled probes, sorted."""
@@ -70,12 +71,18 @@ class Setup:
             options=self.config.probe(name),
             sysfs=RootReader(paths["sysfs"]),
             procfs=RootReader(paths["procfs"]),
-            runner=CommandRunner(int(self.config.section("agent")["exec_output_cap"])),
+            runner=self._runner(exec_probe=name in self.exec_names),
             instance_type=self.instance_type(),
             facts=facts or NodeFacts(node_name=self.node_name),
             oneshot=oneshot,
             boot_id=boot_id,
         )
+
+    def _runner(self, exec_probe: bool) -> CommandRunner:
+        """``[agent] exec_output_cap`` for Nagios plugins; tools are read whole."""
+        if exec_probe:
+            return CommandRunner(int(self.config.section("agent")["exec_output_cap"]))
+        return CommandRunner(TOOL_OUTPUT_CAP)
 
     def source_context(
         self, name: str, boot_id: str, kv: Optional[KeyValue] = None
@@ -86,7 +93,7 @@ class Setup:
             options=self.config.sources[name],
             sysfs=RootReader(paths["sysfs"]),
             procfs=RootReader(paths["procfs"]),
-            runner=CommandRunner(int(self.config.section("agent")["exec_output_cap"])),
+            runner=self._runner(exec_probe=False),
             boot_id=boot_id,
             kv=kv or MemoryKV(),
         )
@@ -164,6 +171,7 @@ def load(config_file: Optional[str] = None) -> Setup:
     classes, broken = discover()
     source_classes, source_broken = discover(SOURCE_GROUP, EventSource)
     broken += source_broken
+    exec_names = set()
     for name, cls in exec_probes(probes_dir_of(config_file)).items():
         if name in classes:
             broken.append(
@@ -171,6 +179,7 @@ def load(config_file: Optional[str] = None) -> Setup:
             )
         else:
             classes[name] = cls
+            exec_names.add(name)
     try:
         cat = cat.extended(_declared_codes(source_classes, config_file))
     except catalogue_mod.CatalogueError as exc:
@@ -183,4 +192,5 @@ def load(config_file: Optional[str] = None) -> Setup:
         probes={name: cls() for name, cls in classes.items()},
         sources={name: cls() for name, cls in source_classes.items()},
         broken=broken,
+        exec_names=frozenset(exec_names),
     )

@@ -28,6 +28,10 @@ supported, never a finding)::
      "temp": 33, "temp_slowdown": 87,
      "fabric": {"state": 3, "status": 0, "summary": 1 | None, "health_mask": 0x1aa | None},
      "recovery_action": 0}
+
+Each snapshot also carries ``pcie_baseline``: per GPU (``bus_id/uuid``) the widest PCIe link width
+seen at full speed, carried forward from the previous snapshot (``with_baseline``), which the
+daemon keeps in the state store, so it survives restarts and reboots.
 """
 
 from __future__ import annotations
@@ -139,6 +143,10 @@ def expected_count(opts: Mapping[str, Any], instance_type: Optional[str]) -> Opt
     return None
 
 
+def _link_width(value: Any) -> Optional[str]:
+    return None if value in (1, 2, 4, 8, 12, 16, 32) else "must be a PCIe link width (1..32)"
+
+
 # Thresholds shared by both probes (each declares them in its own [probes.NAME] section).
 RULE_OPTIONS: Mapping[str, Option] = {
     "expected_gpus": Option(
@@ -159,8 +167,12 @@ RULE_OPTIONS: Mapping[str, Option] = {
         "Pre-Ampere: retired pages (SBE+DBE) above this mean replace the GPU (NVIDIA RMA: 60).",
         minimum=0,
     ),
-    "pcie_min_width": Option(
-        "int", None, "Lowest acceptable PCIe link width; unset: the link's max width.", minimum=1
+    "expected_pcie_width": Option(
+        "int",
+        None,
+        "PCIe link width the GPUs must run at (critical below); unset: the GPU's own baseline "
+        "(docs/gpu.md).",
+        check=_link_width,
     ),
     "nvlink_errors_per_minute": Option(
         "float",
@@ -190,7 +202,10 @@ RULE_OPTIONS: Mapping[str, Option] = {
 def _gpu_key(gpu: Mapping[str, Any], snap: Mapping[str, Any]) -> str:
     bus = gpu.get("bus_id")
     if bus:
-        return gpu_component(str(bus))
+        try:
+            return gpu_component(str(bus))
+        except (ValueError, IndexError):
+            pass  # not a PCI bus id: fall back to the index
     pci = snap.get("pci_gpus") or []
     idx = gpu.get("index")
     if isinstance(idx, int) and 0 <= idx < len(pci):
@@ -234,7 +249,7 @@ def evaluate(
     out += _eval_node(snap, opts, instance_type)
     prev_gpus = {g.get("bus_id"): g for g in prev.get("gpus") or [] if isinstance(g, Mapping)}
     for gpu in snap.get("gpus") or []:
-        out += _eval_gpu(gpu, snap, opts, prev_gpus.get(gpu.get("bus_id")), elapsed_s)
+        out += _eval_gpu(gpu, snap, opts, prev, prev_gpus.get(gpu.get("bus_id")), elapsed_s)
     return out
 
 
@@ -328,6 +343,7 @@ def _eval_gpu(
     gpu: Mapping[str, Any],
     snap: Mapping[str, Any],
     opts: Mapping[str, Any],
+    prev_snap: Mapping[str, Any],
     prev: Optional[Mapping[str, Any]],
     elapsed_s: float,
 ) -> list[Finding]:
@@ -392,7 +408,7 @@ def _eval_gpu(
         if remap.get("pending"):
             add("GPU_ROW_REMAP_PENDING", "row remapping pending: reset or reboot", **counts)
 
-    _eval_pcie(gpu, opts, add)
+    _eval_pcie(gpu, opts, prev_snap, add)
     _eval_nvlink(gpu, prev, opts, elapsed_s, add)
     clocks = gpu.get("clocks") or {}
     active = [
@@ -426,25 +442,78 @@ def _eval_gpu(
     return out
 
 
-def _eval_pcie(gpu: Mapping[str, Any], opts: Mapping[str, Any], add: Any) -> None:
+def pcie_key(gpu: Mapping[str, Any]) -> Optional[str]:
+    """Baseline key of a GPU: its bus id and UUID (a GPU moved or replaced starts afresh)."""
+    bus = gpu.get("bus_id")
+    return f"{bus}/{gpu.get('uuid') or ''}" if bus else None
+
+
+def _link(gpu: Mapping[str, Any]) -> Optional[tuple[float, float, bool]]:
+    """(width, max width, judgeable) of a GPU's PCIe link; None when not measured.
+
+    An idle GPU may lower link generation and width to save power (the A10G capture shows gen 1
+    x8 of gen 4 x16 at idle): the width is judged only at full generation or under load.
+    """
     pcie = gpu.get("pcie") or {}
     width, max_width = _num(pcie.get("width")), _num(pcie.get("max_width"))
-    if width is None or max_width is None:
-        return
-    want = float(opts["pcie_min_width"]) if opts.get("pcie_min_width") else max_width
-    # An idle GPU may lower link generation and width to save power (the A10G capture shows
-    # gen 1 x8 of gen 4 x16 at idle): judge the width only at full speed or under load.
+    if gpu.get("error") or width is None or max_width is None:
+        return None
     gen, max_gen = _num(pcie.get("gen")), _num(pcie.get("max_gen"))
     idle = bool((gpu.get("clocks") or {}).get("gpu_idle"))
     power_saving = idle and gen is not None and max_gen is not None and gen < max_gen
-    if width < want and not power_saving:
+    return width, max_width, not power_saving
+
+
+def with_baseline(snap: dict[str, Any], previous: Any) -> dict[str, Any]:
+    """``snap`` with ``pcie_baseline``: the previous snapshot's, raised by this run's judgeable
+    widths. Kept across runs that measured nothing (a hang, a driver error)."""
+    prev = previous if isinstance(previous, Mapping) else {}
+    old = prev.get("pcie_baseline")
+    baseline = {
+        str(k): int(v)
+        for k, v in (old.items() if isinstance(old, Mapping) else ())
+        if isinstance(v, int) and not isinstance(v, bool)
+    }
+    for gpu in snap.get("gpus") or []:
+        key, link = pcie_key(gpu), _link(gpu)
+        if key and link is not None and link[2]:
+            baseline[key] = max(baseline.get(key, 0), int(link[0]))
+    snap["pcie_baseline"] = baseline
+    return snap
+
+
+def _eval_pcie(
+    gpu: Mapping[str, Any], opts: Mapping[str, Any], prev: Mapping[str, Any], add: Any
+) -> None:
+    """Width against what is known to be expected: ``expected_pcie_width``, else this GPU's own
+    baseline (its widest link seen before). Narrower than the link's maximum with neither known
+    is a warning only: cloud instances run GPUs in x8 slots."""
+    link = _link(gpu)
+    if link is None or not link[2]:
+        return
+    width, max_width, _judged = link
+    baseline = prev.get("pcie_baseline")
+    seen = baseline.get(pcie_key(gpu) or "") if isinstance(baseline, Mapping) else None
+    expected: Optional[float] = None
+    if opts.get("expected_pcie_width"):
+        expected, source = float(opts["expected_pcie_width"]), "expected_pcie_width"
+    elif isinstance(seen, int) and not isinstance(seen, bool):
+        expected, source = float(seen), "baseline (widest link seen on this GPU)"
+    details = {"width": width, "max_width": max_width, "gen": (gpu.get("pcie") or {}).get("gen")}
+    if expected is not None and width < expected:
         add(
             "GPU_PCIE_WIDTH_DEGRADED",
-            f"PCIe link x{width:.0f}, expected x{want:.0f}",
-            width=width,
-            expected=want,
-            gen=gen,
-            max_gen=max_gen,
+            f"PCIe link x{width:.0f}, expected x{expected:.0f} ({source})",
+            expected=expected,
+            expected_from=source,
+            **details,
+        )
+    elif not opts.get("expected_pcie_width") and width < max_width:
+        add(
+            "GPU_PCIE_WIDTH_NARROW",
+            f"PCIe link x{width:.0f} of max x{max_width:.0f}; no expected width known "
+            "(set expected_pcie_width)",
+            **details,
         )
 
 

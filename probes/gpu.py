@@ -78,6 +78,9 @@ class GpuProbe(Probe):
         return None
 
     def collect(self, ctx: ProbeContext) -> Any:
+        return rules.with_baseline(self._read(ctx), ctx.previous)
+
+    def _read(self, ctx: ProbeContext) -> dict[str, Any]:
         stuck = _STATE["stuck"]
         deadline = float(ctx.options["nvml_deadline_s"])
         if ctx.options.get("timeout"):  # answer before the runner gives up on the worker
@@ -106,7 +109,8 @@ class GpuProbe(Probe):
         _STATE["streak"] = 0
         if "exc" in box:
             raise box["exc"]
-        return box["snap"]
+        snap: dict[str, Any] = box["snap"]
+        return snap
 
     def evaluate(self, snapshot: Any, ctx: ProbeContext) -> list[Finding]:
         elapsed = ctx.clock() - ctx.previous_ts if ctx.previous_ts else 0.0

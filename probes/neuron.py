@@ -11,6 +11,7 @@ down is a reset, never a fault.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from typing import Any, ClassVar, Iterable, Mapping, Optional
@@ -19,8 +20,10 @@ from hma.adapters.files import ReadError, RootReader
 from hma.model import Finding, Severity
 from hma.options import Option
 from hma.probe import Probe, ProbeContext, unknown
+from hma.strict import ParseError, parse_uint
 
 BASE = "devices/virtual/neuron_device"
+MAX_DEVICES = 1024  # a connected_devices entry above this is not a device number
 NODE = "node"
 
 # Devices (chips) per instance type (REFERENCE 4.2; all from the Neuron architecture docs).
@@ -136,7 +139,7 @@ class NeuronProbe(Probe):
     }
 
     def applies(self, ctx: ProbeContext) -> Optional[str]:
-        if ctx.sysfs.exists(BASE):
+        if _present(ctx.sysfs, BASE):
             return None
         if _expected_devices(ctx.options, ctx.instance_type):
             return None  # expected but absent: the count check reports it
@@ -172,7 +175,8 @@ class NeuronProbe(Probe):
                     error=err["error"],
                 )
             )
-        out += _eval_count(devices, opts, ctx.instance_type)
+        if snapshot.get("listed", True):  # "missing" only when the folder lists without it
+            out += _eval_count(devices, opts, ctx.instance_type)
         out += _eval_cores(devices, opts)
         out += _eval_hardware(devices)
         base = _baseline(snapshot, ctx)
@@ -193,14 +197,16 @@ def _expected_devices(opts: Mapping[str, Any], instance_type: Optional[str]) -> 
 
 
 def read_tree(sysfs: RootReader, status_counters: Iterable[str]) -> dict[str, Any]:
-    """Read every device; read errors are recorded (path + error), never raised."""
+    """Read every device; read errors are recorded (path + error), never raised.
+
+    ``listed`` is False when the device folder itself could not be listed: then no device is
+    known to be missing.
+    """
     errors: list[dict[str, Any]] = []
     devices: dict[str, Any] = {}
-    try:
-        entries = sysfs.listdir(BASE)
-    except ReadError as exc:
-        error = {"path": str(sysfs.path(BASE)), "error": _reason(str(exc)), "device": None}
-        return {"devices": {}, "errors": [error]}
+    entries = _listdir(sysfs, BASE, None, errors)
+    if entries is None:
+        return {"devices": {}, "errors": errors, "listed": False}
     wanted = list(status_counters)
     for entry in entries:
         match = _DEVICE_RE.match(entry)
@@ -223,6 +229,22 @@ def _read(
         return None
 
 
+def _present(sysfs: RootReader, rel: str) -> bool:
+    """Whether ``rel`` exists, even as a broken link or a loop (then reading it fails: unknown)."""
+    return os.path.lexists(sysfs.path(rel))
+
+
+def _listdir(
+    sysfs: RootReader, rel: str, device: Optional[str], errors: list[dict[str, Any]]
+) -> Optional[list[str]]:
+    """Entries of a folder (empty when absent); None, with the error recorded, when unreadable."""
+    try:
+        return sysfs.listdir(rel)
+    except ReadError as exc:
+        errors.append({"path": str(sysfs.path(rel)), "error": _reason(str(exc)), "device": device})
+        return None
+
+
 def _reason(message: str) -> str:
     """The error text without the absolute path prefix (the path is reported separately)."""
     return message.rsplit(": ", 1)[-1] if ": " in message else message
@@ -240,7 +262,7 @@ def _read_device(
         name: _read(errors, index, sysfs, f"{dev}/stats/hardware/{name}") for name in HARDWARE
     }
     cores: dict[str, Any] = {}
-    for entry in sysfs.listdir(dev):
+    for entry in _listdir(sysfs, dev, index, errors) or []:
         match = _CORE_RE.match(entry)
         if match:
             cores[match.group(1)] = _read_core(sysfs, f"{dev}/{entry}", index, wanted, errors)
@@ -253,11 +275,13 @@ def _parse_connected(
 ) -> Optional[list[int]]:
     if text is None:
         return None
-    parts = [p.strip() for p in text.split(",") if p.strip()]
-    if not all(p.isdigit() for p in parts):
+    try:
+        return [
+            parse_uint(p, limit=MAX_DEVICES, hex_ok=False) for p in text.split(",") if p.strip()
+        ]
+    except ParseError:
         errors.append({"path": rel, "error": f"not a device list: {text[:40]!r}", "device": device})
         return None
-    return [int(p) for p in parts]
 
 
 def _read_core(
@@ -265,9 +289,9 @@ def _read_core(
 ) -> dict[str, Any]:
     # The driver's path is stats/status; the sysfs guide's examples show status/ directly.
     status_dir = f"{core}/stats/status"
-    if not sysfs.exists(status_dir) and sysfs.exists(f"{core}/status"):
+    if not _present(sysfs, status_dir) and _present(sysfs, f"{core}/status"):
         status_dir = f"{core}/status"
-    present = set(sysfs.listdir(status_dir))
+    present = set(_listdir(sysfs, status_dir, device, errors) or [])
     status: dict[str, Any] = {}
     for name in wanted:
         label = name if name in present else DOC_ALIASES.get(name, "")
@@ -275,7 +299,7 @@ def _read_core(
             status[name] = _read(errors, device, sysfs, f"{status_dir}/{label}/total")
     other: dict[str, Any] = {}
     reset_fail = f"{core}/stats/other_info/reset_fail_count"
-    if sysfs.exists(reset_fail):
+    if _present(sysfs, reset_fail):
         other["reset_fail_count"] = _read(errors, device, sysfs, f"{reset_fail}/total")
     return {"status": status, "other": other}
 

@@ -19,6 +19,7 @@ from hma.model import Finding
 from hma.options import Option, positive
 from hma.probe import Probe, ProbeContext
 from hma.probes import _gpu_common as rules
+from hma.strict import U64_MAX, ParseError, parse_decimal, parse_uint, parse_word
 
 # nvidia-smi exit code -> the NVML error number the rules know (nvidia-smi(1) "RETURN VALUE").
 EXIT_CODES: Mapping[int, int] = {
@@ -48,7 +49,6 @@ HANDLE_RE = re.compile(
     r"[0-9A-Fa-f]{2}\.[0-9A-Fa-f]):\s*(.+)"
 )
 HANDLE_ERRORS = {"gpu is lost": 15, "unknown error": 999, "gpu requires reset": 16}
-NUMBER_RE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)")
 
 
 class NvidiaSmiProbe(Probe):
@@ -77,6 +77,9 @@ class NvidiaSmiProbe(Probe):
         return None
 
     def collect(self, ctx: ProbeContext) -> Any:
+        return rules.with_baseline(self._read(ctx), ctx.previous)
+
+    def _read(self, ctx: ProbeContext) -> dict[str, Any]:
         argv = list(ctx.options["command"])
         timeout = float(ctx.options["command_timeout"])
         result = ctx.runner.run(argv, timeout)
@@ -89,6 +92,7 @@ class NvidiaSmiProbe(Probe):
         raw = {
             "rc": result.rc,
             "start_error": result.error,
+            "cut": result.cut_message(),
             "stdout": result.stdout,
             "stderr": result.stderr[-4000:],
         }
@@ -105,6 +109,9 @@ def parse_result(raw: Mapping[str, Any]) -> dict[str, Any]:
     argv = "nvidia-smi"
     if raw.get("start_error"):
         snap["init_error"] = {"call": argv, "code": 12, "text": str(raw["start_error"])}
+        return snap
+    if raw.get("cut"):  # never parse part of a document
+        snap["init_error"] = {"call": argv, "code": -1, "text": str(raw["cut"])}
         return snap
     rc = raw.get("rc")
     text = str(raw.get("stdout") or "")
@@ -150,19 +157,87 @@ def _handle_errors(text: str) -> list[dict[str, Any]]:
 
 
 def parse_xml(text: str) -> dict[str, Any]:
-    """Node readings and GPU records from an ``nvidia-smi -q -x`` document (v11..v13)."""
+    """Node readings and GPU records from an ``nvidia-smi -q -x`` document (v11..v13).
+
+    Every value is parsed strictly (``hma.strict``): one that is not what its element holds (a
+    count of ``-1``, ``1e-9``, 400 digits, an unknown state word) is not measured, and the GPU
+    gets a read failure (``call_errors``) naming the element, never a reading.
+    """
     root = ET.fromstring(text)
     if root.tag != "nvidia_smi_log":
         raise ValueError(f"root element is <{root.tag}>, not <nvidia_smi_log>")
     gpus = [_gpu(index, node) for index, node in enumerate(root.findall("gpu"))]
-    count = _int(root.findtext("attached_gpus"))
-    return {
+    node = _Fields(root)
+    count = node.uint("attached_gpus", limit=MAX_GPUS)
+    out: dict[str, Any] = {
         "driver": _value(root.findtext("driver_version")),
         "count": count if count is not None else len(gpus),
         "gpus": gpus,
         "nvswitch": any((g.get("fabric") or {}).get("state") not in (None, 0) for g in gpus),
         "fabric_manager": None,  # nvidia-smi does not tell; the gpu probe checks the process
     }
+    if node.bad:
+        out["call_errors"] = node.call_errors()
+    return out
+
+
+MAX_GPUS = 1024
+MAX_LINK_WIDTH = 32  # PCIe x32 is the widest link the specification defines
+MAX_LINK_GEN = 16
+FLAG_WORDS = {
+    "yes": True,
+    "enabled": True,
+    "active": True,
+    "true": True,
+    "no": False,
+    "disabled": False,
+    "not active": False,
+    "false": False,
+}
+FABRIC_STATE_TEXT = {"not supported": 0, "not started": 1, "in progress": 2, "completed": 3}
+SUMMARY_TEXT = {"healthy": 1, "unhealthy": 2, "limited capacity": 3}
+# nvmlErrorString() texts nvidia-smi prints as the fabric status; "Success" is the healthy one.
+FABRIC_STATUS_TEXT = (
+    "Success",
+    "Uninitialized",
+    "Invalid Argument",
+    "Not Supported",
+    "Insufficient Permissions",
+    "Already Initialized",
+    "Not Found",
+    "Insufficient Size",
+    "Insufficient External Power",
+    "Driver Not Loaded",
+    "Timeout",
+    "Interrupt request issue",
+    "Function Not Found",
+    "Corrupted infoROM",
+    "GPU is lost",
+    "GPU requires restart",
+    "Operating System has blocked the request",
+    "In use by another client",
+    "Insufficient Memory",
+    "No data",
+    "Insufficient resources",
+    "Freq not supported",
+    "Argument version mismatch",
+    "Deprecated",
+    "Not Ready",
+    "Unknown Error",
+)
+# gpu_recovery_action texts (words that must all appear) -> NVML recovery action.
+RECOVERY_WORDS = (
+    (("none",), 0),
+    (("drain", "p2p"), 3),
+    (("drain", "reset"), 4),
+    (("imex",), 5),
+    (("bus", "reset"), 6),
+    (("system", "reboot"), 7),
+    (("reboot",), 2),
+    (("reset",), 1),
+)
+_RECOVERY_TEXT = re.compile(r"[A-Za-z][A-Za-z /_-]{0,60}\Z", re.ASCII)
+_BUS_ID = re.compile(r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]\Z", re.ASCII)
 
 
 def _value(text: Optional[str]) -> Optional[str]:
@@ -176,19 +251,67 @@ def _value(text: Optional[str]) -> Optional[str]:
     return text
 
 
-def _int(text: Optional[str]) -> Optional[int]:
-    value = _value(text)
-    if value is None:
-        return None
-    match = NUMBER_RE.match(value)
-    return int(float(match.group(1))) if match else None
+class _Fields:
+    """Strict readers of one element's children; what does not parse is kept in ``bad``."""
 
+    def __init__(self, node: ET.Element) -> None:
+        self.node = node
+        self.bad: dict[str, str] = {}
 
-def _yes(text: Optional[str]) -> Optional[bool]:
-    value = _value(text)
-    if value is None:
-        return None
-    return value.lower() in ("yes", "active", "enabled", "true")
+    def text(self, path: str) -> Optional[str]:
+        """The value at ``path`` (None: absent or a not-available marker)."""
+        return _value(self.node.findtext(path))
+
+    def _refuse(self, path: str, exc: ParseError) -> None:
+        self.bad.setdefault(path, str(exc))
+
+    def uint(self, path: str, unit: str = "", limit: int = U64_MAX) -> Optional[int]:
+        """An unsigned count, ``unit`` (``x``, `` MiB``) allowed after the digits."""
+        value = self.text(path)
+        if value is None:
+            return None
+        if unit and value.endswith(unit):
+            value = value[: -len(unit)].rstrip(" ")
+        try:
+            return parse_uint(value, limit=limit, hex_ok=False)
+        except ParseError as exc:
+            self._refuse(path, exc)
+            return None
+
+    def degrees(self, path: str) -> Optional[float]:
+        """A temperature (``41 C``, ``-2 C`` on the T.Limit scale)."""
+        value = self.text(path)
+        if value is None:
+            return None
+        if value.endswith("C"):
+            value = value[:-1].rstrip(" ")
+        try:
+            return parse_decimal(value, low=-300.0, high=1000.0)
+        except ParseError as exc:
+            self._refuse(path, exc)
+            return None
+
+    def word(self, path: str, words: Mapping[str, Any]) -> Any:
+        """The meaning of a recognised word (case-insensitive); None when absent or refused."""
+        value = self.text(path)
+        if value is None:
+            return None
+        try:
+            return words[parse_word(value, list(words))]
+        except ParseError as exc:
+            self._refuse(path, exc)
+            return None
+
+    def flag(self, path: str) -> Optional[bool]:
+        """Yes/No, Enabled/Disabled, Active/Not Active."""
+        flag: Optional[bool] = self.word(path, FLAG_WORDS)
+        return flag
+
+    def call_errors(self) -> dict[str, str]:
+        """The refused values as one read failure of the GPU (``GPU_READ_FAILED``)."""
+        shown = "; ".join(f"{path}: {why}" for path, why in list(self.bad.items())[:3])
+        more = f" (and {len(self.bad) - 3} more)" if len(self.bad) > 3 else ""
+        return {"nvidia-smi": f"unparsable value in {len(self.bad)} field(s): {shown}{more}"}
 
 
 def _sum(*values: Optional[int]) -> Optional[int]:
@@ -197,54 +320,57 @@ def _sum(*values: Optional[int]) -> Optional[int]:
 
 
 def _gpu(index: int, node: ET.Element) -> dict[str, Any]:
-    arch = _value(node.findtext("product_architecture"))
+    f = _Fields(node)
+    arch = f.text("product_architecture")
+    bus = node.get("id") or f.text("pci/pci_bus_id")
+    if bus is not None and not _BUS_ID.match(bus.strip()):
+        f.bad["id"] = f"not a PCI bus id: {bus[:40]!r}"
+        bus = None
     gpu: dict[str, Any] = {
         "index": index,
-        "bus_id": node.get("id") or _value(node.findtext("pci/pci_bus_id")),
-        "name": _value(node.findtext("product_name")),
-        "uuid": _value(node.findtext("uuid")),
+        "bus_id": bus,
+        "name": f.text("product_name"),
+        "uuid": f.text("uuid"),
         "arch": arch.lower() if arch else None,
     }
-    current_ecc = _yes(node.findtext("ecc_mode/current_ecc"))
+    current_ecc = f.flag("ecc_mode/current_ecc")
     if current_ecc is not None:
-        gpu["ecc_mode"] = {
-            "current": current_ecc,
-            "pending": _yes(node.findtext("ecc_mode/pending_ecc")),
-        }
+        gpu["ecc_mode"] = {"current": current_ecc, "pending": f.flag("ecc_mode/pending_ecc")}
     gpu["ecc"] = {
-        f"{scope}_{kind}": _ecc(node, scope, kind)
+        f"{scope}_{kind}": _ecc(f, scope, kind)
         for scope in ("volatile", "aggregate")
         for kind in ("corrected", "uncorrected")
     }
-    retired = node.find("retired_pages")
-    if retired is not None:
-        pending = _yes(retired.findtext("pending_retirement"))
+    if node.find("retired_pages") is not None:
+        pending = f.flag("retired_pages/pending_retirement")
         if pending is None:
-            pending = _yes(retired.findtext("pending_blacklist"))
-        sbe = _int(retired.findtext("multiple_single_bit_retirement/retired_count"))
-        dbe = _int(retired.findtext("double_bit_retirement/retired_count"))
+            pending = f.flag("retired_pages/pending_blacklist")
+        sbe = f.uint("retired_pages/multiple_single_bit_retirement/retired_count")
+        dbe = f.uint("retired_pages/double_bit_retirement/retired_count")
         if pending is not None or sbe is not None or dbe is not None:
             gpu["retired"] = {"sbe": sbe, "dbe": dbe, "pending": bool(pending)}
     remap = node.find("remapped_rows")
     if remap is not None and len(remap):  # the whole element is "N/A" without remapping / MIG
         gpu["remap"] = {
-            "corrected": _int(remap.findtext("remapped_row_corr")),
-            "uncorrected": _int(remap.findtext("remapped_row_unc")),
-            "pending": bool(_yes(remap.findtext("remapped_row_pending"))),
-            "failure": bool(_yes(remap.findtext("remapped_row_failure"))),
+            "corrected": f.uint("remapped_rows/remapped_row_corr"),
+            "uncorrected": f.uint("remapped_rows/remapped_row_unc"),
+            "pending": bool(f.flag("remapped_rows/remapped_row_pending")),
+            "failure": bool(f.flag("remapped_rows/remapped_row_failure")),
         }
     link = "pci/pci_gpu_link_info"
     gpu["pcie"] = {
-        "width": _int(node.findtext(f"{link}/link_widths/current_link_width")),
-        "max_width": _int(node.findtext(f"{link}/link_widths/max_link_width")),
-        "gen": _int(node.findtext(f"{link}/pcie_gen/current_link_gen")),
-        "max_gen": _int(node.findtext(f"{link}/pcie_gen/max_link_gen")),
+        "width": f.uint(f"{link}/link_widths/current_link_width", "x", MAX_LINK_WIDTH),
+        "max_width": f.uint(f"{link}/link_widths/max_link_width", "x", MAX_LINK_WIDTH),
+        "gen": f.uint(f"{link}/pcie_gen/current_link_gen", limit=MAX_LINK_GEN),
+        "max_gen": f.uint(f"{link}/pcie_gen/max_link_gen", limit=MAX_LINK_GEN),
     }
-    gpu["clocks"] = _clocks(node)
-    _temperature(node, gpu)
-    gpu["fabric"] = _fabric(node.find("fabric"))
-    gpu["recovery_action"] = _recovery(node)
+    gpu["clocks"] = _clocks(f)
+    _temperature(f, gpu)
+    gpu["fabric"] = _fabric(f)
+    gpu["recovery_action"] = _recovery(f)
     _value_errors(node, gpu)
+    if f.bad and "error" not in gpu:
+        gpu.setdefault("call_errors", {}).update(f.call_errors())
     return gpu
 
 
@@ -261,9 +387,8 @@ def _value_errors(node: ET.Element, gpu: dict[str, Any]) -> None:
         gpu["call_errors"] = {"nvidia-smi": f"Unknown Error in {len(failed)} field(s): {shown}"}
 
 
-def _ecc(node: ET.Element, scope: str, kind: str) -> Optional[int]:
-    part = node.find(f"ecc_errors/{scope}")
-    if part is None:
+def _ecc(f: _Fields, scope: str, kind: str) -> Optional[int]:
+    if f.node.find(f"ecc_errors/{scope}") is None:
         return None
     if kind == "corrected":
         names = ["sram_correctable", "dram_correctable", "single_bit/total"]
@@ -275,19 +400,18 @@ def _ecc(node: ET.Element, scope: str, kind: str) -> Optional[int]:
             "dram_uncorrectable",
             "double_bit/total",
         ]
-    return _sum(*(_int(part.findtext(name)) for name in names))
+    return _sum(*(f.uint(f"ecc_errors/{scope}/{name}") for name in names))
 
 
-def _clocks(node: ET.Element) -> Optional[dict[str, bool]]:
+def _clocks(f: _Fields) -> Optional[dict[str, bool]]:
     for group, prefix in (
         ("clocks_event_reasons", "clocks_event_reason_"),
         ("clocks_throttle_reasons", "clocks_throttle_reason_"),  # v11 and drivers before 535
     ):
-        part = node.find(group)
-        if part is None:
+        if f.node.find(group) is None:
             continue
         return {
-            name: bool(_yes(part.findtext(prefix + name)))
+            name: bool(f.flag(f"{group}/{prefix}{name}"))
             for name in (
                 "gpu_idle",
                 "hw_slowdown",
@@ -298,67 +422,59 @@ def _clocks(node: ET.Element) -> Optional[dict[str, bool]]:
     return None
 
 
-def _temperature(node: ET.Element, gpu: dict[str, Any]) -> None:
-    temp = node.find("temperature")
-    if temp is None:
+def _temperature(f: _Fields, gpu: dict[str, Any]) -> None:
+    if f.node.find("temperature") is None:
         return
-    slow = _int(temp.findtext("gpu_temp_slow_threshold"))
+    slow = f.degrees("temperature/gpu_temp_slow_threshold")
     if slow is not None:
-        gpu["temp"], gpu["temp_slowdown"] = _int(temp.findtext("gpu_temp")), slow
+        gpu["temp"], gpu["temp_slowdown"] = f.degrees("temperature/gpu_temp"), slow
         return
     # Drivers 590+ on H100/H200 report T.Limit: degrees *below* the limit, and the slowdown point
     # on that scale (e.g. margin 46 C, slowdown at -2 C). Negate both so "temp >= slowdown" holds.
-    margin = _int(temp.findtext("gpu_temp_tlimit"))
-    slow_tlimit = _int(temp.findtext("gpu_temp_slow_tlimit_threshold"))
+    margin = f.degrees("temperature/gpu_temp_tlimit")
+    slow_tlimit = f.degrees("temperature/gpu_temp_slow_tlimit_threshold")
     if margin is not None and slow_tlimit is not None:
         gpu["temp"], gpu["temp_slowdown"] = -margin, -slow_tlimit
         gpu["temp_scale"] = "tlimit"
     else:
-        gpu["temp"] = _int(temp.findtext("gpu_temp"))
+        gpu["temp"] = f.degrees("temperature/gpu_temp")
 
 
-FABRIC_STATE_TEXT = {"not supported": 0, "not started": 1, "in progress": 2, "completed": 3}
-SUMMARY_TEXT = {"healthy": 1, "unhealthy": 2, "limited capacity": 3}
-
-
-def _fabric(part: Optional[ET.Element]) -> Optional[dict[str, Any]]:
-    if part is None:
+def _fabric(f: _Fields) -> Optional[dict[str, Any]]:
+    if f.node.find("fabric") is None:
         return None
-    state = _value(part.findtext("state"))
+    state = f.word("fabric/state", FABRIC_STATE_TEXT)
     if state is None:
         return None
-    status = _value(part.findtext("status"))
-    summary = _value(part.findtext("health/summary"))
+    status = f.text("fabric/status")
+    if status is not None:
+        try:
+            status = parse_word(status, FABRIC_STATUS_TEXT)
+        except ParseError as exc:
+            f.bad["fabric/status"] = str(exc)
+            return None
     return {
-        "state": FABRIC_STATE_TEXT.get(state.lower(), -1),
-        "status": 0 if status is None or status.lower() == "success" else status,
-        "summary": SUMMARY_TEXT.get(summary.lower(), None) if summary else None,
+        "state": state,
+        "status": 0 if status in (None, "Success") else status,
+        "summary": f.word("fabric/health/summary", SUMMARY_TEXT),
         "health_mask": None,
     }
 
 
-def _recovery(node: ET.Element) -> Optional[int]:
-    text = _value(node.findtext("gpu_recovery_action"))
+def _recovery(f: _Fields) -> Optional[int]:
+    text = f.text("gpu_recovery_action")
     if text is not None:
         low = text.lower()
-        for words, code in (
-            (("none",), 0),
-            (("drain", "p2p"), 3),
-            (("drain", "reset"), 4),
-            (("imex",), 5),
-            (("bus", "reset"), 6),
-            (("system", "reboot"), 7),
-            (("reboot",), 2),
-            (("reset",), 1),
-        ):
-            if all(w in low for w in words):
-                return code
-        return 99  # an action this version does not know: still not "none"
-    status = node.find("gpu_reset_status")  # v12
-    if status is None:
+        if _RECOVERY_TEXT.match(text):
+            for words, code in RECOVERY_WORDS:
+                if all(w in low for w in words):
+                    return code
+        f.bad["gpu_recovery_action"] = f"unrecognised recovery action {text[:40]!r}"
         return None
-    if _yes(status.findtext("drain_and_reset_recommended")):
+    if f.node.find("gpu_reset_status") is None:  # v12
+        return None
+    if f.flag("gpu_reset_status/drain_and_reset_recommended"):
         return 4
-    if _yes(status.findtext("reset_required")):
+    if f.flag("gpu_reset_status/reset_required"):
         return 1
     return 0

@@ -14,9 +14,12 @@ from hma.adapters.files import ReadError
 from hma.model import Finding
 from hma.options import Option
 from hma.probe import Probe, ProbeContext, unknown
+from hma.strict import ParseError, parse_uint
 
 NODE = "node"
 GIB = 1 << 30
+MAX_CPU = 1 << 22  # the kernel's NR_CPUS limit is 8192; anything near this is garbage
+MEMINFO_KEYS = ("MemTotal", "MemAvailable")
 
 
 def _fraction(v: Any) -> Optional[str]:
@@ -177,8 +180,10 @@ def _meminfo(ctx: ProbeContext) -> dict[str, int]:
     for line in ctx.procfs.text("meminfo").splitlines():
         key, _, rest = line.partition(":")
         fields = rest.split()
-        if fields and fields[0].isdigit():
-            out[key.strip()] = int(fields[0]) * (1024 if fields[1:] == ["kB"] else 1)
+        if key.strip() in MEMINFO_KEYS:  # strict: a garbled value is a read failure
+            out[key.strip()] = parse_uint(fields[0] if fields else "") * (
+                1024 if fields[1:] == ["kB"] else 1
+            )
     if "MemTotal" not in out:
         raise ValueError("meminfo has no MemTotal")
     return out
@@ -208,13 +213,17 @@ def _edac(ctx: ProbeContext) -> dict[str, dict[str, int]]:
 
 
 def parse_cpulist(text: str) -> int:
-    """Number of CPUs in a kernel cpulist such as ``0-3,8-11``."""
+    """Number of CPUs in a kernel cpulist such as ``0-3,8-11``; ParseError when malformed."""
     total = 0
     for part in text.strip().split(","):
         if not part:
             continue
-        lo, _, hi = part.partition("-")
-        total += (int(hi) - int(lo) + 1) if hi else 1
+        lo, dash, hi = part.partition("-")
+        first = parse_uint(lo, limit=MAX_CPU, hex_ok=False)
+        last = parse_uint(hi, limit=MAX_CPU, hex_ok=False) if dash else first
+        if last < first:
+            raise ParseError(f"descending CPU range {part[:40]!r}")
+        total += last - first + 1
     return total
 
 

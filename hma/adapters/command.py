@@ -1,4 +1,10 @@
-"""Run external commands as argv lists with a timeout, an output cap and process-group kill."""
+"""Run external commands as argv lists with a timeout, an output cap and process-group kill.
+
+Two caps: tools whose whole output is parsed (nvidia-smi, Slurm commands, fi_pingpong) get
+``TOOL_OUTPUT_CAP``, a bound real outputs never reach, so a cut output is a fault of the tool, never
+a document to parse; executable (Nagios) probes keep ``[agent] exec_output_cap``. A cut output is
+flagged (``CommandResult.truncated``) and callers report it as cut (``cut_message``).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,10 @@ import subprocess
 import time
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
+
+TOOL_OUTPUT_CAP = 64 << 20
+"""Bytes kept per stream of a tool's output (64 MiB: an 8-GPU ``nvidia-smi -q -x`` with MIG and
+many processes is about 2 MB, ``sinfo --json`` about 1.2 KB per node)."""
 
 
 @dataclass(frozen=True)
@@ -21,8 +31,13 @@ class CommandResult:
     stderr: str
     duration_s: float
     timed_out: bool = False
-    truncated: bool = False
+    truncated: bool = False  # stdout or stderr was cut at ``cap`` bytes
     error: str = ""  # set when the command could not be started
+    cap: int = 0  # the per-stream byte cap it ran under
+
+    def cut_message(self) -> str:
+        """Why the output must not be parsed: ``"output cut at N bytes"`` ("" when whole)."""
+        return f"output cut at {self.cap} bytes" if self.truncated else ""
 
     @property
     def ok(self) -> bool:
@@ -31,9 +46,13 @@ class CommandResult:
 
 
 class CommandRunner:
-    """Runs argv lists (never a shell). Replace it in tests to serve canned results."""
+    """Runs argv lists (never a shell). Replace it in tests to serve canned results.
 
-    def __init__(self, output_cap: int = 1 << 20) -> None:
+    ``output_cap`` bounds each of stdout and stderr (bytes); the default suits tools whose output
+    is parsed whole.
+    """
+
+    def __init__(self, output_cap: int = TOOL_OUTPUT_CAP) -> None:
         self.output_cap = output_cap
 
     def run(
@@ -55,7 +74,15 @@ class CommandRunner:
                 start_new_session=True,
             )
         except OSError as exc:
-            return CommandResult(tuple(argv), None, "", "", 0.0, error=f"{argv[0]}: {exc.strerror}")
+            return CommandResult(
+                tuple(argv),
+                None,
+                "",
+                "",
+                0.0,
+                error=f"{argv[0]}: {exc.strerror}",
+                cap=self.output_cap,
+            )
         out, err, truncated, timed_out = _collect(proc, stdin, timeout, self.output_cap)
         return CommandResult(
             tuple(argv),
@@ -65,6 +92,7 @@ class CommandRunner:
             time.monotonic() - start,
             timed_out=timed_out,
             truncated=truncated,
+            cap=self.output_cap,
         )
 
 

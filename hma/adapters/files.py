@@ -56,11 +56,14 @@ class RootReader:
             raise ReadError(f"{self.path(rel)}: {exc}") from None
 
     def listdir(self, rel: str) -> list[str]:
-        """Sorted entries of a folder; empty when it does not exist."""
+        """Sorted entries of a folder; empty when it does not exist (a broken link is a ReadError:
+        something is there that cannot be read, which is not "absent")."""
         target = self.path(rel)
         try:
             return sorted(os.listdir(target))
         except FileNotFoundError:
+            if os.path.islink(target):
+                raise ReadError(f"{target}: broken symbolic link") from None
             return []
         except OSError as exc:
             raise ReadError(f"{target}: {exc.strerror or exc}") from None

@@ -211,3 +211,43 @@ def test_generator_makes_real_sysfs_symlinks(tmp_path: Path) -> None:
     assert link.is_symlink() and link.resolve() == gen_sysfs.neuron_dev(root, 3).resolve()
     sub = gen_sysfs.neuron_dev(root, 3) / "subsystem"
     assert sub.is_symlink() and sub.resolve() == (root / "class" / "neuron_device").resolve()
+
+
+@pytest.mark.parametrize("value", ["-1", "9" * 30, "\u0663", "1_0", "1e3", " 0x", "\xff"])
+def test_garbage_counters_are_unknown_not_faults(tmp_path: Path, value: str) -> None:
+    root = gen_sysfs.build(tmp_path, "trn1.32xlarge")
+    dev = gen_sysfs.neuron_dev(root, 2)
+    (dev / "stats/hardware/mem_ecc_uncorrected").write_text(value + "\n")
+    (dev / "neuron_core0/stats/status/hw_error/total").write_text(value + "\n")
+    (dev / "core_count").write_text(value)
+    (dev / "connected_devices").write_text(f"1, {value}\n")
+    _snap, findings = run(root, "trn1.32xlarge", previous={"devices": {}, "boot_id": "boot-1"})
+    assert {(f.code, f.component, f.severity) for f in findings} == {
+        ("NEURON_READ_FAILED", "neuron:2", Severity.UNKNOWN)
+    }
+    assert len(findings) == 4
+
+
+@pytest.mark.parametrize("shape", ["file", "fifo", "loop", "dangling"])
+def test_unreadable_device_folder_is_unknown_not_zero_devices(tmp_path: Path, shape: str) -> None:
+    from mutate import break_folder
+
+    root = gen_sysfs.build(tmp_path, "trn1.32xlarge")
+    base = root / "devices/virtual/neuron_device"
+    break_folder(base, shape)
+    ctx = make_ctx(NeuronProbe, root, "trn1.32xlarge")
+    assert PROBE.applies(ctx) is None
+    snap = PROBE.collect(ctx)
+    (f,) = PROBE.evaluate(snap, ctx)
+    assert (f.code, f.component, f.severity) == ("NEURON_READ_FAILED", "node", Severity.UNKNOWN)
+
+
+def test_unreadable_core_folders_are_unknown(tmp_path: Path) -> None:
+    from mutate import break_folder
+
+    root = gen_sysfs.build(tmp_path, "trn1.32xlarge")
+    dev = gen_sysfs.neuron_dev(root, 5)
+    break_folder(dev / "neuron_core1/stats/status", "loop")
+    break_folder(dev / "neuron_core0/stats/other_info/reset_fail_count", "fifo")
+    _snap, findings = run(root, "trn1.32xlarge")
+    assert {(f.code, f.component) for f in findings} == {("NEURON_READ_FAILED", "neuron:5")}

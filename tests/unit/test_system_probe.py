@@ -92,3 +92,38 @@ def test_unreadable_roots_give_unknown(hma_env, tmp_path: Path) -> None:  # type
     assert res.returncode == 3 and doc["severity"] == "unknown"
     codes = {f["code"] for f in doc["probes"][0]["findings"]}
     assert codes == {"SYS_READ_FAILED"}
+
+
+@pytest.mark.parametrize(
+    "rel, text",
+    [
+        ("proc/meminfo", "MemTotal: -1 kB\nMemAvailable: 1 kB\n"),
+        ("proc/meminfo", "MemTotal: 1e9 kB\nMemAvailable: 1 kB\n"),
+        ("proc/meminfo", "MemTotal: \u0663 kB\nMemAvailable: 1 kB\n"),
+        ("sys/devices/system/cpu/online", "0-1_0\n"),
+        ("sys/devices/system/cpu/online", "7-3\n"),
+        ("sys/devices/system/cpu/online", "0-" + "9" * 30 + "\n"),
+        ("sys/devices/system/edac/mc/mc0/ue_count", "-1\n"),
+        ("sys/devices/system/edac/mc/mc1/ce_count", "9" * 30 + "\n"),
+    ],
+)
+def test_garbage_values_are_read_failures(tmp_path: Path, rel: str, text: str) -> None:
+    import shutil
+
+    from hma.adapters.command import CommandRunner
+    from hma.adapters.files import RootReader
+    from hma.model import Severity
+    from hma.probe import ProbeContext
+    from hma.probes.system import SystemProbe
+
+    root = tmp_path / "root"
+    shutil.copytree(ROOTS / "healthy", root, symlinks=True)
+    (root / rel).write_text(text)
+    opts = {k: o.default for k, o in SystemProbe.options.items()}
+    opts.update(filesystems=[], processes=[])
+    ctx = ProbeContext(
+        opts, RootReader(str(root / "sys")), RootReader(str(root / "proc")), CommandRunner()
+    )
+    probe = SystemProbe()
+    findings = probe.evaluate(probe.collect(ctx), ctx)
+    assert [(f.code, f.severity) for f in findings] == [("SYS_READ_FAILED", Severity.UNKNOWN)]

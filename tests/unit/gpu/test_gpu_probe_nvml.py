@@ -76,7 +76,7 @@ def test_fabric_manager_not_running(scenario, nvml_lib: Path, tmp_path: Path) ->
         ({"ecc_mode": "0 0"}, "GPU_ECC_DISABLED"),
         ({"remap": "0 2 1 0"}, "GPU_ROW_REMAP_PENDING"),
         ({"remap": "0 9 0 1"}, "GPU_ROW_REMAP_FAILURE"),
-        ({"pcie": "8 16 5 5"}, "GPU_PCIE_WIDTH_DEGRADED"),
+        ({"pcie": "8 16 5 5"}, "GPU_PCIE_WIDTH_NARROW"),
         ({"nvlink_state.7": 0}, "GPU_NVLINK_DOWN"),
         ({"clocks_event_reasons": "0x40"}, "GPU_CLOCKS_SLOWDOWN"),
         ({"temp": 88}, "GPU_TEMP_HIGH"),
@@ -195,6 +195,29 @@ def test_nvlink_error_rate_between_runs(
     c.previous, c.previous_ts = first, time.time() - 60.0
     findings = probe.evaluate(probe.collect(c), c)
     assert codes(findings) == [("GPU_NVLINK_ERRORS", "gpu:0000:3a:00")]
+
+
+def test_pcie_drop_from_baseline_through_the_worker(
+    scenario, nvml_lib: Path, tmp_path: Path, fabricmanager: int
+) -> None:
+    """The worker gets the previous snapshot, so the baseline (x16 when first seen) is carried:
+    a later x8 of that GPU is a drop (critical); a run that measured nothing keeps it."""
+    slot = ProcessSlot(GpuProbe())
+    try:
+        c = ctx(nvml_lib, tmp_path)
+        first = run_probe(slot, c, 20.0, time.time())
+        assert first.findings == () and first.snapshot is not None
+        assert set(first.snapshot["pcie_baseline"].values()) == {16}
+        scenario.dev(5, pcie="8 16 5 5")
+        c.previous = first.snapshot
+        second = run_probe(slot, c, 20.0, time.time())
+    finally:
+        slot.close()
+    (f,) = second.findings
+    assert (f.code, f.component) == ("GPU_PCIE_WIDTH_DEGRADED", "gpu:0000:ab:00")
+    assert f.details["expected"] == 16 and "baseline" in f.details["expected_from"]
+    assert second.snapshot is not None
+    assert second.snapshot["pcie_baseline"] == first.snapshot["pcie_baseline"]
 
 
 def test_library_option_missing_file_without_expected_gpus(tmp_path: Path, nvml_lib: Path) -> None:

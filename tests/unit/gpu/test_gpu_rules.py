@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from hma.catalogue import load_builtin
 from hma.model import Action, Severity
 from hma.probes import _gpu_common as rules
 
@@ -81,7 +82,7 @@ def test_healthy_node_has_no_findings() -> None:
         (with_gpu(2, remap={"pending": False, "failure": True}), "GPU_ROW_REMAP_FAILURE"),
         (
             with_gpu(2, pcie={"width": 8, "max_width": 16, "gen": 5, "max_gen": 5}),
-            "GPU_PCIE_WIDTH_DEGRADED",
+            "GPU_PCIE_WIDTH_NARROW",
         ),
         (with_gpu(2, nvlink={"states": {"0": True, "1": False}}), "GPU_NVLINK_DOWN"),
         (with_gpu(2, clocks={"hw_slowdown": True}), "GPU_CLOCKS_SLOWDOWN"),
@@ -176,8 +177,43 @@ def test_pcie_width_ignored_while_idle_link_saves_power() -> None:
     assert rules.evaluate(idle, OPTS) == []
     busy = copy.deepcopy(idle)
     busy["gpus"][0]["clocks"]["gpu_idle"] = False
-    assert codes(rules.evaluate(busy, OPTS)) == ["GPU_PCIE_WIDTH_DEGRADED"]
-    assert rules.evaluate(busy, {**OPTS, "pcie_min_width": 8}) == []
+    assert codes(rules.evaluate(busy, OPTS)) == ["GPU_PCIE_WIDTH_NARROW"]
+    assert rules.evaluate(busy, {**OPTS, "expected_pcie_width": 8}) == []
+
+
+def test_narrow_link_without_knowledge_is_a_warning_only() -> None:
+    """A healthy T4/A10G in a cloud x8 slot (x8 of x16 at full generation, busy)."""
+    s = with_gpu(0, pcie={"width": 8, "max_width": 16, "gen": 3, "max_gen": 3})
+    s["gpus"][0]["clocks"]["gpu_idle"] = False
+    (found,) = rules.evaluate(s, OPTS)
+    f = load_builtin().resolve(found)
+    assert (f.code, f.severity, f.action) == (
+        "GPU_PCIE_WIDTH_NARROW",
+        Severity.WARNING,
+        Action.NONE,
+    )
+    s = rules.with_baseline(s, None)  # first seen at x8: the baseline is x8, still a warning
+    assert codes(rules.evaluate(s, OPTS, previous=s)) == ["GPU_PCIE_WIDTH_NARROW"]
+    (f,) = rules.evaluate(s, {**OPTS, "expected_pcie_width": 16})
+    assert (f.code, f.details["expected_from"]) == (
+        "GPU_PCIE_WIDTH_DEGRADED",
+        "expected_pcie_width",
+    )
+
+
+def test_pcie_baseline_is_carried_and_a_drop_is_critical() -> None:
+    first = rules.with_baseline(snap(), None)
+    key = rules.pcie_key(first["gpus"][3])
+    assert key is not None and first["pcie_baseline"][key] == 16
+    hung = rules.with_baseline({"reader": "nvml", "hang": {"call": "x"}, "gpus": []}, first)
+    assert hung["pcie_baseline"] == first["pcie_baseline"]  # nothing measured: kept
+    dropped = with_gpu(3, pcie={"width": 8, "max_width": 16, "gen": 5, "max_gen": 5})
+    (f,) = rules.evaluate(rules.with_baseline(dropped, hung), OPTS, previous=hung)
+    assert (f.code, f.details["expected"], f.details["width"]) == ("GPU_PCIE_WIDTH_DEGRADED", 16, 8)
+    assert rules.with_baseline(dropped, hung)["pcie_baseline"][key] == 16  # never lowered
+    replaced = copy.deepcopy(dropped)
+    replaced["gpus"][3]["uuid"] = "GPU-new"  # another GPU in that slot: its own baseline
+    assert codes(rules.evaluate(replaced, OPTS, previous=hung)) == ["GPU_PCIE_WIDTH_NARROW"]
 
 
 def test_nvlink_error_rate_needs_a_previous_run() -> None:

@@ -130,7 +130,7 @@ def test_schema_differences_are_normalized() -> None:
         ),
         (V13, [("<gpu_temp_tlimit>46 C", "<gpu_temp_tlimit>-3 C")], "GPU_TEMP_HIGH"),
         (V11, [("<gpu_temp>17 C", "<gpu_temp>96 C")], "GPU_TEMP_HIGH"),
-        (V13, [("<current_link_width>16x", "<current_link_width>4x")], "GPU_PCIE_WIDTH_DEGRADED"),
+        (V13, [("<current_link_width>16x", "<current_link_width>4x")], "GPU_PCIE_WIDTH_NARROW"),
     ],
 )
 def test_faults_in_documents(
@@ -216,3 +216,40 @@ def test_missing_binary_is_unknown_when_gpus_expected(monkeypatch: pytest.Monkey
 def test_parse_result_without_document() -> None:
     snap = parse_result({"rc": 0, "stdout": "garbage", "stderr": ""})
     assert snap["init_error"]["code"] == -1
+
+
+def test_cut_output_is_reported_as_cut_never_parsed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HMA_SMI_DOCUMENT", str(V12))
+    monkeypatch.setenv("HMA_SMI_EXIT", "0")
+    probe = NvidiaSmiProbe()
+    c = ctx()
+    c.runner = CommandRunner(output_cap=4096)
+    (f,) = probe.evaluate(probe.collect(c), c)
+    assert (f.code, f.severity) == ("GPU_READ_FAILED", Severity.UNKNOWN)
+    assert "output cut at 4096 bytes" in f.message
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ("<dram_uncorrectable>0", "<dram_uncorrectable>-1"),
+        ("<dram_uncorrectable>0", "<dram_uncorrectable>1e-9"),
+        ("<dram_uncorrectable>0", f"<dram_uncorrectable>{2**64}"),
+        ("<dram_uncorrectable>0", "<dram_uncorrectable>" + "9" * 400),
+        ("<dram_uncorrectable>0", "<dram_uncorrectable>\u0663"),
+        ("<remapped_row_pending>No", "<remapped_row_pending>Maybe"),
+        ("<current_ecc>Enabled", "<current_ecc>Enabledd"),
+        ("<gpu_recovery_action>None", "<gpu_recovery_action>%%"),
+        ("<state>Completed", "<state>Compl3ted"),
+        ("<current_link_width>16x", "<current_link_width>-16x"),
+        ("<gpu_temp_tlimit>46 C", "<gpu_temp_tlimit>nan C"),
+        ('<gpu id="00000000:00:09.0">', '<gpu id="zz">'),
+    ],
+)
+def test_garbage_values_are_unknown_never_faults(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, old: str, new: str
+) -> None:
+    _snap, findings = run(monkeypatch, edited(tmp_path, V13, (re.escape(old), new)))
+    (f,) = findings
+    assert (f.code, f.severity) == ("GPU_READ_FAILED", Severity.UNKNOWN), f.message
+    assert "unparsable value" in f.message
