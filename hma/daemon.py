@@ -53,6 +53,7 @@ class ProbeState:
     last: Optional[ProbeRun] = None
     previous: Any = None
     previous_ts: float = 0.0
+    device_events: int = 0
 
 
 @dataclass
@@ -312,6 +313,7 @@ class Daemon:
     def _start_run(self, state: ProbeState, facts: NodeFacts) -> None:
         ctx = self.setup.context(state.name, facts=facts, boot_id=self.boot_id)
         ctx.previous, ctx.previous_ts = state.previous, state.previous_ts
+        ctx.device_events = state.device_events
         timeout = float(self.setup.config.probe(state.name)["timeout"])
         state.in_flight = True
 
@@ -357,6 +359,7 @@ class Daemon:
             log.info("device %s %s (%s): running interested probes", action, device, subsystem)
             for state in self.probes.values():
                 if subsystem in self.setup.config.probe(state.name)["triggers"]:
+                    state.device_events += 1
                     state.next_due = min(state.next_due, time.monotonic() + 0.2)
         elif kind == "signal":
             self._on_signal_item(item[1])

@@ -199,6 +199,7 @@ def _request(name: str, ctx: ProbeContext) -> dict[str, Any]:
         "instance_type": ctx.instance_type,
         "oneshot": ctx.oneshot,
         "boot_id": ctx.boot_id,
+        "device_events": ctx.device_events,
         "facts": {
             "node_name": ctx.facts.node_name,
             "job_running": ctx.facts.job_running,

@@ -45,6 +45,7 @@ def main(argv: list[str]) -> int:
                     ),
                     oneshot=bool(req.get("oneshot")),
                     boot_id=req.get("boot_id", ""),
+                    device_events=int(req.get("device_events", 0)),
                 )
                 answer = collect_guarded(cls(), ctx)
             except (ValueError, KeyError, TypeError) as exc:

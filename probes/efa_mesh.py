@@ -264,8 +264,8 @@ def resolve_endpoints(ctx: ProbeContext) -> list[Endpoint]:
     if table is None:
         from hma.probes.efa import discover_adapters
 
-        found, _ignored, _errors = discover_adapters(ctx.sysfs, list(opts["vendor_ids"]))
-        table = {name: {} for name in found}
+        layout = discover_adapters(ctx.sysfs, list(opts["vendor_ids"]))
+        table = {name: {} for name in layout.adapters}
     fmt = opts["domain_format"]
     out = []
     for name in sorted(table):
