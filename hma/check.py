@@ -110,10 +110,11 @@ def select(setup: Setup, wanted: Sequence[str]) -> tuple[list[str], Optional[str
     """Probe names to run (default: all enabled) or an error for an unknown name."""
     if not wanted:
         return setup.enabled(), None
-    unknown = [n for n in wanted if n not in setup.probes]
+    broken = {b.name for b in setup.broken}  # reported as HMA_PLUGIN_BROKEN, not run
+    unknown = [n for n in wanted if n not in setup.probes and n not in broken]
     if unknown:
         return (
             [],
             f"unknown probe(s): {', '.join(unknown)} (known: {', '.join(sorted(setup.probes))})",
         )
-    return list(wanted), None
+    return [n for n in wanted if n in setup.probes], None

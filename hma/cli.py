@@ -22,10 +22,10 @@ def _load(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Run probes once and print the result."""
-    from hma import check
+    from hma import assembly, check
 
-    try:
-        setup = _load(args)
+    try:  # only the named probes are imported (and their sections checked)
+        setup = assembly.load(args.config, only=args.probes or None)
     except ConfigError as exc:
         return _config_failed(exc, 3)
     names, error = check.select(setup, args.probes)
