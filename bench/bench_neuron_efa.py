@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Cycle time (collect + evaluate) of the `neuron` probe on 16 devices and `efa` on 32 adapters.
+"""Cycle time (applies + collect + evaluate) of `neuron` on 16 devices and `efa` on 32 adapters.
 
 Trees come from tests/fixtures/gen_sysfs.py in a temporary folder. The steady-state daemon cycle
 is measured: each run has the previous snapshot as its baseline (rates and growth evaluated).
@@ -34,6 +34,7 @@ def cycle(probe_cls, root: Path, instance: str, runs: int) -> list[float]:  # ty
     for _ in range(runs + 1):
         ctx = make_ctx(probe_cls, root, instance, previous=previous)
         start = time.perf_counter()
+        assert probe.applies(ctx) is None
         snap = probe.collect(ctx)
         findings = probe.evaluate(snap, ctx)
         times.append(time.perf_counter() - start)

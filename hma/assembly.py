@@ -5,9 +5,10 @@ Shared by every command (``check``, ``run``, ``config check``) so each piece of 
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, Sequence
 
 from hma import catalogue as catalogue_mod
 from hma import config as config_mod
@@ -20,7 +21,14 @@ from hma.configfile import ConfigError
 from hma.model import Finding
 from hma.options import Option
 from hma.probe import NodeFacts, Probe, ProbeContext
-from hma.registry import Broken, broken_finding, discover, exec_probes
+from hma.registry import (
+    Broken,
+    broken_finding,
+    discover,
+    entry_point_names,
+    exec_probes,
+    rescan,
+)
 from hma.source import GROUP as SOURCE_GROUP
 from hma.source import EventSource, KeyValue, MemoryKV, SourceContext
 
@@ -165,15 +173,38 @@ def _declared_codes(
     return entries
 
 
-def load(config_file: Optional[str] = None) -> Setup:
-    """Discover everything and load the configuration; raises ``config.ConfigError``."""
+def _site_codes(config_file: Optional[str], cat: Catalogue) -> bool:
+    """Whether ``[codes.X]`` names a code outside the built-in catalogue (declared by a source)."""
+    raw, _files, _errors = configfile.read_raw(configfile.config_path(config_file))
+    codes = raw.get("codes")
+    return isinstance(codes, dict) and any(code not in cat for code in codes)
+
+
+def load(config_file: Optional[str] = None, only: Optional[Sequence[str]] = None) -> Setup:
+    """Discover everything and load the configuration; raises ``config.ConfigError``.
+
+    ``only``: load just these probes (``hma check NAME``): other probes' modules are not
+    imported and their sections not checked; event sources are loaded only when the
+    configuration overrides a code they declare."""
     cat = catalogue_mod.load_builtin()
-    classes, broken = discover()
-    source_classes, source_broken = discover(SOURCE_GROUP, EventSource)
-    broken += source_broken
+    if only is None:
+        rescan()
+    classes, broken = discover(names=only)
+    unchecked: set[str] = set()
+    registered = set(classes) if only is None else set(entry_point_names())
+    unchecked |= {f"probes.{n}" for n in registered - set(classes)}
+    if only is None or _site_codes(config_file, cat):
+        source_classes, source_broken = discover(SOURCE_GROUP, EventSource)
+        broken += source_broken
+    else:
+        source_classes = {}
+        unchecked |= {f"sources.{n}" for n in entry_point_names(SOURCE_GROUP)}
     exec_names = set()
     for name, cls in exec_probes(probes_dir_of(config_file)).items():
-        if name in classes:
+        if only is not None and name not in only:
+            unchecked.add(f"probes.{name}")
+            continue
+        if name in registered:
             broken.append(
                 Broken(name, f"executable probe {name} shadows a built-in probe; skipped")
             )
@@ -185,6 +216,7 @@ def load(config_file: Optional[str] = None) -> Setup:
     except catalogue_mod.CatalogueError as exc:
         raise ConfigError([f"site codes: {exc}"]) from None
     schema = schema_for(classes, broken, cat, source_classes)
+    schema = dataclasses.replace(schema, unchecked=frozenset(unchecked))
     cfg = config_mod.load(schema, config_file)
     return Setup(
         config=cfg,

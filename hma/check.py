@@ -110,11 +110,17 @@ def select(setup: Setup, wanted: Sequence[str]) -> tuple[list[str], Optional[str
     """Probe names to run (default: all enabled) or an error for a name that is not a probe."""
     if not wanted:
         return setup.enabled(), None
+    from hma.registry import entry_point_names
+    from hma.source import GROUP as SOURCE_GROUP
+
+    broken = {b.name for b in setup.broken}  # reported as HMA_PLUGIN_BROKEN, not run
+    sources = set(setup.sources) | set(entry_point_names(SOURCE_GROUP))
+    known = sorted(set(setup.probes) | set(entry_point_names()))
     problems = []
     for name in wanted:
-        if name in setup.probes:
+        if name in setup.probes or name in broken:
             continue
-        if name in setup.sources:
+        if name in sources:
             problems.append(
                 f"{name} is an event source, not a probe: the agent (`hma run`) follows it "
                 f"continuously and `hma status` shows its findings; `hma logscan FILE` runs "
@@ -124,10 +130,12 @@ def select(setup: Setup, wanted: Sequence[str]) -> tuple[list[str], Optional[str
             )
         else:
             problems.append(
-                f"unknown probe {name!r} (probes: {', '.join(sorted(setup.probes))}; "
+                f"unknown probe {name!r} (probes: {', '.join(known)}; "
                 "`hma check --help` describes them)"
             )
-    return ([], "; ".join(problems)) if problems else (list(wanted), None)
+    return (
+        ([], "; ".join(problems)) if problems else ([n for n in wanted if n in setup.probes], None)
+    )
 
 
 def probes_help(config_file: Optional[str]) -> str:

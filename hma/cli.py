@@ -23,13 +23,13 @@ def _load(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Run probes once and print the result."""
-    from hma import check
+    from hma import assembly, check
 
     if args.help_text:
         print(args.help_text + "\n" + check.probes_help(args.config))
         return 0
-    try:
-        setup = _load(args)
+    try:  # only the named probes are imported (and their sections checked)
+        setup = assembly.load(args.config, only=args.probes or None)
     except ConfigError as exc:
         return _config_failed(exc, 3)
     names, error = check.select(setup, args.probes)

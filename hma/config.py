@@ -113,6 +113,9 @@ class Schema:
     reporters: Mapping[str, Mapping[str, Option]]
     catalogue: Catalogue
     sources: Mapping[str, Mapping[str, Option]] = field(default_factory=dict)
+    # "probes.NAME" / "sources.NAME" sections that exist but are not checked here: `hma check`
+    # loads only the probes it runs (`hma config check` and `hma run` check everything).
+    unchecked: frozenset[str] = frozenset()
 
 
 def probe_options(
@@ -194,9 +197,11 @@ def validate(raw: Mapping[str, Any], schema: Schema, files: Sequence[str] = ()) 
         sections[name] = _fill(name, raw.get(name, {}), options, errors)
         if name in SECTION_CHECKS and not any(e.startswith(f"{name}.") for e in errors):
             errors += SECTION_CHECKS[name](sections[name])
-    probes = _fill_group("probes", raw.get("probes", {}), schema.probes, errors)
+    probes = _fill_group("probes", raw.get("probes", {}), schema.probes, errors, schema.unchecked)
     reporters = _fill_group("reporters", raw.get("reporters", {}), schema.reporters, errors)
-    sources = _fill_group("sources", raw.get("sources", {}), schema.sources, errors)
+    sources = _fill_group(
+        "sources", raw.get("sources", {}), schema.sources, errors, schema.unchecked
+    )
     codes: dict[str, dict[str, Any]] = {}
     raw_codes = raw.get("codes", {})
     if not isinstance(raw_codes, dict):
@@ -220,7 +225,11 @@ def validate(raw: Mapping[str, Any], schema: Schema, files: Sequence[str] = ()) 
 
 
 def _fill_group(
-    group: str, raw: Any, schemas: Mapping[str, Mapping[str, Option]], errors: list[str]
+    group: str,
+    raw: Any,
+    schemas: Mapping[str, Mapping[str, Option]],
+    errors: list[str],
+    unchecked: frozenset[str] = frozenset(),
 ) -> dict[str, dict[str, Any]]:
     if not isinstance(raw, dict):
         errors.append(f"{group}: expected a table")
@@ -229,7 +238,7 @@ def _fill_group(
     for name, options in schemas.items():
         out[name] = _fill(f"{group}.{name}", raw.get(name, {}), options, errors)
     for name in raw:
-        if name not in schemas:
+        if name not in schemas and f"{group}.{name}" not in unchecked:
             errors.append(f"{group}.{name}: no such {group[:-1]}{_hint(name, schemas)}")
     return out
 

@@ -35,7 +35,7 @@ from hma.remediation import Remediator
 from hma.reporters import Alert, Reporter, start_reporters
 from hma.runner import make_slot, run_probe
 from hma.state import StateError, Store
-from hma.status import boot_id, status_path, write_atomic
+from hma.status import StatusWriter, boot_id, status_path
 
 log = logging.getLogger("hma")
 
@@ -55,6 +55,7 @@ class ProbeState:
     last: Optional[ProbeRun] = None
     previous: Any = None
     previous_ts: float = 0.0
+    device_events: int = 0
 
 
 @dataclass
@@ -101,6 +102,7 @@ class Daemon:
         # from memory: a full or failing disk never stops detection or remediation (hma.state)
         self.store = Store(os.path.join(agent["state_dir"], "state.db"), memory=True)
         self.status_path = status_path(agent["run_dir"])
+        self.status_writer = StatusWriter(self.status_path, HEARTBEAT_S)
         self.boot_id = boot_id(self.setup.config.section("paths")["procfs"])
         records, dropped = self.store.load_records()
         for note in dropped:
@@ -114,7 +116,6 @@ class Daemon:
         self._source_threads: list[threading.Thread] = []
         self.devices: Optional[DeviceWatcher] = None
         self._last_ping = 0.0
-        self._last_status = 0.0
         self._last_prune = 0.0
         self._status_error = ""
         self._write_failures: dict[str, str] = {}  # path -> error, as last reported
@@ -279,7 +280,7 @@ class Daemon:
 
     def _loop(self) -> None:
         while not self.stopping.is_set():
-            timeout = self._dispatch_due()
+            timeout = min(self._dispatch_due(), self.status_writer.wait(time.monotonic()))
             try:
                 item = self.inputs.q.get(timeout=timeout)
             except queue.Empty:
@@ -317,6 +318,7 @@ class Daemon:
     def _start_run(self, state: ProbeState, facts: NodeFacts) -> None:
         ctx = self.setup.context(state.name, facts=facts, boot_id=self.boot_id)
         ctx.previous, ctx.previous_ts = state.previous, state.previous_ts
+        ctx.device_events = state.device_events
         timeout = float(self.setup.config.probe(state.name)["timeout"])
         state.in_flight = True
 
@@ -362,6 +364,7 @@ class Daemon:
             log.info("device %s %s (%s): running interested probes", action, device, subsystem)
             for state in self.probes.values():
                 if subsystem in self.setup.config.probe(state.name)["triggers"]:
+                    state.device_events += 1
                     state.next_due = min(state.next_due, time.monotonic() + 0.2)
         elif kind == "signal":
             self._on_signal_item(item[1])
@@ -431,13 +434,14 @@ class Daemon:
             for alert in self.remediator.alerts():
                 self._alert(alert)
                 acted = True
-        if acted or now - self._last_status >= HEARTBEAT_S:  # remediation progress shows at once
+        mono = time.monotonic()
+        heartbeat = mono - self.status_writer.last_write >= HEARTBEAT_S
+        if acted or heartbeat or self.status_writer.wait(mono) <= 0:  # remediation shows at once
             self._write_status()
         if now - self._last_prune >= PRUNE_EVERY_S:
             self._last_prune = now
             days = float(self.setup.config.section("agent")["history_days"])
             self.store.prune_history(now - days * 86400)
-        mono = time.monotonic()
         if (
             self.notifier.watchdog_s is not None
             and mono - self._last_ping >= self.notifier.watchdog_s / 4
@@ -582,11 +586,12 @@ class Daemon:
             return {"error": f"{type(exc).__name__}: {exc}"}
 
     def _write_status(self) -> None:
-        self._last_status = self.clock()
+        """Offer a fresh document: written when it changed (at most a few times a second) or
+        the heartbeat is due; reporters publish what was written."""
         doc = self.status_doc()
         try:
-            self.status_path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(self.status_path, doc)
+            if not self.status_writer.offer(doc, time.monotonic()):
+                return
             self._status_error = ""
         except OSError as exc:  # reported once, as HMA_STATE_WRITE_FAILED (_check_writes)
             self._status_error = f"{type(exc).__name__}: {exc}"

@@ -49,6 +49,9 @@ class ProbeContext:
     previous_ts: float = 0.0
     oneshot: bool = False  # True under `hma check`
     boot_id: str = ""
+    # Device (udev) events seen so far for this probe's triggers: a probe that caches discovery
+    # keys the cache on it, so an added or removed device is discovered again.
+    device_events: int = 0
     clock: Callable[[], float] = time.time
 
 

@@ -6,12 +6,12 @@ never imports a probe module by name. A plugin that fails to load is reported, n
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
-import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Iterable, Mapping, Optional
+from typing import Any, ClassVar, Collection, Mapping, Optional
 
 from hma.model import Finding, Severity
 from hma.options import Option
@@ -28,19 +28,49 @@ class Broken:
     error: str
 
 
-def _entry_points(group: str) -> Iterable[Any]:
+@functools.cache
+def _all_entry_points() -> tuple[tuple[str, Any], ...]:
+    """(group, entry point) of every installed distribution (the first of each name on the
+    path, as ``importlib.metadata.entry_points`` does): one scan for every group, the most
+    expensive step of an `hma check` start; ``rescan`` forgets it."""
     from importlib import metadata
 
-    if sys.version_info >= (3, 10):
-        return metadata.entry_points(group=group)
-    return metadata.entry_points().get(group, [])  # pragma: no cover - Python 3.9
+    seen: set[str] = set()
+    out: list[tuple[str, Any]] = []
+    for dist in metadata.distributions():
+        name = (dist.metadata["Name"] or "").lower().replace("-", "_")
+        if name in seen:
+            continue
+        seen.add(name)
+        out += [(ep.group, ep) for ep in dist.entry_points]
+    return tuple(out)
 
 
-def discover(group: str = GROUP, base: Any = Probe) -> tuple[dict[str, Any], list[Broken]]:
-    """Load every class of an entry point group (probes by default; event sources too)."""
+def _entry_points(group: str) -> list[Any]:
+    return [ep for g, ep in _all_entry_points() if g == group]
+
+
+def rescan() -> None:
+    """Read the installed entry points again at the next discovery (a reload may follow an
+    installation)."""
+    _all_entry_points.cache_clear()
+
+
+def entry_point_names(group: str = GROUP) -> list[str]:
+    """Names registered in an entry point group, without loading them."""
+    return sorted({ep.name for ep in _entry_points(group)})
+
+
+def discover(
+    group: str = GROUP, base: Any = Probe, names: Optional[Collection[str]] = None
+) -> tuple[dict[str, Any], list[Broken]]:
+    """Load every class of an entry point group (probes by default; event sources too), or
+    only those in ``names``."""
     found: dict[str, Any] = {}
     broken: list[Broken] = []
     for ep in sorted(_entry_points(group), key=lambda e: e.name):
+        if names is not None and ep.name not in names:
+            continue
         try:
             cls = ep.load()
             if not (isinstance(cls, type) and issubclass(cls, base)):

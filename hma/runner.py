@@ -90,19 +90,34 @@ def worker_env() -> dict[str, str]:
     return env
 
 
+UNSUPPORTED_RECHECK_S = 3600.0
+"""How long an "unsupported" answer of a worker stands without a device event or reboot."""
+
+
 class ProcessSlot:
-    """Collects in a persistent worker process; kills it on timeout."""
+    """Collects in a persistent worker process; kills it on timeout.
+
+    A worker that answers "unsupported" exits, and the answer stands (no worker is started)
+    until a device event, a new boot or UNSUPPORTED_RECHECK_S later."""
 
     def __init__(self, probe: Probe, python: str = sys.executable) -> None:
         self.probe = probe
         self.python = python
         self._proc: Optional[subprocess.Popen] = None
         self._hung_since = 0.0
+        self._unsupported: Optional[tuple[tuple[int, str], float, Collected]] = None
+        self.spawned = 0  # workers started so far
+
+    @property
+    def pid(self) -> Optional[int]:
+        """Pid of the running worker, None when none runs."""
+        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
 
     def _worker(self) -> subprocess.Popen:
         if self._proc is None or self._proc.poll() is not None:
             if self._proc is not None:
                 _release(self._proc)  # a hung worker that has exited since
+            self.spawned += 1
             self._proc = subprocess.Popen(  # noqa: S603 - argv list
                 [self.python, "-m", "hma.worker", self.probe.name],
                 stdin=subprocess.PIPE,
@@ -114,6 +129,12 @@ class ProcessSlot:
 
     def collect(self, ctx: ProbeContext, timeout: float) -> Collected:
         """Send one request to the worker and wait for its answer."""
+        key = (ctx.device_events, ctx.boot_id)
+        if self._unsupported is not None:
+            seen, until, answer = self._unsupported
+            if seen == key and time.monotonic() < until:
+                return answer
+            self._unsupported = None
         if self._hung_since:
             assert self._proc is not None
             if self._proc.poll() is None:
@@ -143,10 +164,14 @@ class ProcessSlot:
             self.close()
             return Collected(RunStatus.FAILED, error="worker exited without an answer")
         try:
-            return _decode_answer(line)
+            answer = _decode_answer(line)
         except (ValueError, KeyError) as exc:
             self.close()
             return Collected(RunStatus.FAILED, error=f"garbled answer from worker: {exc}")
+        if answer.status is RunStatus.UNSUPPORTED:  # the worker exits after such an answer
+            self._unsupported = (key, time.monotonic() + UNSUPPORTED_RECHECK_S, answer)
+            self.close()
+        return answer
 
     def _timed_out(self, proc: subprocess.Popen, timeout: float) -> Collected:
         kill_group(proc)
@@ -214,6 +239,7 @@ def _request(name: str, ctx: ProbeContext) -> dict[str, Any]:
         "oneshot": ctx.oneshot,
         "boot_id": ctx.boot_id,
         "previous": ctx.previous,
+        "device_events": ctx.device_events,
         "facts": {
             "node_name": ctx.facts.node_name,
             "job_running": ctx.facts.job_running,

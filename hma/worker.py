@@ -1,7 +1,8 @@
 """Worker process for ``isolation = "process"`` probes: JSON request lines in, answers out.
 
 Started by ``hma.runner.ProcessSlot`` as ``python -m hma.worker PROBE``; it loads the probe through
-the entry point group (never by module name) and serves requests until its stdin closes.
+the entry point group (never by module name) and serves requests until its stdin closes or it
+answers "unsupported" (a probe that does not apply keeps no process).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ def main(argv: list[str]) -> int:
                     oneshot=bool(req.get("oneshot")),
                     boot_id=req.get("boot_id", ""),
                     previous=req.get("previous"),
+                    device_events=int(req.get("device_events", 0)),
                 )
                 answer = collect_guarded(cls(), ctx)
             except (ValueError, KeyError, TypeError) as exc:
@@ -57,6 +59,8 @@ def main(argv: list[str]) -> int:
                 encode_answer(Collected(RunStatus.FAILED, error=f"snapshot not JSON: {exc}")) + "\n"
             )
         sys.stdout.flush()
+        if answer.status is RunStatus.UNSUPPORTED:
+            break  # nothing to do here: the slot starts a worker again only when things change
     return 0
 
 

@@ -12,14 +12,18 @@ fault. docs/neuron-efa.md has the details.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import stat
 import time
 from dataclasses import dataclass
-from typing import Any, ClassVar, Mapping, Optional
+from typing import Any, ClassVar, Collection, Mapping, Optional
 
 from hma.adapters.files import ReadError, RootReader
 from hma.model import Finding, Severity
 from hma.options import Option
 from hma.probe import Probe, ProbeContext, unknown
+from hma.strict import ParseError, parse_uint, parse_word
 
 IB = "class/infiniband"
 NODE = "node"
@@ -117,25 +121,64 @@ class EfaProbe(Probe):
         ),
     }
 
+    def __init__(self) -> None:
+        self._cache: Optional[tuple[tuple[Any, ...], Layout]] = None
+        self._last: Optional[tuple[ProbeContext, Layout]] = None
+
+    def layout(self, ctx: ProbeContext) -> Layout:
+        """Discovery, cached while the sysfs root, the boot, the device events seen and the list
+        of RDMA devices stay the same (one directory read a run); a layout with read errors is
+        not cached. ``applies`` and ``collect`` of one run share one discovery."""
+        if self._last is not None and self._last[0] is ctx:
+            return self._last[1]
+        vendor_ids = list(ctx.options["vendor_ids"])
+        wanted = wanted_counters(ctx.options)
+        key = (
+            str(ctx.sysfs.root),
+            ctx.boot_id,
+            ctx.device_events,
+            tuple(ctx.sysfs.listdir(IB)),
+            tuple(vendor_ids),
+            wanted,
+        )
+        if self._cache is not None and self._cache[0] == key:
+            layout = self._cache[1]
+        else:
+            layout = discover_adapters(ctx.sysfs, vendor_ids, wanted)
+            self._cache = None if layout.unresolved else (key, layout)
+        self._last = (ctx, layout)
+        return layout
+
     def applies(self, ctx: ProbeContext) -> Optional[str]:
         try:
-            found, _ignored, _errors = discover_adapters(ctx.sysfs, ctx.options["vendor_ids"])
-        except ReadError as exc:
-            return f"cannot list RDMA devices: {exc}"
-        if found or expected_adapters(ctx.options, ctx.instance_type) is not None:
+            layout = self.layout(ctx)
+        except ReadError:
+            return None  # collect reports the unreadable folder (unknown), never "unsupported"
+        if layout.adapters or layout.unresolved:
+            return None
+        if expected_adapters(ctx.options, ctx.instance_type) is not None:
             return None
         return "no EFA adapters"
 
     def collect(self, ctx: ProbeContext) -> Any:
-        snap = read_adapters(ctx.sysfs, ctx.options["vendor_ids"])
-        snap["ts"], snap["boot_id"] = ctx.clock(), ctx.boot_id
+        snap = self._read(ctx)
         interval = float(ctx.options["oneshot_sample_s"])
         if ctx.previous is None and ctx.oneshot and interval > 0:
             time.sleep(interval)
-            second = read_adapters(ctx.sysfs, ctx.options["vendor_ids"])
-            second["ts"], second["boot_id"] = ctx.clock(), ctx.boot_id
+            second = self._read(ctx)
             second["baseline"] = {"ts": snap["ts"], "adapters": snap["adapters"]}
             return second
+        return snap
+
+    def _read(self, ctx: ProbeContext) -> dict[str, Any]:
+        try:
+            snap = read_adapters(ctx.sysfs, self.layout(ctx))
+        except ReadError as exc:
+            error = _error(ctx.sysfs, IB, exc, None)
+            snap = {"adapters": {}, "ignored": [], "errors": [error], "listed": False}
+        finally:
+            self._last = None
+        snap["ts"], snap["boot_id"] = ctx.clock(), ctx.boot_id
         return snap
 
     def evaluate(self, snapshot: Any, ctx: ProbeContext) -> list[Finding]:
@@ -151,7 +194,9 @@ class EfaProbe(Probe):
             )
             for e in snapshot.get("errors", [])
         ]
-        out += _eval_count(adapters, opts, ctx.instance_type)
+        if snapshot.get("listed", True):
+            unresolved = len(snapshot.get("unresolved", []))
+            out += _eval_count(adapters, unresolved, opts, ctx.instance_type)
         out += _eval_ports(adapters)
         base, base_ts = _baseline(snapshot, ctx)
         if base is not None:
@@ -171,34 +216,95 @@ def expected_adapters(opts: Mapping[str, Any], instance_type: Optional[str]) -> 
 
 # --- collect ---------------------------------------------------------------------------------
 
+# IB port states (``ib_port_state``, "4: ACTIVE" in sysfs). A state word outside this list, or a
+# file that does not read "<number>: <word>", is unknown, never "down".
+PORT_STATES = ("NOP", "DOWN", "INIT", "ARMED", "ACTIVE", "ACTIVE_DEFER")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What discovery found; static until a device event or a reboot.
+
+    ``adapters``: EFA adapter -> PCI address; ``ignored``: other RDMA devices; ``unresolved``:
+    read errors of devices that could not be classified (they may be EFA adapters);
+    ``counters``: adapter -> {hw_counters folder: names present there}.
+    """
+
+    adapters: dict[str, str]
+    ignored: list[str]
+    unresolved: list[dict[str, Any]]
+    ports: dict[str, list[str]]
+    counters: dict[str, dict[str, list[str]]]
+
+
+def _error(sysfs: RootReader, rel: str, exc: Exception, adapter: Optional[str]) -> dict[str, Any]:
+    return {"path": str(sysfs.path(rel)), "error": _reason(exc), "adapter": adapter}
+
 
 def discover_adapters(
-    sysfs: RootReader, vendor_ids: list[str]
-) -> tuple[dict[str, str], list[str], list[dict[str, Any]]]:
-    """EFA adapters as {name: PCI address}, ignored RDMA devices, read errors.
+    sysfs: RootReader, vendor_ids: list[str], wanted: Collection[str] = ()
+) -> Layout:
+    """Classify every RDMA device: EFA when ``device/vendor`` is one of ``vendor_ids``.
 
-    A device is EFA when ``device/vendor`` is one of ``vendor_ids``; a device without a PCI
-    function (soft RoCE) or with another vendor is ignored.
+    A device without a ``device`` link (soft RoCE) or of another vendor is ignored. A device whose
+    link is there but whose vendor cannot be read or parsed is unresolved (unknown), never
+    counted as missing. For EFA adapters, the ports and which of the ``wanted`` hw counters
+    exist are listed too. Raises ReadError when ``class/infiniband`` cannot be listed.
     """
     vendors = {int(v, 16) for v in vendor_ids}
     found: dict[str, str] = {}
     ignored: list[str] = []
-    errors: list[dict[str, Any]] = []
+    unresolved: list[dict[str, Any]] = []
+    ports: dict[str, list[str]] = {}
+    counters: dict[str, dict[str, list[str]]] = {}
     for name in sysfs.listdir(IB):
-        rel = f"{IB}/{name}/device/vendor"
-        if not sysfs.exists(rel):
-            ignored.append(name)
-            continue
+        link = f"{IB}/{name}/device"
         try:
-            vendor = sysfs.integer(rel)
+            if not _has_pci_function(sysfs, f"{IB}/{name}"):
+                ignored.append(name)
+                continue
+            vendor = pci_id(sysfs, f"{link}/vendor")
+            if vendor not in vendors:
+                ignored.append(name)
+                continue
+            found[name] = sysfs.realname(link)
+            ports[name] = sysfs.listdir(f"{IB}/{name}/ports")
+            folders = [f"{IB}/{name}/ports/{port}/hw_counters" for port in ports[name]]
+            counters[name] = {
+                rel: [c for c in sysfs.listdir(rel) if c in wanted]
+                for rel in [*folders, f"{IB}/{name}/hw_counters"]
+            }
         except ReadError as exc:
-            errors.append({"path": str(sysfs.path(rel)), "error": _reason(exc), "adapter": name})
-            continue
-        if vendor in vendors:
-            found[name] = sysfs.realname(f"{IB}/{name}/device")
-        else:
-            ignored.append(name)
-    return found, ignored, errors
+            found.pop(name, None)
+            unresolved.append(_error(sysfs, link, exc, name))
+    return Layout(found, ignored, unresolved, ports, counters)
+
+
+def _has_pci_function(sysfs: RootReader, rel: str) -> bool:
+    """Whether the listed device ``rel`` has a ``device`` link; False only when its folder
+    positively has none (soft RoCE). ReadError when ``rel`` is not a readable folder."""
+    try:
+        if not stat.S_ISDIR(os.stat(sysfs.path(rel)).st_mode):
+            raise ReadError(f"{sysfs.path(rel)}: not a device folder")
+        os.lstat(sysfs.path(f"{rel}/device"))
+        return True
+    except FileNotFoundError as exc:
+        if exc.filename == str(sysfs.path(rel)):  # listed, yet gone or a dangling link
+            raise ReadError(f"{sysfs.path(rel)}: {exc.strerror}") from None
+        return False
+    except OSError as exc:
+        raise ReadError(f"{sysfs.path(rel)}: {exc.strerror or exc}") from None
+
+
+def pci_id(sysfs: RootReader, rel: str) -> int:
+    """A PCI id attribute as the kernel writes it ("0x1d0f"), strictly; ReadError otherwise."""
+    raw = sysfs.text(rel)
+    try:
+        if not raw.startswith("0x"):
+            raise ParseError(f"not a 0x-prefixed PCI id: {raw[:40]!r}")
+        return parse_uint(raw, limit=0xFFFF)
+    except ParseError as exc:
+        raise ReadError(f"{sysfs.path(rel)}: {exc}") from None
 
 
 def _reason(exc: Exception) -> str:
@@ -206,73 +312,102 @@ def _reason(exc: Exception) -> str:
     return text.rsplit(": ", 1)[-1] if ": " in text else text
 
 
-def _counters(
-    sysfs: RootReader, rel: str, adapter: str, errors: list[dict[str, Any]]
-) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for name in sysfs.listdir(rel):
-        if name == "lifespan":  # rdma-core's refresh interval, not a counter
-            continue
-        try:
-            out[name] = sysfs.integer(f"{rel}/{name}")
-        except ReadError as exc:
-            errors.append(
-                {
-                    "path": str(sysfs.path(f"{rel}/{name}")),
-                    "error": _reason(exc),
-                    "adapter": adapter,
-                }
-            )
-    return out
+def port_state(sysfs: RootReader, rel: str) -> str:
+    """The state word of a port's ``state`` file ("4: ACTIVE" -> "ACTIVE"), strictly.
 
-
-def read_adapters(sysfs: RootReader, vendor_ids: list[str]) -> dict[str, Any]:
-    """Read every EFA adapter's ports and counters; errors are recorded, never raised."""
+    Raises ReadError for a file that cannot be read, is not "<number>: <word>", or names a state
+    that is not an IB port state.
+    """
+    raw = sysfs.text(rel)
+    number, sep, word = raw.partition(":")
     try:
-        found, ignored, errors = discover_adapters(sysfs, vendor_ids)
-    except ReadError as exc:
-        error = {"path": str(sysfs.path(IB)), "error": _reason(exc), "adapter": None}
-        return {"adapters": {}, "ignored": [], "errors": [error]}
+        if not sep:
+            raise ParseError(f"not '<number>: <state>': {raw[:40]!r}")
+        parse_uint(number, hex_ok=False, limit=255)
+        return parse_word(word, PORT_STATES, fold_case=False)
+    except ParseError as exc:
+        raise ReadError(f"{sysfs.path(rel)}: {exc}") from None
+
+
+def wanted_counters(opts: Mapping[str, Any]) -> frozenset[str]:
+    """The hw counters that evaluate judges: those with a rate limit and the growth ones."""
+    return frozenset(opts["rate_limits"]) | frozenset(GROWTH_CODES)
+
+
+def read_adapters(sysfs: RootReader, layout: Layout) -> dict[str, Any]:
+    """Read what changes (port states and judged counters) of the adapters in ``layout``.
+
+    Errors are recorded in the snapshot, never raised. ``phys_state`` is read only for a port
+    that is not ACTIVE (it only explains the state).
+    """
+    errors = list(layout.unresolved)
     adapters: dict[str, Any] = {}
-    for name, pci in found.items():
+    for name, pci in layout.adapters.items():
         base = f"{IB}/{name}"
+        folders = layout.counters.get(name, {})
         ports: dict[str, Any] = {}
-        for port in sysfs.listdir(f"{base}/ports"):
+        for port in layout.ports.get(name, []):
             prel = f"{base}/ports/{port}"
-            info: dict[str, Any] = {}
-            for key in ("state", "phys_state"):
-                try:
-                    raw = sysfs.text(f"{prel}/{key}")
-                    info[key] = raw.split(":", 1)[-1].strip()
-                except ReadError as exc:
-                    errors.append(
-                        {
-                            "path": str(sysfs.path(f"{prel}/{key}")),
-                            "error": _reason(exc),
-                            "adapter": name,
-                        }
-                    )
-                    info[key] = None
-            info["counters"] = _counters(sysfs, f"{prel}/hw_counters", name, errors)
+            info: dict[str, Any] = {"state": None, "phys_state": None}
+            try:
+                info["state"] = port_state(sysfs, f"{prel}/state")
+            except ReadError as exc:
+                errors.append(_error(sysfs, f"{prel}/state", exc, name))
+            if info["state"] not in (None, "ACTIVE"):
+                with contextlib.suppress(ReadError):
+                    info["phys_state"] = sysfs.text(f"{prel}/phys_state").split(":", 1)[-1].strip()
+            rel = f"{prel}/hw_counters"
+            info["counters"] = _counters(sysfs, rel, folders.get(rel, ()), name, errors)
             ports[port] = info
+        rel = f"{base}/hw_counters"
         adapters[name] = {
             "pci": pci,
             "ports": ports,
-            "counters": _counters(sysfs, f"{base}/hw_counters", name, errors),
+            "counters": _counters(sysfs, rel, folders.get(rel, ()), name, errors),
         }
-    return {"adapters": adapters, "ignored": ignored, "errors": errors}
+    unresolved = [e["adapter"] for e in layout.unresolved]
+    return {
+        "adapters": adapters,
+        "ignored": layout.ignored,
+        "unresolved": unresolved,
+        "errors": errors,
+    }
+
+
+def _counters(
+    sysfs: RootReader,
+    rel: str,
+    names: Collection[str],
+    adapter: str,
+    errors: list[dict[str, Any]],
+) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for name in names:
+        try:
+            out[name] = sysfs.integer(f"{rel}/{name}")
+        except ReadError as exc:
+            errors.append(_error(sysfs, f"{rel}/{name}", exc, adapter))
+    return out
 
 
 # --- evaluate (pure) -------------------------------------------------------------------------
 
 
 def _eval_count(
-    adapters: Mapping[str, Any], opts: Mapping[str, Any], instance_type: Optional[str]
+    adapters: Mapping[str, Any],
+    unresolved: int,
+    opts: Mapping[str, Any],
+    instance_type: Optional[str],
 ) -> list[Finding]:
+    """Count against the expectation. Devices that could not be classified (unresolved) may be
+    adapters: "fewer" only when even counting them there are fewer (their READ_FAILED says the
+    rest)."""
     expected = expected_adapters(opts, instance_type)
-    if expected is None or len(adapters) == expected.count:
-        return []
     found = len(adapters)
+    if expected is None or found == expected.count:
+        return []
+    if found < expected.count <= found + unresolved:
+        return []
     source = "expected_adapters" if opts.get("expected_adapters") is not None else instance_type
     details = {
         "found": found,

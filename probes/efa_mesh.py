@@ -2,8 +2,9 @@
 
 Each run screens a ring (every adapter with its two neighbours: two or three rounds of disjoint
 pairs, each round's pairs run concurrently). When the screen fails, or every ``full_interval``
-seconds, it runs the full round-robin tournament (n-1 rounds of disjoint pairs, at most
-``max_concurrency`` pairs at once) and localizes: an adapter that fails with at least
+seconds (a day by default), it runs the full round-robin tournament (n-1 rounds of disjoint pairs,
+at most ``max_concurrency`` pairs at once: by default one per two cores the agent may use) and
+localizes: an adapter that fails with at least
 max(2, ceil(0.75 (n-1))) peers while other pairs pass is broken; an isolated failing pair is a
 path warning; every pair failing is a node-level fault.
 
@@ -34,6 +35,7 @@ from hma.probe import Probe, ProbeContext, unknown
 NODE = "node"
 REFUSED_RC = 111  # ECONNREFUSED: the server is not listening yet
 ADAPTER_KEYS = ("address", "netns", "domain")
+EVIDENCE_PAIRS = 64  # pairs listed in one finding's evidence at most
 
 
 def _adapters_check(value: Any) -> Optional[str]:
@@ -134,7 +136,13 @@ class EfaMeshProbe(Probe):
             "str", "efa", "libfabric provider (-p): efa in production, tcp in tests."
         ),
         "endpoint": Option("choice", "rdm", "Endpoint type (-e).", choices=("rdm", "msg", "dgram")),
-        "iterations": Option("int", 100, "Ping-pong iterations per pair (-I).", minimum=1),
+        "iterations": Option(
+            "int",
+            10,
+            "Ping-pong iterations per pair (-I): a broken path fails the first; more only "
+            "refine the latency.",
+            minimum=1,
+        ),
         "size": Option("int", 4096, "Transfer size in bytes (-S).", minimum=1),
         "pair_timeout": Option(
             "float",
@@ -174,10 +182,17 @@ class EfaMeshProbe(Probe):
             minimum=1,
             maximum=65535 - 255,
         ),
-        "max_concurrency": Option("int", 16, "Pair tests running at once.", minimum=1, maximum=256),
+        "max_concurrency": Option(
+            "int",
+            0,
+            "Pair tests running at once; 0: one per two cores the agent may use (CPU affinity "
+            "and cgroup cpu.max).",
+            minimum=0,
+            maximum=256,
+        ),
         "full_interval": Option(
             "float",
-            3600.0,
+            86400.0,
             "Seconds between full tournaments when the ring screen passes (0: every run).",
             minimum=0,
         ),
@@ -266,8 +281,8 @@ def resolve_endpoints(ctx: ProbeContext) -> list[Endpoint]:
     if table is None:
         from hma.probes.efa import discover_adapters
 
-        found, _ignored, _errors = discover_adapters(ctx.sysfs, list(opts["vendor_ids"]))
-        table = {name: {} for name in found}
+        layout = discover_adapters(ctx.sysfs, list(opts["vendor_ids"]))
+        table = {name: {} for name in layout.adapters}
     fmt = opts["domain_format"]
     out = []
     for name in sorted(table):
@@ -313,6 +328,24 @@ def _locked(path: str) -> Iterator[bool]:
         os.close(fd)
 
 
+def allowed_cores(root: str = "/") -> int:
+    """Cores this process may use: its CPU affinity, lowered by its cgroup v2 ``cpu.max`` quota
+    (a systemd ``CPUQuota=``) when one is set; at least 1."""
+    cores = len(os.sched_getaffinity(0))
+    try:
+        with open(os.path.join(root, "proc/self/cgroup"), encoding="ascii") as fh:
+            group = next((ln[3:].strip() for ln in fh if ln.startswith("0::")), None)
+        if group is not None:
+            cpu_max = os.path.join(root, "sys/fs/cgroup", group.lstrip("/"), "cpu.max")
+            with open(cpu_max, encoding="ascii") as fh:
+                quota, period = fh.read().split()[:2]
+            if quota != "max":
+                cores = min(cores, math.ceil(int(quota) / int(period)))
+    except (OSError, ValueError, UnicodeDecodeError):
+        pass  # no cgroup v2 or unreadable: the affinity alone
+    return max(1, cores)
+
+
 class Mesh:
     """Runs rounds of pair tests through ``ctx.runner``."""
 
@@ -338,7 +371,7 @@ class Mesh:
     def run(self, rounds: list[list[tuple[int, int]]]) -> list[dict[str, Any]]:
         """Run every round (batches of max_concurrency pairs, concurrent within a batch)."""
         results: list[dict[str, Any]] = []
-        limit = int(self.opts["max_concurrency"])
+        limit = int(self.opts["max_concurrency"]) or max(1, allowed_cores() // 2)
         pair_timeout = float(self.opts["pair_timeout"])
         for number, rnd in enumerate(rounds):
             for start in range(0, len(rnd), limit):
@@ -475,6 +508,15 @@ def matrix(pairs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return {"matrix": grid, "latency_us": latency}
 
 
+def _statuses(failing: Sequence[Mapping[str, Any]], name: str) -> dict[str, str]:
+    """Peer -> status of ``name``'s failing pairs."""
+    out = {}
+    for p in failing:
+        if name in (p["a"], p["b"]):
+            out[p["b"] if p["a"] == name else p["a"]] = p["status"]
+    return out
+
+
 def evaluate_mesh(snapshot: Mapping[str, Any]) -> list[Finding]:
     """Findings of one mesh snapshot (see the module docstring for the rules)."""
     if snapshot.get("error"):
@@ -500,22 +542,26 @@ def evaluate_mesh(snapshot: Mapping[str, Any]) -> list[Finding]:
     failing = [p for p in measured if p["status"] != "ok"]
     if not failing:
         return out
-    evidence = {
-        "test": used,
-        **matrix(pairs),
-        "failed_pairs": [[p["a"], p["b"], p["status"]] for p in failing],
-    }
+    # The matrix is the probe's summary (status.json probes[].summary), written once; each
+    # finding carries only its own pairs, so evidence does not grow with the findings.
+    evidence: dict[str, Any] = {"test": used, "matrix_in": "probes[efa_mesh].summary"}
     if snapshot.get("screen") and used == "tournament":
         evidence["screen_failed"] = [
             [p["a"], p["b"]] for p in snapshot["screen"] if p["status"] != "ok"
-        ]
+        ][:EVIDENCE_PAIRS]
     if len(failing) == len(measured):
         out.append(
             Finding(
                 "EFA_MESH_ALL_FAILED",
                 NODE,
                 f"all {len(measured)} EFA pair tests failed ({failing[0]['error']})",
-                evidence,
+                {
+                    **evidence,
+                    "failed": len(failing),
+                    "failed_pairs": [[p["a"], p["b"], p["status"]] for p in failing][
+                        :EVIDENCE_PAIRS
+                    ],
+                },
             )
         )
         return out
@@ -536,15 +582,22 @@ def evaluate_mesh(snapshot: Mapping[str, Any]) -> list[Finding]:
                 f"efa:{name}",
                 f"{name} fails with {len(fails[name])} of {peers[name]} peers "
                 f"({', '.join(sorted(fails[name]))})",
-                {**evidence, "adapter": name, "failed_peers": sorted(fails[name])},
+                {
+                    **evidence,
+                    "adapter": name,
+                    "failed_peers": sorted(fails[name]),
+                    "statuses": _statuses(failing, name),
+                },
             )
         )
     paths: dict[str, list[str]] = {}
+    path_status: dict[str, dict[str, str]] = {}
     for p in failing:
         if p["a"] in broken or p["b"] in broken:
             continue
         a, b = sorted((p["a"], p["b"]))
         paths.setdefault(a, []).append(b)
+        path_status.setdefault(a, {})[b] = p["status"]
     for a, others in sorted(paths.items()):
         out.append(
             Finding(
@@ -552,7 +605,7 @@ def evaluate_mesh(snapshot: Mapping[str, Any]) -> list[Finding]:
                 f"efa:{a}",
                 f"EFA path {a} <-> {', '.join(sorted(others))} fails while both work with "
                 "other peers",
-                {**evidence, "adapter": a, "peers": sorted(others)},
+                {**evidence, "adapter": a, "peers": sorted(others), "statuses": path_status[a]},
             )
         )
     return out

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import itertools
+import json
+import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import pytest
 from trn_support import codes, gen_sysfs, make_ctx
@@ -15,6 +17,7 @@ from hma.probe import NodeFacts
 from hma.probes.efa_mesh import (
     EfaMeshProbe,
     Mesh,
+    allowed_cores,
     broken_threshold,
     evaluate_mesh,
     parse_latency,
@@ -92,14 +95,24 @@ def test_one_adapter_failing_with_its_peers_is_broken() -> None:
     findings = evaluate_mesh(snap)
     assert codes(findings) == {("EFA_ADAPTER_BROKEN", "efa:a3")}
     details = findings[0].details
-    assert details["matrix"]["a3"]["a0"] == "timeout" and details["matrix"]["a0"]["a1"] == "ok"
-    assert details["latency_us"]["a0-a1"] == 20.0 and len(details["failed_peers"]) == 7
+    assert details["statuses"]["a0"] == "timeout" and len(details["failed_peers"]) == 7
+    assert "matrix" not in details  # the matrix is written once, in the probe's summary
 
 
 def test_an_isolated_pair_is_a_path_warning() -> None:
     findings = evaluate_mesh(_snap(8, lambda a, b: "failed" if {a, b} == {"a2", "a5"} else "ok"))
     assert codes(findings) == {("EFA_PATH_FAILED", "efa:a2")}
     assert findings[0].details["peers"] == ["a5"]
+    assert findings[0].details["statuses"] == {"a5": "failed"}
+
+
+def test_evidence_does_not_grow_with_the_findings() -> None:
+    """26 failing paths on 32 adapters: each finding holds its own pairs, not the matrix."""
+    bad = {(f"a{i}", f"a{(i * 7 + 3) % 32}") for i in range(26)}
+    snap = _snap(32, lambda a, b: "failed" if (a, b) in bad or (b, a) in bad else "ok")
+    findings = evaluate_mesh(snap)
+    assert len(findings) >= 13 and {f.code for f in findings} == {"EFA_PATH_FAILED"}
+    assert all(len(json.dumps(f.details)) < 1000 for f in findings)
 
 
 def test_every_pair_failing_is_node_level() -> None:
@@ -212,3 +225,21 @@ def test_real_fi_pingpong_on_loopback(tmp_path: Path) -> None:
     with _locked(str(tmp_path / "lock")):
         held = PROBE.collect(ctx)
     assert codes(PROBE.evaluate(held, ctx)) == {("EFA_MESH_ERROR", "node")}
+
+
+@pytest.mark.parametrize(
+    "cpu_max,expect",
+    [("50000 100000\n", 1), ("max 100000\n", None), ("150000 100000\n", 2), (None, None)],
+)
+def test_allowed_cores_follow_affinity_and_cgroup_quota(
+    tmp_path: Path, cpu_max: Optional[str], expect: Optional[int]
+) -> None:
+    (tmp_path / "proc/self").mkdir(parents=True)
+    (tmp_path / "proc/self/cgroup").write_text("0::/system.slice/hma.service\n")
+    if cpu_max is not None:
+        group = tmp_path / "sys/fs/cgroup/system.slice/hma.service"
+        group.mkdir(parents=True)
+        (group / "cpu.max").write_text(cpu_max)
+    affinity = len(os.sched_getaffinity(0))
+    want = affinity if expect is None else min(affinity, expect)
+    assert allowed_cores(str(tmp_path)) == want

@@ -252,3 +252,41 @@ def test_done_action_shows_its_result_not_an_error() -> None:
     assert "      result: reboot via scontrol" in text
     assert "      last error: slurmctld unreachable" in text
     assert "last error: reboot via scontrol" not in text
+
+
+def test_writer_writes_changes_and_heartbeats_only(tmp_path: Path) -> None:
+    path = status.status_path(tmp_path)
+    writer = status.StatusWriter(path, heartbeat_s=15.0, min_interval_s=0.25)
+    doc = live(sample())
+    assert writer.offer(doc, mono=100.0)
+    assert not writer.offer({**doc, "generated": doc["generated"] + 1}, mono=101.0)  # unchanged
+    assert not writer.pending
+    assert writer.offer({**doc, "generated": doc["generated"] + 15}, mono=115.0)  # heartbeat
+    changed = {**doc, "severity": "ok"}
+    assert writer.offer(changed, mono=116.0)  # a change is written at once...
+    assert json.loads(path.read_text())["severity"] == "ok"
+    assert not writer.offer({**doc, "severity": "warning"}, mono=116.1)  # ...but not too often
+    assert writer.pending and writer.wait(116.1) == pytest.approx(0.15)
+    assert writer.offer({**doc, "severity": "warning"}, mono=116.3)
+    assert not writer.pending and writer.wait(116.3) == float("inf")
+    assert json.loads(path.read_text())["severity"] == "warning" and writer.writes == 4
+
+
+def test_status_size_is_bounded_whatever_the_findings(tmp_path: Path) -> None:
+    doc = live(sample())
+    fault = doc["faults"][0]
+    doc["faults"] = [
+        {**fault, "component": f"c{i}", "details": {"blob": "x" * 50_000}} for i in range(5000)
+    ]
+    doc["probes"][0]["summary"] = {"matrix": {f"a{i}": "ok" * 1000 for i in range(100)}}
+    path = status.status_path(tmp_path)
+    assert status.StatusWriter(path, heartbeat_s=15.0).offer(doc, mono=0.0)
+    size = path.stat().st_size
+    assert size < status.MAX_FAULTS * (status.MAX_DETAILS + 2000) + status.MAX_SUMMARY * 2
+    written, problem = status.read(tmp_path)
+    assert problem == "" and written is not None
+    assert written["faults_omitted"] == 5000 - status.MAX_FAULTS
+    assert written["faults"][0]["details"]["truncated"] is True
+    assert written["faults"][0]["details"]["keys"] == ["blob"]
+    assert written["probes"][0]["summary"]["truncated"] is True
+    assert f"and {5000 - status.MAX_FAULTS} more" in status.render(written)

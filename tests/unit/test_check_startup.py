@@ -1,0 +1,38 @@
+"""`hma check NAME` imports only what the named probes need, as `hma status` does."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.timeout(60)
+
+LOADED = (
+    "import sys, json; from hma import cli; rc = cli.main(['check', 'system', '--json']); "
+    "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('hma.probes.', 'pynvml')))))"
+)
+
+
+def test_check_system_imports_no_other_probe(hma_env) -> None:  # type: ignore[no-untyped-def]
+    hma_env.write("[probes.system]\nfilesystems = []\n")
+    out = subprocess.run(
+        [sys.executable, "-c", LOADED],
+        env=hma_env.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    modules = json.loads(out.stdout.strip().splitlines()[-1])
+    assert modules == ["hma.probes.system"], out.stderr
+
+
+def test_unnamed_probe_sections_are_left_to_config_check(hma_env) -> None:  # type: ignore[no-untyped-def]
+    hma_env.write("[probes.system]\nfilesystems = []\n[probes.gpu]\nno_such_key = 1\n")
+    assert hma_env.hma("check", "system").returncode == 0
+    checked = hma_env.hma("config", "check")
+    assert checked.returncode == 2 and "probes.gpu.no_such_key: unknown key" in checked.stderr
+    assert hma_env.hma("check", "gpu").returncode == 3  # named: its section is checked

@@ -1,0 +1,42 @@
+"""Worker lifecycle: a probe that does not apply keeps no worker process."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from hma.adapters.command import CommandRunner
+from hma.adapters.files import RootReader
+from hma.model import RunStatus
+from hma.probe import ProbeContext
+from hma.probes.gpu import GpuProbe
+from hma.runner import ProcessSlot, run_probe
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_unsupported_worker_exits_and_is_not_restarted(tmp_path: Path) -> None:
+    options = {k: o.default for k, o in GpuProbe.options.items()}
+    options.update({"library": str(tmp_path / "no-libnvidia-ml.so"), "expected_gpus": None})
+    ctx = ProbeContext(
+        options=options,
+        sysfs=RootReader(str(tmp_path)),
+        procfs=RootReader("/proc"),
+        runner=CommandRunner(),
+        boot_id="boot-1",
+    )
+    slot = ProcessSlot(GpuProbe())
+    try:
+        first = run_probe(slot, ctx, 30.0, time.time())
+        assert first.status is RunStatus.UNSUPPORTED, first.error
+        assert slot.spawned == 1 and slot.pid is None  # the worker answered and is gone
+        again = run_probe(slot, ctx, 30.0, time.time())
+        assert again.status is RunStatus.UNSUPPORTED and again.error == first.error
+        assert slot.spawned == 1  # no process for a probe that does not apply
+        ctx.device_events = 1  # a device came or went: ask again
+        third = run_probe(slot, ctx, 30.0, time.time())
+        assert third.status is RunStatus.UNSUPPORTED and slot.spawned == 2 and slot.pid is None
+    finally:
+        slot.close()
