@@ -216,3 +216,26 @@ def test_write_failure_is_a_journald_alert_naming_path_and_error(
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
     assert "Traceback" not in (hma_env.base / "daemon.log").read_text()
+
+
+def test_stopping_on_a_full_disk_says_what_is_lost(hma_env: Env, small_tmpfs: Path) -> None:
+    hma_env.state = small_tmpfs
+    hma_env.exec_probe("fan", 'echo "fans ok"\nexit 0')
+    hma_env.write("[probes.fan]\ninterval = 0.5\n[probes.system]\nenabled = false\n")
+    log_path = hma_env.base / "daemon.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "hma", "run"], env=hma_env.env(), stdout=log, stderr=log
+        )
+    try:
+        fill(small_tmpfs)
+        deadline = time.monotonic() + 60
+        while "HMA_STATE_WRITE_FAILED" not in hma_env.hma("status").stdout:
+            assert proc.poll() is None and time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.2)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+    text = log_path.read_text()
+    assert proc.returncode == 0 and "Traceback" not in text
+    assert f"stopped without writing everything to {small_tmpfs / 'state.db'}" in text
