@@ -255,6 +255,13 @@ class User:
         ids = ["--reuid", str(self.uid), "--regid", str(self.gid), "--clear-groups"]
         return ["setpriv", *ids, "--", *command]
 
+    def run(self, *command: str) -> None:
+        """Run ``command`` as this user; it must succeed."""
+        done = subprocess.run(
+            self.argv(*command), capture_output=True, text=True, timeout=30, check=False
+        )
+        assert done.returncode == 0, f"{command}: {done.stderr}"
+
 
 USER_PREFIX = "hmau"  # + the pytest process id
 
