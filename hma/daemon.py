@@ -256,7 +256,13 @@ class Daemon:
             _quietly(self.remediator.close)
         for reporter in self.reporters:
             _quietly(reporter.close)
-        self.store.close()
+        self.store.close()  # one last try to write what is queued
+        if self.store.write_error:
+            log.error(
+                "stopped without writing everything to %s (%s): changes since then are lost",
+                self.store.path,
+                self.store.write_error,
+            )
 
     def _startup_findings(self) -> None:
         now = self.clock()

@@ -92,7 +92,11 @@ def trusted_dir(tmp_path: Path) -> Iterator[Path]:
     if os.geteuid() != 0:
         yield tmp_path
         return
-    folder = Path(tempfile.mkdtemp(prefix="hma-test-", dir=TRUSTED_ROOT))
+    for old in Path(TRUSTED_ROOT).glob("hma-test-*-*"):  # left by killed runs
+        pid = old.name.split("-")[2]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    folder = Path(tempfile.mkdtemp(prefix=f"hma-test-{os.getpid()}-", dir=TRUSTED_ROOT))
     os.chmod(folder, 0o755)
     try:
         yield folder
@@ -251,6 +255,16 @@ class User:
         ids = ["--reuid", str(self.uid), "--regid", str(self.gid), "--clear-groups"]
         return ["setpriv", *ids, "--", *command]
 
+    def run(self, *command: str) -> None:
+        """Run ``command`` as this user; it must succeed."""
+        done = subprocess.run(
+            self.argv(*command), capture_output=True, text=True, timeout=30, check=False
+        )
+        assert done.returncode == 0, f"{command}: {done.stderr}"
+
+
+USER_PREFIX = "hmau"  # + the pytest process id
+
 
 def users_usable() -> bool:
     """Root with useradd, userdel and setpriv."""
@@ -260,7 +274,13 @@ def users_usable() -> bool:
 @pytest.fixture
 def ordinary_user() -> Iterator[User]:
     """A fresh user without a home or login shell, deleted after the test."""
-    name = f"hmau{os.getpid() % 100000}"
+    import pwd
+
+    for entry in pwd.getpwall():  # users left by killed runs
+        pid = entry.pw_name[len(USER_PREFIX) :]
+        if entry.pw_name.startswith(USER_PREFIX) and pid.isdigit() and not pid_alive(int(pid)):
+            subprocess.run(["userdel", entry.pw_name], capture_output=True, timeout=30, check=False)
+    name = f"{USER_PREFIX}{os.getpid()}"
     subprocess.run(["userdel", name], capture_output=True, timeout=30, check=False)  # leftover
     subprocess.run(
         ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],

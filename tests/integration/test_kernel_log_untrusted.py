@@ -5,7 +5,7 @@ systemd-python's real ``journal.Reader``."""
 
 from __future__ import annotations
 
-import subprocess
+import os
 import sys
 import threading
 from typing import Any
@@ -29,6 +29,8 @@ pytestmark = [
     ),
 ]
 
+# the system's interpreter: a virtual environment's may lie under a folder the user cannot enter
+PYTHON = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.executable
 XID = "Xid (PCI:0000:01:00): 79, pid=1, name=x, GPU has fallen off the bus."
 NATIVE = """
 import socket, sys
@@ -36,13 +38,6 @@ entry = b"SYSLOG_IDENTIFIER=NVRM\\nMESSAGE=" + sys.argv[2].encode() + b"\\n"
 with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
     s.sendto(entry, sys.argv[1])
 """
-
-
-def _as_user(user: User, *command: str) -> None:
-    done = subprocess.run(
-        user.argv(*command), capture_output=True, text=True, timeout=30, check=False
-    )
-    assert done.returncode == 0, done.stderr
 
 
 def test_user_written_nvrm_entries_raise_nothing(
@@ -53,8 +48,8 @@ def test_user_written_nvrm_entries_raise_nothing(
     ns, sock = journald
     syslog_sock = sock.rsplit("/", 1)[0] + "/dev-log"
     # the attack: `logger -t NVRM` (syslog) and a native entry, both as the ordinary user
-    _as_user(ordinary_user, "logger", "--socket", syslog_sock, "-t", "NVRM", XID)
-    _as_user(ordinary_user, sys.executable, "-c", NATIVE, sock, XID)
+    ordinary_user.run("logger", "--socket", syslog_sock, "-t", "NVRM", XID)
+    ordinary_user.run(PYTHON, "-c", NATIVE, sock, XID)
     planted = read_back(ns, "SYSLOG_IDENTIFIER=NVRM", f"_UID={ordinary_user.uid}", count=2)
     assert {e["_TRANSPORT"] for e in planted} == {"syslog", "journal"}
     assert all(e["MESSAGE"] == XID for e in planted)  # what main's journald path took as Xid 79

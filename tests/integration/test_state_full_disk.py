@@ -13,6 +13,7 @@ import sqlite3
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -175,17 +176,24 @@ def test_the_daemon_store_starts_on_a_full_disk_and_writes_everything_later(
 
 
 @pytest.mark.skipif(not journald_usable(), reason="needs root, systemd-journald, journalctl")
+@pytest.mark.parametrize(
+    ("folder", "name", "error"),
+    [
+        ("state", "state.db", "OperationalError: database or disk is full"),
+        ("run", "status.json", "OSError: [Errno 28] No space left on device"),
+    ],
+)
 def test_write_failure_is_a_journald_alert_naming_path_and_error(
-    hma_env: Env, journald: tuple[str, str], small_tmpfs: Path
+    hma_env: Env, journald: tuple[str, str], small_tmpfs: Path, folder: str, name: str, error: str
 ) -> None:
     ns, sock = journald
-    hma_env.state = small_tmpfs
+    setattr(hma_env, folder, small_tmpfs)  # state_dir or run_dir on the small tmpfs
     hma_env.exec_probe("fan", 'echo "fans ok"\nexit 0')
     hma_env.write(
         "[probes.fan]\ninterval = 0.5\n[probes.system]\nenabled = false\n"
         f'[reporters.journald]\nsocket = "{sock}"\n'
     )
-    db = small_tmpfs / "state.db"
+    path = small_tmpfs / name
     with open(hma_env.base / "daemon.log", "w") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "hma", "run"], env=hma_env.env(), stdout=log, stderr=log
@@ -194,13 +202,40 @@ def test_write_failure_is_a_journald_alert_naming_path_and_error(
         assert read_back(ns, "HMA_KIND=agent", timeout=30), "the agent did not start"
         filler = fill(small_tmpfs)
         (raised,) = read_back(ns, "HMA_CODE=HMA_STATE_WRITE_FAILED", "HMA_KIND=raised")
-        assert raised["HMA_COMPONENT"] == f"agent:{db}"
-        assert f"cannot write {db}: OperationalError: database or disk is full" in raised["MESSAGE"]
+        assert raised["HMA_COMPONENT"] == f"agent:{path}"
+        assert f"cannot write {path}: {error}" in raised["MESSAGE"]
         filler.unlink()
         cleared = read_back(ns, "HMA_CODE=HMA_STATE_WRITE_FAILED", "HMA_KIND=cleared")
         assert cleared and proc.poll() is None
-        assert "HMA_STATE_WRITE_FAILED" not in hma_env.hma("status").stdout
+        # status.json is rewritten right after the alert: wait for it, never race it
+        deadline = time.monotonic() + 30
+        while "HMA_STATE_WRITE_FAILED" in hma_env.hma("status").stdout:
+            assert time.monotonic() < deadline, "status.json still shows HMA_STATE_WRITE_FAILED"
+            time.sleep(0.1)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
     assert "Traceback" not in (hma_env.base / "daemon.log").read_text()
+
+
+def test_stopping_on_a_full_disk_says_what_is_lost(hma_env: Env, small_tmpfs: Path) -> None:
+    hma_env.state = small_tmpfs
+    hma_env.exec_probe("fan", 'echo "fans ok"\nexit 0')
+    hma_env.write("[probes.fan]\ninterval = 0.5\n[probes.system]\nenabled = false\n")
+    log_path = hma_env.base / "daemon.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "hma", "run"], env=hma_env.env(), stdout=log, stderr=log
+        )
+    try:
+        fill(small_tmpfs)
+        deadline = time.monotonic() + 60
+        while "HMA_STATE_WRITE_FAILED" not in hma_env.hma("status").stdout:
+            assert proc.poll() is None and time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.2)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+    text = log_path.read_text()
+    assert proc.returncode == 0 and "Traceback" not in text
+    assert f"stopped without writing everything to {small_tmpfs / 'state.db'}" in text

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -130,13 +129,6 @@ def test_probes_dir_itself_a_symlink_into_a_user_folder_is_refused(hma_env, tmp_
     assert not marker.exists()
 
 
-def _as_user(user: User, *command: str) -> None:
-    done = subprocess.run(
-        user.argv(*command), capture_output=True, text=True, timeout=30, check=False
-    )
-    assert done.returncode == 0, done.stderr
-
-
 @pytest.mark.skipif(not users_usable(), reason="needs useradd and setpriv")
 def test_user_planted_symlink_in_a_sticky_world_writable_folder_is_refused(  # type: ignore[no-untyped-def]
     hma_env, tmp_path, ordinary_user: User
@@ -147,7 +139,7 @@ def test_user_planted_symlink_in_a_sticky_world_writable_folder_is_refused(  # t
     sticky.mkdir()
     os.chmod(sticky, 0o1777)  # like /tmp
     planted = sticky / "p"
-    _as_user(ordinary_user, "ln", "-s", str(script), str(planted))
+    ordinary_user.run("ln", "-s", str(script), str(planted))
     (hma_env.probes_d / "site").symlink_to(planted)
     [f] = probe_doc(hma_env, "site")["findings"]
     assert f["code"] == "HMA_PROBE_REFUSED" and "writable by group or others" in f["message"]
@@ -160,7 +152,7 @@ def test_a_user_placed_link_to_reboot_is_refused(hma_env, ordinary_user: User) -
     user = hma_env.probes_d.parent / "user"
     user.mkdir(mode=0o755)
     os.chown(user, ordinary_user.uid, ordinary_user.gid)
-    _as_user(ordinary_user, "ln", "-s", "/usr/sbin/reboot", str(user / "reboot"))
+    ordinary_user.run("ln", "-s", "/usr/sbin/reboot", str(user / "reboot"))
     (hma_env.probes_d / "reboot").symlink_to(user / "reboot")
     reason = unsafe_reason(hma_env.probes_d / "reboot")
     assert reason == f"{user} is owned by uid {ordinary_user.uid}, not root"
