@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 from typing import Optional
 
@@ -30,11 +31,19 @@ class RootReader:
         read is unknown, never a reading.
         """
         target = self.path(rel)
+        try:  # non-blocking open: a FIFO in place of an attribute must not hang the probe
+            fd = os.open(target, os.O_RDONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            raise ReadError(f"{target}: {exc.strerror or exc}") from None
         try:
-            with open(target, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ReadError(f"{target}: not a regular file")
+            with os.fdopen(fd, "rb", closefd=False) as handle:
                 data = handle.read(limit)
         except OSError as exc:
             raise ReadError(f"{target}: {exc.strerror or exc}") from None
+        finally:
+            os.close(fd)
         if b"\0" in data:
             raise ReadError(f"{target}: NUL bytes in a text attribute")
         try:
