@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
-from mutate import garbage_text, replace_leaf, xml_leaves
+from mutate import budget, garbage_text, replace_leaf, xml_leaves
 
 from hma.catalogue import load_builtin
 from hma.model import Severity
@@ -35,13 +35,7 @@ READ_LEAVES = {
 }
 OPTS = {k: o.default for k, o in NvidiaSmiProbe.options.items()}
 CATALOGUE = load_builtin()
-SETTINGS = settings(
-    max_examples=150,
-    derandomize=True,
-    deadline=None,
-    print_blob=True,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+SETTINGS = budget(150)
 
 
 def judge(stdout: str) -> list:

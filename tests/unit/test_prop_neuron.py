@@ -5,14 +5,21 @@ shared tree and puts it back.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
-from mutate import Mutation, apply_file, break_folder, file_mutation, files_under, folder_mutation
+from mutate import (
+    Mutation,
+    broken,
+    budget,
+    file_mutation,
+    files_under,
+    folder_mutation,
+    mutated_file,
+)
 from trn_support import gen_sysfs, make_ctx
 
 from hma.catalogue import load_builtin
@@ -21,13 +28,7 @@ from hma.probes.neuron import BASE, NeuronProbe
 
 PROBE = NeuronProbe()
 CATALOGUE = load_builtin()
-SETTINGS = settings(
-    max_examples=100,
-    derandomize=True,
-    deadline=None,
-    print_blob=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+SETTINGS = budget(100)
 
 
 @pytest.fixture(scope="module")
@@ -56,12 +57,8 @@ def test_garbled_file_is_never_critical(
     tree: dict[str, Any], position: int, mutation: Mutation
 ) -> None:
     path: Path = tree["files"][position % len(tree["files"])]
-    original = path.read_bytes()
-    apply_file(path, mutation)
-    try:
+    with mutated_file(path, mutation):
         assert critical(tree) == [], f"{path}: {mutation!r}"
-    finally:
-        apply_file(path, ("bytes", original))
 
 
 @SETTINGS
@@ -70,12 +67,5 @@ def test_unreadable_folder_is_never_critical(
     tree: dict[str, Any], position: int, shape: str
 ) -> None:
     path: Path = tree["folders"][position % len(tree["folders"])]
-    backup = path.with_name(path.name + ".orig")
-    shutil.copytree(path, backup, symlinks=True)
-    break_folder(path, shape)
-    try:
+    with broken(path, shape):
         assert critical(tree) == [], f"{path}: {shape}"
-    finally:
-        break_folder(path, "file")
-        path.unlink()
-        backup.rename(path)

@@ -9,9 +9,17 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
-from mutate import Mutation, apply_file, break_folder, file_mutation, folder_mutation, garbage_text
+from mutate import (
+    Mutation,
+    broken,
+    budget,
+    file_mutation,
+    folder_mutation,
+    garbage_text,
+    mutated_file,
+)
 
 from hma.adapters.command import CommandRunner
 from hma.adapters.files import RootReader
@@ -23,13 +31,7 @@ from hma.probes.system import SystemProbe
 HEALTHY = Path(__file__).resolve().parents[1] / "fixtures" / "roots" / "healthy"
 PROBE = SystemProbe()
 CATALOGUE = load_builtin()
-SETTINGS = settings(
-    max_examples=80,
-    derandomize=True,
-    deadline=None,
-    print_blob=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+SETTINGS = budget(80)
 FILES = [
     "proc/meminfo",
     "sys/devices/system/cpu/online",
@@ -83,25 +85,12 @@ def test_garbled_meminfo_value_is_never_critical(root: Path, line: int, value: s
 @SETTINGS
 @given(which=st.sampled_from(FILES), mutation=file_mutation())
 def test_garbled_file_is_never_critical(root: Path, which: str, mutation: Mutation) -> None:
-    path = root / which
-    original = path.read_bytes()
-    apply_file(path, mutation)
-    try:
+    with mutated_file(root / which, mutation):
         assert critical(root) == [], f"{which}: {mutation!r}"
-    finally:
-        apply_file(path, ("bytes", original))
 
 
 @SETTINGS
 @given(which=st.sampled_from(FOLDERS), shape=folder_mutation())
 def test_unreadable_folder_is_never_critical(root: Path, which: str, shape: str) -> None:
-    path = root / which
-    backup = path.with_name(path.name + ".orig")
-    shutil.copytree(path, backup, symlinks=True)
-    break_folder(path, shape)
-    try:
+    with broken(root / which, shape):
         assert critical(root) == [], f"{which}: {shape}"
-    finally:
-        break_folder(path, "file")
-        path.unlink()
-        backup.rename(path)
