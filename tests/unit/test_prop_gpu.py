@@ -38,9 +38,14 @@ CATALOGUE = load_builtin()
 SETTINGS = budget(150)
 
 
+def judge_snapshot(stdout: str) -> dict:
+    """The snapshot the probe makes of one nvidia-smi output."""
+    return rules.with_baseline(parse_result({"rc": 0, "stdout": stdout, "stderr": ""}), None)
+
+
 def judge(stdout: str) -> list:
     """Findings (catalogue-resolved) of one nvidia-smi output, as the probe judges it."""
-    snap = rules.with_baseline(parse_result({"rc": 0, "stdout": stdout, "stderr": ""}), None)
+    snap = judge_snapshot(stdout)
     return [CATALOGUE.resolve(f) for f in rules.evaluate(snap, OPTS)]
 
 
@@ -93,3 +98,45 @@ def test_cut_document_is_unknown(name: str, cut: int) -> None:
     findings = judge(doc[:at])
     assert_no_critical(findings, f"{name} cut at {at}")
     assert findings, f"{name} cut at {at}: a cut document must not read as healthy"
+
+
+SCALAR = (
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=8)
+)
+JSON = st.recursive(
+    SCALAR,
+    lambda inner: st.lists(inner, max_size=3)
+    | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=8,
+)
+PREVIOUS = st.one_of(
+    JSON,
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "hang": JSON,
+            "pcie_baseline": JSON,
+            "gpus": st.lists(
+                st.fixed_dictionaries(
+                    {"bus_id": st.just("00000000:00:09.0") | SCALAR},
+                    optional={"nvlink": JSON, "pcie": JSON},
+                ),
+                max_size=2,
+            ),
+        },
+    ),
+)
+SCALAR_KEYS = ("temp", "temp_slowdown", "recovery_action", "index", "name", "arch", "uuid")
+
+
+@SETTINGS
+@given(
+    changes=st.dictionaries(st.sampled_from(SCALAR_KEYS), SCALAR, max_size=4),
+    previous=PREVIOUS,
+)
+def test_rules_never_raise_on_odd_records(changes: dict, previous: object) -> None:
+    """The shared rules take a stored previous snapshot of any age or shape, and scalar readings
+    of unexpected types: they judge what they understand and never raise."""
+    snap = judge_snapshot(DOCS["h100-v13.xml"])
+    snap["gpus"][0].update(changes)
+    rules.evaluate(rules.with_baseline(snap, previous), OPTS, None, previous, 60.0)
