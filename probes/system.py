@@ -180,10 +180,10 @@ def _meminfo(ctx: ProbeContext) -> dict[str, int]:
     for line in ctx.procfs.text("meminfo").splitlines():
         key, _, rest = line.partition(":")
         fields = rest.split()
-        if key.strip() in MEMINFO_KEYS:  # strict: a garbled value is a read failure
-            out[key.strip()] = parse_uint(fields[0] if fields else "") * (
-                1024 if fields[1:] == ["kB"] else 1
-            )
+        if key.strip() in MEMINFO_KEYS:  # strict: "<digits>" or "<digits> kB", else unknown
+            if len(fields) not in (1, 2) or fields[1:] not in ([], ["kB"]):
+                raise ParseError(f"meminfo {key.strip()}: not a size: {rest.strip()[:40]!r}")
+            out[key.strip()] = parse_uint(fields[0]) * (1024 if fields[1:] else 1)
     if "MemTotal" not in out:
         raise ValueError("meminfo has no MemTotal")
     return out
@@ -215,9 +215,7 @@ def _edac(ctx: ProbeContext) -> dict[str, dict[str, int]]:
 def parse_cpulist(text: str) -> int:
     """Number of CPUs in a kernel cpulist such as ``0-3,8-11``; ParseError when malformed."""
     total = 0
-    for part in text.strip().split(","):
-        if not part:
-            continue
+    for part in text.strip().split(","):  # the kernel never writes an empty list or part
         lo, dash, hi = part.partition("-")
         first = parse_uint(lo, limit=MAX_CPU, hex_ok=False)
         last = parse_uint(hi, limit=MAX_CPU, hex_ok=False) if dash else first
