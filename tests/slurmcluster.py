@@ -38,15 +38,18 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from hma.status import pid_alive
+from tests import slurmchroot
 
 PREFIX = "hma-slurm-"
 DAEMONS = ("munged", "slurmctld", "slurmd")
 
 
-def available() -> Optional[str]:
-    """None when a cluster can be started here, else why not."""
+def available(version: str = "22.05") -> Optional[str]:
+    """None when a cluster of this Slurm version can be started here, else why not."""
     if os.geteuid() != 0:
         return "needs root"
+    if version != "22.05":
+        return slurmchroot.why_not()
     for tool in ("slurmctld", "slurmd", "scontrol", "sinfo", "munged"):
         if shutil.which(tool, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin") is None:
             return f"{tool} not installed (apt-get install slurmctld slurmd slurm-client munge)"
@@ -150,6 +153,7 @@ def sweep(tmp: str = tempfile.gettempdir()) -> list[str]:
                 _kill_pid(pid, str(entry), timeout=3.0)
         for pid in _pids_naming(str(entry)):
             _kill_hard(pid, str(entry))
+        slurmchroot.umount_under(entry)  # a 24.11 cluster's root: never rmtree through it
         shutil.rmtree(entry, ignore_errors=True)
         removed.append(str(entry))
     # step daemons of runs whose folder is already gone (cwd shows "... (deleted)")
@@ -243,6 +247,7 @@ class SlurmCluster:
         extra_conf: str = "",
         munge: bool = True,
         reboot_delay: float = 0.2,
+        version: str = "22.05",
     ) -> None:
         self.nodes = (
             [f"node{i + 1}" for i in range(nodes)] if isinstance(nodes, int) else list(nodes)
@@ -256,6 +261,33 @@ class SlurmCluster:
         self.conf = self.base / "etc" / "slurm.conf"
         self.env = dict(os.environ, SLURM_CONF=str(self.conf))
         self.started = False
+        self.version = version  # "22.05": the host's Slurm; "24.11": slurmchroot's
+        if version not in slurmchroot.VERSIONS:
+            raise ValueError(f"Slurm {version!r}: not one of {slurmchroot.VERSIONS}")
+        self.chroot = slurmchroot.SlurmRoot(self.base) if version != "22.05" else None
+
+    # --- Slurm version ----------------------------------------------------------------------------
+
+    def tool(self, name: str) -> list[str]:
+        """The command line prefix of a Slurm program (client or daemon) of this version."""
+        return self.chroot.argv(name) if self.chroot else [_which(name)]
+
+    def client(self, name: str) -> str:
+        """One executable path for a Slurm client (for the agent's ``[slurm]`` options and a
+        job's PATH): the host's program, or a wrapper that runs it in the 24.11 root."""
+        return str(self.chroot.bin / name) if self.chroot else _which(name)
+
+    def _munged_argv(self) -> list[str]:
+        """munged started as user munge (inside the root for 24.11)."""
+        runas = ["-u", "munge", "--"]
+        if self.chroot:
+            return [
+                *self.chroot.argv("munged")[:2],
+                "/usr/sbin/runuser",
+                *runas,
+                "/usr/sbin/munged",
+            ]
+        return ["runuser", *runas, _which("munged")]
 
     # --- files ----------------------------------------------------------------------------------
 
@@ -337,13 +369,15 @@ class SlurmCluster:
         if self.extra_conf:
             lines.append(self.extra_conf)
         self.conf.write_text("\n".join(lines) + "\n")
+        if self.chroot:  # 24.11's slurmd wants cgroups unless told not to (22.05: task/none)
+            (self.base / "etc" / "cgroup.conf").write_text("CgroupPlugin=disabled\n")
         reboot = self.base / "etc" / "reboot"
         reboot.write_text(
             REBOOT_PROGRAM.format(
-                python=sys.executable,
+                python="/usr/bin/python3" if self.chroot else sys.executable,
                 base=str(self.base),
                 conf=str(self.conf),
-                slurmd=_which("slurmd"),
+                slurmd=self.tool("slurmd")[-1],
                 delay=float(self.reboot_delay),
             )
         )
@@ -356,12 +390,14 @@ class SlurmCluster:
 
     def start(self, timeout: float = 30.0) -> SlurmCluster:
         """Start everything and wait until every node is idle."""
-        why = available()
+        why = available(self.version)
         if why:
             raise RuntimeError(why)
         sweep(str(self.base.parent))
         self._write_files()
         try:
+            if self.chroot:
+                self.chroot.mount()
             if self.munge:
                 self._start_munged()
             self.start_controller(clean=True)
@@ -386,7 +422,7 @@ class SlurmCluster:
         os.chmod(private, 0o700)
         os.chmod(key, 0o400)
         argv = [
-            _which("munged"),
+            *self._munged_argv(),
             f"--socket={mdir}/munge.socket.2",
             f"--pid-file={mdir}/munged.pid",
             f"--key-file={key}",
@@ -394,7 +430,7 @@ class SlurmCluster:
             f"--seed-file={private}/munged.seed",
         ]
         subprocess.run(
-            ["runuser", "-u", "munge", "--", *argv],
+            argv,
             check=True,
             timeout=15,
             stdout=subprocess.DEVNULL,
@@ -415,7 +451,7 @@ class SlurmCluster:
 
     def start_controller(self, clean: bool = False) -> None:
         """Start slurmctld (``clean``: ``-c``, discarding saved state)."""
-        argv = [_which("slurmctld"), "-f", str(self.conf)] + (["-c"] if clean else [])
+        argv = [*self.tool("slurmctld"), "-f", str(self.conf)] + (["-c"] if clean else [])
         subprocess.run(argv, check=True, timeout=30, env=self.env, stdout=subprocess.DEVNULL)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
@@ -436,7 +472,7 @@ class SlurmCluster:
 
     def start_node(self, node: str) -> None:
         """Start the slurmd of ``node``."""
-        argv = [_which("slurmd"), "-N", node, "-f", str(self.conf)]
+        argv = [*self.tool("slurmd"), "-N", node, "-f", str(self.conf)]
         subprocess.run(argv, check=True, timeout=30, env=self.env, stdout=subprocess.DEVNULL)
 
     def stop_node(self, node: str) -> None:
@@ -446,7 +482,17 @@ class SlurmCluster:
             _kill_pid(pid, "slurmd", timeout=10.0)
 
     def stop(self) -> None:
-        """Stop every daemon this cluster started (by PID) and remove the folder."""
+        """Stop every daemon this cluster started (by PID), unmount, and remove the folder."""
+        try:
+            self._stop_daemons()
+        finally:
+            if self.chroot:
+                self.chroot.umount()  # raises if a mount stays: then no rmtree below
+        if os.environ.get("HMA_KEEP_SLURM"):
+            return
+        shutil.rmtree(self.base, ignore_errors=True)
+
+    def _stop_daemons(self) -> None:
         if self.started and self._controllerpid_alive():
             try:
                 self.run("scancel", f"--nodelist={','.join(self.nodes)}", timeout=10)
@@ -457,15 +503,12 @@ class SlurmCluster:
             if pid is not None:
                 _kill_pid(pid, "slurmd", timeout=5.0)
         self.stop_controller()
-        for pid in _pids_naming(str(self.base)):  # slurmstepd, reboot stand-ins
+        for pid in _pids_naming(str(self.base)):  # slurmstepd, reboot stand-ins, jobs
             _kill_hard(pid, str(self.base))
         pid = _read_pid(self.base / "run" / "munged.pid")
         if pid is not None:
             _kill_pid(pid, "munged", timeout=5.0)
         self.started = False
-        if os.environ.get("HMA_KEEP_SLURM"):
-            return
-        shutil.rmtree(self.base, ignore_errors=True)
 
     def __enter__(self) -> SlurmCluster:
         return self.start()
@@ -478,7 +521,7 @@ class SlurmCluster:
     def run(self, tool: str, *args: str, timeout: float = 20.0) -> subprocess.CompletedProcess:
         """Run a Slurm client (scontrol, sinfo, squeue, sbatch, ...) against this cluster."""
         return subprocess.run(
-            [_which(tool), *args],
+            [*self.tool(tool), *args],
             env=self.env,
             capture_output=True,
             text=True,
