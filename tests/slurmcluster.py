@@ -537,9 +537,36 @@ class SlurmCluster:
         return proc.stdout
 
     def nodes_json(self) -> list[dict[str, Any]]:
-        """``sinfo --json`` node objects."""
+        """``sinfo --json`` node objects (24.11: as ``_nodes_json_2411`` gives them)."""
+        if self.chroot:
+            return self._nodes_json_2411()
         out = self.run("sinfo", "--json").stdout
         return list(json.loads(out).get("nodes", []))
+
+    def _nodes_json_2411(self) -> list[dict[str, Any]]:
+        """24.11's ``sinfo --json`` lists node sets, not nodes: ``scontrol --json show node``,
+        each node in 22.05's shape (``state`` the lower-case base state, flags in
+        ``state_flags``), so that tests read both versions alike."""
+        out = []
+        for item in json.loads(self.scontrol("--json", "show", "node")).get("nodes", []):
+            state = [str(s) for s in item.get("state") or ["UNKNOWN"]]
+            out.append({**item, "state": state[0].lower(), "state_flags": state[1:]})
+        return out
+
+    def as_user(self, user: str, env: Sequence[str], cwd: str) -> list[str]:
+        """The command line prefix that runs a program as ``user`` with ``env`` (``K=V`` items)
+        in ``cwd``, next to this version's Slurm (24.11: inside the root, where ``PATH`` must
+        find the program)."""
+        if not self.chroot:
+            return ["runuser", "-u", user, "--", "env", "-C", cwd, *env]
+        chroot, root = self.chroot.argv("env")[:2]
+        return [chroot, f"--userspec={user}:{user}", root, "/usr/bin/env", "-C", cwd, *env]
+
+    def agent_slurm(self) -> dict[str, list[str]]:
+        """``[slurm]`` options that make an agent on the host call this version's clients."""
+        if not self.chroot:
+            return {}
+        return {tool: [self.client(tool)] for tool in ("scontrol", "sinfo", "squeue")}
 
     def node(self, name: str) -> dict[str, Any]:
         """The ``sinfo --json`` object of one node."""

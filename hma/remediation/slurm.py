@@ -140,8 +140,10 @@ class NodeState:
 
     @property
     def owned(self) -> bool:
-        """The reason was set by hma (starts ``HMA:``; Slurm may append `` : reboot issued``)."""
-        return self.reason.startswith(OWNED_PREFIX)
+        """Held by hma: out of service with hma's reason (starts ``HMA:``; Slurm may append
+        `` : reboot issued``). Slurm 24.11 keeps the last reason of a resumed node: on a node
+        back in service it says nothing."""
+        return self.out_of_service and self.reason.startswith(OWNED_PREFIX)
 
     @property
     def label_text(self) -> str:
