@@ -20,7 +20,8 @@ import urllib.request
 from pathlib import Path
 from typing import Optional
 
-from tests.install.chroots import CACHE, Chroot, ensure_tree, mirror
+from tests.install import chroots
+from tests.install.chroots import Chroot, ensure_tree, mirror, tree_cached
 
 VERSIONS = ("22.05", "24.11")
 SUITE = "trixie"
@@ -28,8 +29,10 @@ PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge", "python3", "python3-
 CLIENTS = ("scontrol", "sinfo", "squeue", "sbatch", "scancel", "srun", "sdiag", "sacct")
 DAEMONS = {name: f"/usr/sbin/{name}" for name in ("slurmctld", "slurmd", "munged")}
 SOURCE = Path(__file__).resolve().parents[1]
-# Seconds the first build of the root took in this process (None: it was cached).
+# This process's outcome of ensure_tree: seconds the build took (None: it was cached), or why
+# it failed (then later clusters fail at once with that message instead of building again).
 BUILD_SECONDS: dict[str, Optional[float]] = {}
+BUILD_ERROR: dict[str, str] = {}
 
 
 def why_not() -> Optional[str]:
@@ -37,8 +40,7 @@ def why_not() -> Optional[str]:
     Debian mirror, a reason to skip: missing tools are the caller's error to report)."""
     if os.geteuid() != 0:
         return "needs root"
-    stamp = CACHE / f"{SUITE}-tree" / "stamp"
-    if stamp.exists() and stamp.read_text().split()[2:] == sorted(PACKAGES):
+    if tree_cached(SUITE, PACKAGES):
         return None
     try:
         url = f"{mirror().rstrip('/')}/dists/{SUITE}/Release"
@@ -49,10 +51,28 @@ def why_not() -> Optional[str]:
 
 
 def image() -> Path:
-    """The cached trixie root with Slurm 24.11, built first if needed (about 45 s)."""
-    root, seconds = ensure_tree(SUITE, PACKAGES)
+    """The cached trixie root with Slurm 24.11, built first if needed (about 45 s); raises
+    RuntimeError saying why when it cannot be built."""
+    if SUITE in BUILD_ERROR:
+        raise RuntimeError(BUILD_ERROR[SUITE])
+    try:
+        root, seconds = ensure_tree(SUITE, PACKAGES)
+    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+        BUILD_ERROR[SUITE] = f"building the {SUITE} root for Slurm 24.11 failed: {exc}"
+        raise RuntimeError(BUILD_ERROR[SUITE]) from exc
     BUILD_SECONDS.setdefault(SUITE, seconds)
     return root
+
+
+def describe() -> Optional[str]:
+    """One line on this process's root: built (and how long it took), cached, or failed."""
+    if SUITE in BUILD_ERROR:
+        return BUILD_ERROR[SUITE].splitlines()[0]
+    if SUITE not in BUILD_SECONDS:
+        return None
+    seconds = BUILD_SECONDS[SUITE]
+    where = chroots.CACHE / f"{SUITE}-tree"
+    return f"{where}: built in {seconds:.1f} s" if seconds is not None else f"{where}: cached"
 
 
 class SlurmRoot:

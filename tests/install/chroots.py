@@ -84,14 +84,13 @@ def ensure_tree(suite: str, packages: Sequence[str]) -> tuple[Path, Optional[flo
     """A cached root folder of ``suite`` with ``packages`` installed, and the seconds its build
     took (None when it was cached already).
 
-    Kept as a folder (``<suite>-tree/root``), not a tarball: it is used in place, read-only,
-    through bind mounts (tests/slurmcluster.py). Its ``stamp`` holds the package list; it is
-    rebuilt only when that list (or CACHE_FORMAT) changes, not by age.
+    Kept as a folder (``<suite>-tree/root``), not a tarball: it is used in place, as the
+    read-only lower layer of overlays (tests/slurmchroot.py). Its ``stamp`` holds the package
+    list; it is rebuilt only when that list (or CACHE_FORMAT) changes, not by age.
     """
     final = CACHE / f"{suite}-tree"
-    stamp = f"{CACHE_FORMAT} {suite} {' '.join(sorted(packages))}\n"
     with _build_lock(final.name):
-        if _read(final / "stamp") == stamp and (final / "root").is_dir():
+        if tree_cached(suite, packages):
             return final / "root", None
         start = time.monotonic()
         work = CACHE / f".build-{suite}-{os.getpid()}"
@@ -99,7 +98,7 @@ def ensure_tree(suite: str, packages: Sequence[str]) -> tuple[Path, Optional[flo
         try:
             _bootstrap(box, ["--no-install-recommends", *packages])
             box.run(["apt-get", "clean"], timeout=60)
-            (work / "stamp").write_text(stamp)
+            (work / "stamp").write_text(_stamp(suite, packages))
             if final.exists():  # an older package list: replaced whole
                 old = CACHE / f".build-old-{os.getpid()}"
                 os.replace(final, old)
@@ -109,6 +108,16 @@ def ensure_tree(suite: str, packages: Sequence[str]) -> tuple[Path, Optional[flo
             box.remove()
             shutil.rmtree(work, ignore_errors=True)
         return final / "root", time.monotonic() - start
+
+
+def tree_cached(suite: str, packages: Sequence[str]) -> bool:
+    """Whether ``ensure_tree(suite, packages)`` would find its folder built and current."""
+    final = CACHE / f"{suite}-tree"
+    return _read(final / "stamp") == _stamp(suite, packages) and (final / "root").is_dir()
+
+
+def _stamp(suite: str, packages: Sequence[str]) -> str:
+    return f"{CACHE_FORMAT} {suite} {' '.join(sorted(packages))}\n"
 
 
 def _bootstrap(box: Chroot, install: Sequence[str]) -> None:
