@@ -2,19 +2,20 @@
 
 The root is built once by tests/install/chroots.py (``ensure_tree``: debootstrap trixie, then
 ``apt-get install`` of PACKAGES; cached under /var/cache/hma-test, rebuilt when PACKAGES change).
-Each cluster sees it through its own overlay (``<base>/root``, writes go to ``<base>/upper``, the
-cache stays pristine), with /proc, a read-only /sys, /dev, the host's /tmp (so the cluster's base
-folder and the tests' work folders have the same path inside and out) and the source tree
-(read-only, for jobs that run hma) mounted in. The host's users and groups are copied in, so
-uids agree on both sides. Daemons and clients run with ``chroot <base>/root /usr/...``; the
-``bin/`` folder of the base holds one wrapper script per client for callers that take a path
-(the agent's ``[slurm]`` options, a job's PATH).
+Each cluster sees it through its own overlay (``hma-slurmroot-<base>/root`` next to the base
+folder; writes go to its ``upper``, the cache stays pristine), with /proc, a read-only /sys,
+/dev, the host's /tmp (so the cluster's base folder and the tests' work folders have the same
+path inside and out) and the source tree (read-only, for jobs that run hma) mounted in. The
+host's users and groups are copied in, so uids agree on both sides. Daemons and clients run
+with ``chroot <root> /usr/...``; the ``bin/`` folder of the base holds one wrapper script per
+client for callers that take a path (the agent's ``[slurm]`` options).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import urllib.request
 from pathlib import Path
@@ -75,13 +76,20 @@ def describe() -> Optional[str]:
     return f"{where}: built in {seconds:.1f} s" if seconds is not None else f"{where}: cached"
 
 
+ROOTS = "hma-slurmroot-"  # not "hma-slurm-*": older sweeps would rmtree through the mounts
+
+
 class SlurmRoot:
-    """One cluster's overlay of the cached root, with its mounts; see the module doc."""
+    """One cluster's overlay of the cached root, with its mounts; see the module doc.
+
+    The mounts live in their own folder next to the cluster's base (``hma-slurmroot-<base>``,
+    with ``owner.pid``), never inside it: a folder that holds a bind mount of /tmp must only
+    ever be removed by code that unmounts first (``remove``, ``sweep``)."""
 
     def __init__(self, base: Path) -> None:
-        self.base = base
-        self.root = base / "root"
         self.bin = base / "bin"
+        self.top = base.parent / f"{ROOTS}{base.name}"
+        self.root = self.top / "root"
 
     def argv(self, tool: str) -> list[str]:
         """The command line prefix that runs ``tool`` (a client or daemon) inside the root."""
@@ -92,11 +100,12 @@ class SlurmRoot:
     def mount(self) -> None:
         """Mount the overlay and everything inside it, copy users in, write the wrappers."""
         lower = image()
-        for sub in ("root", "upper", "work", "bin"):
-            (self.base / sub).mkdir(exist_ok=True)
+        for sub in ("root", "upper", "work"):
+            (self.top / sub).mkdir(parents=True, exist_ok=True)
+        (self.top / "owner.pid").write_text(str(os.getpid()))
         _mount(
             "-t", "overlay", "overlay", "-o",
-            f"lowerdir={lower},upperdir={self.base / 'upper'},workdir={self.base / 'work'}",
+            f"lowerdir={lower},upperdir={self.top / 'upper'},workdir={self.top / 'work'}",
             str(self.root),
         )  # fmt: skip
         _mount("--make-private", str(self.root))  # submounts stay out of other namespaces
@@ -108,14 +117,47 @@ class SlurmRoot:
         _mount("-o", "remount,bind,ro", str(self.root / str(SOURCE).lstrip("/")))
         for name in ("passwd", "group"):
             shutil.copyfile(f"/etc/{name}", self.root / "etc" / name)
+        self.bin.mkdir(exist_ok=True)
         for tool in CLIENTS:
             wrapper = self.bin / tool
             wrapper.write_text('#!/bin/sh\nexec {} "$@"\n'.format(" ".join(self.argv(tool))))
             wrapper.chmod(0o755)
 
-    def umount(self) -> None:
-        """Unmount everything under the base folder (also what a killed run left)."""
-        umount_under(self.base)
+    def remove(self) -> None:
+        """Kill what still runs in the root (jobs), unmount everything, delete the folder."""
+        _remove_top(self.top)
+
+
+def sweep(tmp: str) -> list[str]:
+    """Remove the roots of dead runs (owner.pid no longer running); returns the folders."""
+    removed = []
+    for top in sorted(Path(tmp).glob(ROOTS + "*")):
+        try:
+            owner = int((top / "owner.pid").read_text())
+        except (OSError, ValueError):
+            owner = 0
+        if owner and Path(f"/proc/{owner}").exists():
+            continue
+        _remove_top(top)
+        removed.append(str(top))
+    return removed
+
+
+def _remove_top(top: Path) -> None:
+    root = str(top / "root")
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            try:
+                inside = os.readlink(f"/proc/{entry}/root")
+            except OSError:
+                continue
+            if inside == root or inside.startswith(root + "/"):
+                try:
+                    os.kill(int(entry), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+    umount_under(top)  # raises if a mount stays: then nothing is deleted
+    shutil.rmtree(top, ignore_errors=True)
 
 
 def mounts_under(folder: Path) -> list[str]:

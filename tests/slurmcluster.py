@@ -19,7 +19,15 @@ Usage::
 Everything started is stopped by PID in ``stop()`` (also on exceptions, via the context manager).
 Leftovers of earlier runs whose owner process is dead are swept at start (only folders named
 ``hma-slurm-*`` whose ``owner.pid`` no longer runs, and only processes whose command line names that
-folder). Run ``python -m tests.slurmcluster`` to start a cluster by hand (Ctrl-C stops it).
+folder). Run ``python -m tests.slurmcluster [NODES [VERSION]]`` to start a cluster by hand
+(Ctrl-C stops it).
+
+``SlurmCluster(version="24.11")`` runs Debian 13's Slurm 24.11 instead of the host's 22.05: the
+daemons and clients run in a cached trixie root (tests/slurmchroot.py, which says how); ``run()``
+and ``scontrol()`` call the 24.11 clients, ``client(tool)`` gives a path for callers that need
+one (the agent's ``[slurm]`` options: ``agent_slurm()``), ``as_user()`` runs a program as an
+ordinary user next to that Slurm (job submission), and ``node()``/``nodes_json()`` give 22.05's
+node shape on both versions.
 """
 
 from __future__ import annotations
@@ -153,7 +161,6 @@ def sweep(tmp: str = tempfile.gettempdir()) -> list[str]:
                 _kill_pid(pid, str(entry), timeout=3.0)
         for pid in _pids_naming(str(entry)):
             _kill_hard(pid, str(entry))
-        slurmchroot.umount_under(entry)  # a 24.11 cluster's root: never rmtree through it
         shutil.rmtree(entry, ignore_errors=True)
         removed.append(str(entry))
     # step daemons of runs whose folder is already gone (cwd shows "... (deleted)")
@@ -166,7 +173,7 @@ def sweep(tmp: str = tempfile.gettempdir()) -> list[str]:
                         os.kill(int(entry), signal.SIGKILL)
                     except ProcessLookupError:
                         pass
-    return removed
+    return removed + slurmchroot.sweep(tmp)  # 24.11 roots: jobs killed, unmounted, removed
 
 
 REBOOT_PROGRAM = r'''#!{python}
@@ -487,7 +494,7 @@ class SlurmCluster:
             self._stop_daemons()
         finally:
             if self.chroot:
-                self.chroot.umount()  # raises if a mount stays: then no rmtree below
+                self.chroot.remove()
         if os.environ.get("HMA_KEEP_SLURM"):
             return
         shutil.rmtree(self.base, ignore_errors=True)
@@ -642,9 +649,12 @@ class SlurmCluster:
 
 
 def main() -> int:
-    """Start a cluster by hand and keep it until Ctrl-C."""
-    with SlurmCluster(int(sys.argv[1]) if len(sys.argv) > 1 else 4) as cluster:
+    """Start a cluster by hand and keep it until Ctrl-C: ``[NODES [VERSION]]``."""
+    nodes = int(sys.argv[1]) if len(sys.argv) > 1 else 4
+    with SlurmCluster(nodes, version=sys.argv[2] if len(sys.argv) > 2 else "22.05") as cluster:
         print(f"export SLURM_CONF={cluster.conf}", flush=True)
+        if cluster.chroot:
+            print(f"export PATH={cluster.chroot.bin}:$PATH", flush=True)
         try:
             signal.pause()
         except KeyboardInterrupt:
