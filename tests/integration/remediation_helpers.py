@@ -141,7 +141,7 @@ def kinds(rem: Remediator) -> list[tuple[str, str]]:
     return [(r["kind"], r["state"]) for r in rem.status()["actions"]]
 
 
-# The Slurm versions every cluster test runs on (docs/testing.md); HMA_SLURM_VERSIONS narrows.
+# The Slurm versions every cluster test runs on (docs/remediation.md); HMA_SLURM_VERSIONS narrows.
 SLURM_VERSIONS = tuple(os.environ.get("HMA_SLURM_VERSIONS", "22.05 24.11").split())
 
 

@@ -160,7 +160,8 @@ def test_replace_command_hook_gets_environment_and_findings(
         assert data["env"]["HMA_REASON"] == REASON
         assert data["env"]["HMA_ACTION_ID"].startswith("ep1:replace")
         assert data["findings"]["findings"][0]["code"] == "GPU_XID_79"
-        assert not os.path.exists(data["env"]["HMA_FINDINGS_FILE"])  # removed afterwards
+        findings = data["env"]["HMA_FINDINGS_FILE"]  # removed once the hook has exited
+        wait(lambda: not os.path.exists(findings), what="findings file removed")
         assert fresh.node("node3")["reason"] == REASON  # drained, the hook does the rest
     finally:
         rem.close()
