@@ -255,6 +255,7 @@ class SlurmCluster:
         munge: bool = True,
         reboot_delay: float = 0.2,
         version: str = "22.05",
+        conf_files: Optional[dict[str, str]] = None,
     ) -> None:
         self.nodes = (
             [f"node{i + 1}" for i in range(nodes)] if isinstance(nodes, int) else list(nodes)
@@ -268,6 +269,7 @@ class SlurmCluster:
         self.conf = self.base / "etc" / "slurm.conf"
         self.env = dict(os.environ, SLURM_CONF=str(self.conf))
         self.started = False
+        self.conf_files = conf_files or {}  # more files next to slurm.conf (topology.conf)
         self.version = version  # "22.05": the host's Slurm; "24.11": slurmchroot's
         if version not in slurmchroot.VERSIONS:
             raise ValueError(f"Slurm {version!r}: not one of {slurmchroot.VERSIONS}")
@@ -378,6 +380,8 @@ class SlurmCluster:
         self.conf.write_text("\n".join(lines) + "\n")
         if self.chroot:  # 24.11's slurmd wants cgroups unless told not to (22.05: task/none)
             (self.base / "etc" / "cgroup.conf").write_text("CgroupPlugin=disabled\n")
+        for name, text in self.conf_files.items():
+            (self.base / "etc" / name).write_text(text)
         reboot = self.base / "etc" / "reboot"
         reboot.write_text(
             REBOOT_PROGRAM.format(
@@ -567,7 +571,7 @@ class SlurmCluster:
         if not self.chroot:
             return ["runuser", "-u", user, "--", "env", "-C", cwd, *env]
         chroot, root = self.chroot.argv("env")[:2]
-        return [chroot, f"--userspec={user}:{user}", root, "/usr/bin/env", "-C", cwd, *env]
+        return [chroot, f"--userspec={user}", root, "/usr/bin/env", "-C", cwd, *env]
 
     def agent_slurm(self) -> dict[str, list[str]]:
         """``[slurm]`` options that make an agent on the host call this version's clients."""
