@@ -53,6 +53,9 @@ def test_scontrol_show_node_gives_the_captured_state(version: str) -> None:
     assert two.extra == "hma=draining:GPU_XID_79" and two.comment == ""
     assert three.down and not three.owned and three.reason == "disk swap by bob"
     assert four.base == "idle" and not four.flags and not four.out_of_service
+    # drained by hma, then resumed: 22.05 clears the reason, 24.11 keeps it; not hma's either way
+    assert four.reason == ("" if version == "22.05" else "HMA: GPU_LOST gpu:1")
+    assert not four.owned and four.label_text == "idle"
     assert all(n.understood and n.partitions == ("batch",) for n in nodes.values())
 
 
