@@ -42,7 +42,7 @@ def errors_of(raw: dict) -> list[str]:
         ),
         (
             {"probes": {"system": {"min_free_percent": 120}}},
-            "probes.system.min_free_percent: must be a percentage",
+            "probes.system.min_free_percent: must be <= 100",
         ),
         ({"probes": {"systen": {}}}, "probes.systen: no such probe (did you mean 'system'?)"),
         (
