@@ -22,10 +22,6 @@ MAX_CPU = 1 << 22  # the kernel's NR_CPUS limit is 8192; anything near this is g
 MEMINFO_KEYS = ("MemTotal", "MemAvailable")
 
 
-def _fraction(v: Any) -> Optional[str]:
-    return None if 0 <= v <= 100 else "must be a percentage between 0 and 100"
-
-
 class SystemProbe(Probe):
     """Basic host checks every node needs."""
 
@@ -36,10 +32,10 @@ class SystemProbe(Probe):
     options: ClassVar[Mapping[str, Option]] = {
         "filesystems": Option("strlist", ["/", "/tmp"], "Paths that must exist and be writable."),
         "min_free_percent": Option(
-            "float", 5.0, "Critical below this % free space.", check=_fraction
+            "float", 5.0, "Critical below this % free space.", minimum=0, maximum=100
         ),
         "min_free_inodes_percent": Option(
-            "float", 5.0, "Critical below this % free inodes.", check=_fraction
+            "float", 5.0, "Critical below this % free inodes.", minimum=0, maximum=100
         ),
         "expected_memory_gib": Option(
             "float",
@@ -47,13 +43,14 @@ class SystemProbe(Probe):
             "Installed memory in GiB; MemTotal below it (less tolerance) is critical.",
         ),
         "memory_tolerance_percent": Option(
-            "float", 3.0, "Slack for MemTotal against expected_memory_gib.", check=_fraction
+            "float", 3.0, "Slack for MemTotal against expected_memory_gib.", minimum=0, maximum=100
         ),
         "min_available_percent": Option(
             "float",
             2.0,
             "Warning (never drains) when MemAvailable is below this %.",
-            check=_fraction,
+            minimum=0,
+            maximum=100,
         ),
         "processes": Option(
             "strlist", None, "Process names that must run; unset: slurmd where Slurm is configured."
