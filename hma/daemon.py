@@ -18,8 +18,8 @@ import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Union
 
 from hma import __version__, assembly
 from hma.ack import ack_alert
@@ -58,14 +58,48 @@ class ProbeState:
     device_events: int = 0
 
 
-@dataclass
-class _Inputs:
-    """The loop's input queue with helpers for each kind of item."""
+# --- the loop's input messages: one type per kind, dispatched on type by Daemon._handle ---------
 
-    q: queue.Queue = field(default_factory=queue.Queue)
 
-    def put(self, kind: str, *payload: Any) -> None:
-        self.q.put((kind, *payload))
+@dataclass(frozen=True)
+class ProbeDone:
+    """A run that the loop started finished; ``state`` is the probe it was started for."""
+
+    state: ProbeState
+    run: ProbeRun
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """A run the loop did not schedule: an event source starting or stopping, state writes."""
+
+    run: ProbeRun
+
+
+@dataclass(frozen=True)
+class EventFound:
+    """A finding an event source emitted."""
+
+    finding: Finding
+
+
+@dataclass(frozen=True)
+class DeviceChanged:
+    """A device of ``subsystem`` was added or removed (a uevent)."""
+
+    subsystem: str
+    action: str
+    device: str
+
+
+@dataclass(frozen=True)
+class SignalReceived:
+    """A signal the process received (handled in the loop, not in the handler)."""
+
+    signum: int
+
+
+Message = Union[ProbeDone, RunReport, EventFound, DeviceChanged, SignalReceived]
 
 
 class StoreKV:
@@ -95,7 +129,7 @@ class Daemon:
         self.config_file = config_file
         self.notifier = notifier or Notifier()
         self.clock = clock
-        self.inputs = _Inputs()
+        self.inputs: queue.Queue[Message] = queue.Queue()
         self.stopping = threading.Event()
         self.setup = assembly.load(config_file)  # ConfigError propagates: exit 78
         agent = self.setup.config.section("agent")
@@ -140,7 +174,7 @@ class Daemon:
         return 0
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
-        self.inputs.put("signal", signum)
+        self.inputs.put(SignalReceived(signum))
 
     def _configure(self) -> None:
         now = time.monotonic()
@@ -208,10 +242,10 @@ class Daemon:
             if reason:
                 log.info("event source %s does not apply: %s", name, reason)
                 return
-            self.inputs.put("run", ProbeRun(label, RunStatus.RAN, self.clock(), 0.0))
+            self.inputs.put(RunReport(ProbeRun(label, RunStatus.RAN, self.clock(), 0.0)))
 
             def emit(finding: Finding, _name: str = name) -> None:
-                self.inputs.put("event", finding.with_(probe=finding.probe or _name))
+                self.inputs.put(EventFound(finding.with_(probe=finding.probe or _name)))
 
             try:
                 source.run(ctx, emit)
@@ -224,15 +258,16 @@ class Daemon:
                 "HMA_PROBE_ERROR", label, f"event source {name} stopped: {error}", {"error": error}
             )
             self.inputs.put(
-                "run",
-                ProbeRun(
-                    label,
-                    RunStatus.FAILED,
-                    self.clock(),
-                    0.0,
-                    (finding.with_(probe=label, ts=self.clock()),),
-                    error,
-                ),
+                RunReport(
+                    ProbeRun(
+                        label,
+                        RunStatus.FAILED,
+                        self.clock(),
+                        0.0,
+                        (finding.with_(probe=label, ts=self.clock()),),
+                        error,
+                    )
+                )
             )
             stop.wait(backoff)
             backoff = min(backoff * 2, 60.0)
@@ -242,7 +277,7 @@ class Daemon:
             self.devices.stop()
         subsystems = {s for n in self.probes for s in self.setup.config.probe(n)["triggers"]}
         self.devices = DeviceWatcher(
-            subsystems, lambda sub, action, dev: self.inputs.put("device", sub, action, dev)
+            subsystems, lambda sub, action, dev: self.inputs.put(DeviceChanged(sub, action, dev))
         )
         self.devices.start()
 
@@ -288,14 +323,14 @@ class Daemon:
         while not self.stopping.is_set():
             timeout = min(self._dispatch_due(), self.status_writer.wait(time.monotonic()))
             try:
-                item = self.inputs.q.get(timeout=timeout)
+                message: Optional[Message] = self.inputs.get(timeout=timeout)
             except queue.Empty:
-                item = None
-            if item is not None:
+                message = None
+            if message is not None:
                 try:
-                    self._handle(item)
+                    self._handle(message)
                 except Exception:  # noqa: BLE001 - one bad input must not kill the daemon
-                    log.exception("failed to process %s", item[0])
+                    log.exception("failed to process %s", type(message).__name__)
             self._periodic()
 
     def _dispatch_due(self) -> float:
@@ -333,47 +368,59 @@ class Daemon:
                 result = run_probe(state.slot, ctx, timeout, self.clock())
             except Exception as exc:  # noqa: BLE001 - defensive: run_probe already contains errors
                 result = ProbeRun(state.name, RunStatus.FAILED, self.clock(), 0.0, (), str(exc))
-            self.inputs.put("run", result, state)
+            self.inputs.put(ProbeDone(state, result))
 
         threading.Thread(target=work, name=f"run-{state.name}", daemon=True).start()
 
-    def _handle(self, item: tuple[Any, ...]) -> None:
-        kind = item[0]
-        now = self.clock()
-        if kind == "run":
-            run: ProbeRun = item[1]
-            if len(item) > 2:
-                state: ProbeState = item[2]
-                state.in_flight = False
-                if self.probes.get(state.name) is not state:
-                    return  # the probe was reconfigured while it ran
-                state.last = run
-                if run.completed and run.snapshot is not None:
-                    state.previous, state.previous_ts = run.snapshot, run.started
-                    self.store.kv_set(
-                        f"probe.{state.name}.previous",
-                        {"ts": run.started, "snapshot": run.snapshot},
-                    )
-            resolved = ProbeRun(
-                run.probe,
-                run.status,
-                run.started,
-                run.duration_s,
-                tuple(resolve(run.findings, self.setup.catalogue)),
-                run.error,
+    def _handle(self, message: Message) -> None:
+        if isinstance(message, ProbeDone):
+            if self._probe_done(message.state, message.run):
+                self._observe(message.run)
+        elif isinstance(message, RunReport):
+            self._observe(message.run)
+        elif isinstance(message, EventFound):
+            self._event(message.finding)
+        elif isinstance(message, DeviceChanged):
+            self._device(message)
+        elif isinstance(message, SignalReceived):
+            self._on_signal_item(message.signum)
+
+    def _probe_done(self, state: ProbeState, run: ProbeRun) -> bool:
+        """Record a finished scheduled run on its probe; False when the probe was reconfigured
+        while it ran (the result is dropped)."""
+        state.in_flight = False
+        if self.probes.get(state.name) is not state:
+            return False
+        state.last = run
+        if run.completed and run.snapshot is not None:
+            state.previous, state.previous_ts = run.snapshot, run.started
+            self.store.kv_set(
+                f"probe.{state.name}.previous", {"ts": run.started, "snapshot": run.snapshot}
             )
-            self._apply(self.model.observe_run(resolved, now), force_status=True)
-        elif kind == "event":
-            self._event(item[1])
-        elif kind == "device":
-            _kind, subsystem, action, device = item
-            log.info("device %s %s (%s): running interested probes", action, device, subsystem)
-            for state in self.probes.values():
-                if subsystem in self.setup.config.probe(state.name)["triggers"]:
-                    state.device_events += 1
-                    state.next_due = min(state.next_due, time.monotonic() + 0.2)
-        elif kind == "signal":
-            self._on_signal_item(item[1])
+        return True
+
+    def _observe(self, run: ProbeRun) -> None:
+        resolved = ProbeRun(
+            run.probe,
+            run.status,
+            run.started,
+            run.duration_s,
+            tuple(resolve(run.findings, self.setup.catalogue)),
+            run.error,
+        )
+        self._apply(self.model.observe_run(resolved, self.clock()), force_status=True)
+
+    def _device(self, change: DeviceChanged) -> None:
+        log.info(
+            "device %s %s (%s): running interested probes",
+            change.action,
+            change.device,
+            change.subsystem,
+        )
+        for state in self.probes.values():
+            if change.subsystem in self.setup.config.probe(state.name)["triggers"]:
+                state.device_events += 1
+                state.next_due = min(state.next_due, time.monotonic() + 0.2)
 
     def _event(self, finding: Finding) -> None:
         now = self.clock()
@@ -483,8 +530,7 @@ class Daemon:
             )
             for path, error in failures.items()
         )
-        run = ProbeRun(STATE_PROBE, RunStatus.RAN, now, 0.0, findings)
-        self.inputs.put("run", run)
+        self.inputs.put(RunReport(ProbeRun(STATE_PROBE, RunStatus.RAN, now, 0.0, findings)))
 
     # --- effects of a verdict -------------------------------------------------------------------
 
