@@ -22,7 +22,7 @@ from hma.configfile import (
     origins,
     read_layers,
 )
-from hma.options import Option, positive
+from hma.options import FLOAT_LIMIT, Option, positive
 from hma.remediation import options as remediation_options
 
 EX_CONFIG = 78
@@ -274,7 +274,12 @@ def _in_file(error: str, where: Mapping[str, str]) -> str:
 
 def render_defaults(schema: Schema) -> str:
     """The documented defaults as a commented TOML file (the packaged /etc/hma/hma.toml)."""
-    lines = ["# hma configuration. Every key is shown with its default, commented out.", ""]
+    lines = [
+        "# hma configuration. Every key is shown with its default, commented out.",
+        f"# Numbers must be finite (without a stated range: within +-{FLOAT_LIMIT:,.0f});",
+        "# strings are one line without control characters.",
+        "",
+    ]
 
     def table(header: str, options: Mapping[str, Option]) -> None:
         lines.append(f"# [{header}]")

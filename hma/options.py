@@ -15,7 +15,8 @@ Check = Callable[[Any], Optional[str]]
 class Option:
     """A configuration key: its kind, default, one-line documentation and optional extra check.
 
-    Kinds: ``bool``, ``int``, ``float`` (finite; ints accepted), ``str`` (one line, no control
+    Kinds: ``bool``, ``int`` (64-bit), ``float`` (finite, within ``FLOAT_LIMIT`` unless a
+    ``maximum`` is declared; ints accepted), ``str`` (one line, no control
     characters), ``path`` (absolute), ``argv`` (non-empty list of strings), ``strlist`` (items
     from ``choices`` when given), ``choice`` (one of ``choices``), ``table`` (any TOML table,
     checked by ``check``). ``minimum``/``maximum`` bound numbers (inclusive); ``below`` names a
@@ -81,9 +82,17 @@ def _int(_o: Option, v: Any) -> Optional[str]:
     return None if -(2**63) <= v < 2**63 else "must fit in 64 bits (TOML's integer range)"
 
 
-def _float(_o: Option, v: Any) -> Optional[str]:
-    ok = isinstance(v, (int, float)) and not isinstance(v, bool)
-    return None if ok else f"expected a number, got {_show(v)}"  # finite: _leaf_problem
+# Numbers of a ``float`` option without a declared ``maximum`` stay within this (about 31 years
+# in seconds; waits beyond threading.TIMEOUT_MAX, 9.2e9 s, raise OverflowError).
+FLOAT_LIMIT = 1e9
+
+
+def _float(o: Option, v: Any) -> Optional[str]:
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return f"expected a number, got {_show(v)}"
+    if o.maximum is None and abs(v) > FLOAT_LIMIT:  # finite: _leaf_problem
+        return f"must be between -{FLOAT_LIMIT:g} and {FLOAT_LIMIT:g}, got {v:g}"
+    return None
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")

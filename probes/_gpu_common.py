@@ -213,6 +213,11 @@ def _gpu_key(gpu: Mapping[str, Any], snap: Mapping[str, Any]) -> str:
     return NODE
 
 
+def _count(value: Any, default: int) -> int:
+    """An int from a stored snapshot of any age or shape; ``default`` when it is not one."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
 def _num(value: Any) -> Optional[float]:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
@@ -247,7 +252,12 @@ def evaluate(
     if hang or init:
         return out  # nothing else was measured
     out += _eval_node(snap, opts, instance_type)
-    prev_gpus = {g.get("bus_id"): g for g in prev.get("gpus") or [] if isinstance(g, Mapping)}
+    old = prev.get("gpus")
+    prev_gpus = {
+        g["bus_id"]: g
+        for g in (old if isinstance(old, list) else [])
+        if isinstance(g, Mapping) and isinstance(g.get("bus_id"), str)
+    }
     for gpu in snap.get("gpus") or []:
         out += _eval_gpu(gpu, snap, opts, prev, prev_gpus.get(gpu.get("bus_id")), elapsed_s)
     return out
@@ -258,7 +268,7 @@ def _hang_finding(
 ) -> Finding:
     prev_hang = prev.get("hang") if isinstance(prev.get("hang"), Mapping) else None
     streak = max(
-        int(hang.get("streak") or 1), int(prev_hang.get("streak") or 1) + 1 if prev_hang else 1
+        _count(hang.get("streak"), 1), _count(prev_hang.get("streak"), 1) + 1 if prev_hang else 1
     )
     details = {**hang, "streak": streak, "reader": reader}
     what = f"{hang.get('call')}" + (
@@ -535,10 +545,11 @@ def _eval_nvlink(
             total_links=len(states),
         )
     errors = nvlink.get("errors") or {}
-    prev_errors = ((prev or {}).get("nvlink") or {}).get("errors") or {}
-    if not errors or not prev_errors or elapsed_s <= 0:
+    prev_nvlink = (prev or {}).get("nvlink")
+    prev_errors = prev_nvlink.get("errors") if isinstance(prev_nvlink, Mapping) else None
+    if not errors or not isinstance(prev_errors, Mapping) or elapsed_s <= 0:
         return
-    rise = sum(max(0, int(v) - int(prev_errors[k])) for k, v in errors.items() if k in prev_errors)
+    rise = sum(max(0, int(v) - _count(prev_errors.get(k), int(v))) for k, v in errors.items())
     rate = rise * 60.0 / elapsed_s
     if rate > float(opts["nvlink_errors_per_minute"]):
         add(

@@ -393,15 +393,21 @@ def _baseline(snapshot: Mapping[str, Any], ctx: ProbeContext) -> Optional[Mappin
         return None
     if prev.get("boot_id") and snapshot.get("boot_id") and prev["boot_id"] != snapshot["boot_id"]:
         return {}  # rebooted: the driver's totals started from zero at this boot
-    return dict(prev.get("devices", {}))
+    devices = prev.get("devices", {})
+    return devices if isinstance(devices, dict) else None  # a stored snapshot of another shape
 
 
-def _grown(now: Any, before: Any) -> int:
-    """Growth of a total; a total that went down is a reset (no growth)."""
-    if not isinstance(now, int):
+def _dict(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _grown(now: Any, before: Mapping[str, Any], key: str) -> int:
+    """Growth of a total since ``before[key]`` (zero when the key is absent: a new boot or core);
+    none when either side was not read, and none when it went down (a reset)."""
+    was = before.get(key, 0)
+    if not isinstance(now, int) or not isinstance(was, int):
         return 0
-    before = before if isinstance(before, int) else 0
-    return now - before if now > before else 0
+    return now - was if now > was else 0
 
 
 def _eval_growth(
@@ -409,20 +415,20 @@ def _eval_growth(
 ) -> list[Finding]:
     out = []
     for dev, info in sorted(devices.items(), key=lambda kv: int(kv[0])):
-        before_dev = base.get(dev) or {}
+        before_dev = _dict(base.get(dev))
         by_code: dict[str, list[dict[str, Any]]] = {}
         for core, cinfo in sorted((info.get("cores") or {}).items(), key=lambda kv: int(kv[0])):
-            before_core = (before_dev.get("cores") or {}).get(core) or {}
+            before_core = _dict(_dict(before_dev.get("cores")).get(core))
             for name in counters:
                 now = (cinfo.get("status") or {}).get(name)
-                grown = _grown(now, (before_core.get("status") or {}).get(name))
+                grown = _grown(now, _dict(before_core.get("status")), name)
                 if grown:
                     code = "NEURON_CORE_UE_ERROR" if name in UE_COUNTERS else "NEURON_CORE_HW_ERROR"
                     by_code.setdefault(code, []).append(
                         {"core": int(core), "counter": name, "total": now, "grown": grown}
                     )
             now = (cinfo.get("other") or {}).get("reset_fail_count")
-            grown = _grown(now, (before_core.get("other") or {}).get("reset_fail_count"))
+            grown = _grown(now, _dict(before_core.get("other")), "reset_fail_count")
             if grown:
                 by_code.setdefault("NEURON_RESET_FAILED", []).append(
                     {"core": int(core), "counter": "reset_fail_count", "total": now, "grown": grown}

@@ -22,10 +22,6 @@ MAX_CPU = 1 << 22  # the kernel's NR_CPUS limit is 8192; anything near this is g
 MEMINFO_KEYS = ("MemTotal", "MemAvailable")
 
 
-def _fraction(v: Any) -> Optional[str]:
-    return None if 0 <= v <= 100 else "must be a percentage between 0 and 100"
-
-
 class SystemProbe(Probe):
     """Basic host checks every node needs."""
 
@@ -36,10 +32,10 @@ class SystemProbe(Probe):
     options: ClassVar[Mapping[str, Option]] = {
         "filesystems": Option("strlist", ["/", "/tmp"], "Paths that must exist and be writable."),
         "min_free_percent": Option(
-            "float", 5.0, "Critical below this % free space.", check=_fraction
+            "float", 5.0, "Critical below this % free space.", minimum=0, maximum=100
         ),
         "min_free_inodes_percent": Option(
-            "float", 5.0, "Critical below this % free inodes.", check=_fraction
+            "float", 5.0, "Critical below this % free inodes.", minimum=0, maximum=100
         ),
         "expected_memory_gib": Option(
             "float",
@@ -47,13 +43,14 @@ class SystemProbe(Probe):
             "Installed memory in GiB; MemTotal below it (less tolerance) is critical.",
         ),
         "memory_tolerance_percent": Option(
-            "float", 3.0, "Slack for MemTotal against expected_memory_gib.", check=_fraction
+            "float", 3.0, "Slack for MemTotal against expected_memory_gib.", minimum=0, maximum=100
         ),
         "min_available_percent": Option(
             "float",
             2.0,
             "Warning (never drains) when MemAvailable is below this %.",
-            check=_fraction,
+            minimum=0,
+            maximum=100,
         ),
         "processes": Option(
             "strlist", None, "Process names that must run; unset: slurmd where Slurm is configured."
@@ -180,10 +177,10 @@ def _meminfo(ctx: ProbeContext) -> dict[str, int]:
     for line in ctx.procfs.text("meminfo").splitlines():
         key, _, rest = line.partition(":")
         fields = rest.split()
-        if key.strip() in MEMINFO_KEYS:  # strict: a garbled value is a read failure
-            out[key.strip()] = parse_uint(fields[0] if fields else "") * (
-                1024 if fields[1:] == ["kB"] else 1
-            )
+        if key.strip() in MEMINFO_KEYS:  # strict: "<digits>" or "<digits> kB", else unknown
+            if len(fields) not in (1, 2) or fields[1:] not in ([], ["kB"]):
+                raise ParseError(f"meminfo {key.strip()}: not a size: {rest.strip()[:40]!r}")
+            out[key.strip()] = parse_uint(fields[0]) * (1024 if fields[1:] else 1)
     if "MemTotal" not in out:
         raise ValueError("meminfo has no MemTotal")
     return out
@@ -215,9 +212,7 @@ def _edac(ctx: ProbeContext) -> dict[str, dict[str, int]]:
 def parse_cpulist(text: str) -> int:
     """Number of CPUs in a kernel cpulist such as ``0-3,8-11``; ParseError when malformed."""
     total = 0
-    for part in text.strip().split(","):
-        if not part:
-            continue
+    for part in text.strip().split(","):  # the kernel never writes an empty list or part
         lo, dash, hi = part.partition("-")
         first = parse_uint(lo, limit=MAX_CPU, hex_ok=False)
         last = parse_uint(hi, limit=MAX_CPU, hex_ok=False) if dash else first

@@ -19,7 +19,15 @@ Usage::
 Everything started is stopped by PID in ``stop()`` (also on exceptions, via the context manager).
 Leftovers of earlier runs whose owner process is dead are swept at start (only folders named
 ``hma-slurm-*`` whose ``owner.pid`` no longer runs, and only processes whose command line names that
-folder). Run ``python -m tests.slurmcluster`` to start a cluster by hand (Ctrl-C stops it).
+folder). Run ``python -m tests.slurmcluster [NODES [VERSION]]`` to start a cluster by hand
+(Ctrl-C stops it).
+
+``SlurmCluster(version="24.11")`` runs Debian 13's Slurm 24.11 instead of the host's 22.05: the
+daemons and clients run in a cached trixie root (tests/slurmchroot.py, which says how); ``run()``
+and ``scontrol()`` call the 24.11 clients, ``client(tool)`` gives a path for callers that need
+one (the agent's ``[slurm]`` options: ``agent_slurm()``), ``as_user()`` runs a program as an
+ordinary user next to that Slurm (job submission), and ``node()``/``nodes_json()`` give 22.05's
+node shape on both versions.
 """
 
 from __future__ import annotations
@@ -38,15 +46,18 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from hma.status import pid_alive
+from tests import slurmchroot
 
 PREFIX = "hma-slurm-"
 DAEMONS = ("munged", "slurmctld", "slurmd")
 
 
-def available() -> Optional[str]:
-    """None when a cluster can be started here, else why not."""
+def available(version: str = "22.05") -> Optional[str]:
+    """None when a cluster of this Slurm version can be started here, else why not."""
     if os.geteuid() != 0:
         return "needs root"
+    if version != "22.05":
+        return slurmchroot.why_not()
     for tool in ("slurmctld", "slurmd", "scontrol", "sinfo", "munged"):
         if shutil.which(tool, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin") is None:
             return f"{tool} not installed (apt-get install slurmctld slurmd slurm-client munge)"
@@ -162,7 +173,7 @@ def sweep(tmp: str = tempfile.gettempdir()) -> list[str]:
                         os.kill(int(entry), signal.SIGKILL)
                     except ProcessLookupError:
                         pass
-    return removed
+    return removed + slurmchroot.sweep(tmp)  # 24.11 roots: jobs killed, unmounted, removed
 
 
 REBOOT_PROGRAM = r'''#!{python}
@@ -243,6 +254,8 @@ class SlurmCluster:
         extra_conf: str = "",
         munge: bool = True,
         reboot_delay: float = 0.2,
+        version: str = "22.05",
+        conf_files: Optional[dict[str, str]] = None,
     ) -> None:
         self.nodes = (
             [f"node{i + 1}" for i in range(nodes)] if isinstance(nodes, int) else list(nodes)
@@ -256,6 +269,34 @@ class SlurmCluster:
         self.conf = self.base / "etc" / "slurm.conf"
         self.env = dict(os.environ, SLURM_CONF=str(self.conf))
         self.started = False
+        self.conf_files = conf_files or {}  # more files next to slurm.conf (topology.conf)
+        self.version = version  # "22.05": the host's Slurm; "24.11": slurmchroot's
+        if version not in slurmchroot.VERSIONS:
+            raise ValueError(f"Slurm {version!r}: not one of {slurmchroot.VERSIONS}")
+        self.chroot = slurmchroot.SlurmRoot(self.base) if version != "22.05" else None
+
+    # --- Slurm version ----------------------------------------------------------------------------
+
+    def tool(self, name: str) -> list[str]:
+        """The command line prefix of a Slurm program (client or daemon) of this version."""
+        return self.chroot.argv(name) if self.chroot else [_which(name)]
+
+    def client(self, name: str) -> str:
+        """One executable path for a Slurm client (for the agent's ``[slurm]`` options and a
+        job's PATH): the host's program, or a wrapper that runs it in the 24.11 root."""
+        return str(self.chroot.bin / name) if self.chroot else _which(name)
+
+    def _munged_argv(self) -> list[str]:
+        """munged started as user munge (inside the root for 24.11)."""
+        runas = ["-u", "munge", "--"]
+        if self.chroot:
+            return [
+                *self.chroot.argv("munged")[:2],
+                "/usr/sbin/runuser",
+                *runas,
+                "/usr/sbin/munged",
+            ]
+        return ["runuser", *runas, _which("munged")]
 
     # --- files ----------------------------------------------------------------------------------
 
@@ -337,13 +378,17 @@ class SlurmCluster:
         if self.extra_conf:
             lines.append(self.extra_conf)
         self.conf.write_text("\n".join(lines) + "\n")
+        if self.chroot:  # 24.11's slurmd wants cgroups unless told not to (22.05: task/none)
+            (self.base / "etc" / "cgroup.conf").write_text("CgroupPlugin=disabled\n")
+        for name, text in self.conf_files.items():
+            (self.base / "etc" / name).write_text(text)
         reboot = self.base / "etc" / "reboot"
         reboot.write_text(
             REBOOT_PROGRAM.format(
-                python=sys.executable,
+                python="/usr/bin/python3" if self.chroot else sys.executable,
                 base=str(self.base),
                 conf=str(self.conf),
-                slurmd=_which("slurmd"),
+                slurmd=self.tool("slurmd")[-1],
                 delay=float(self.reboot_delay),
             )
         )
@@ -356,12 +401,14 @@ class SlurmCluster:
 
     def start(self, timeout: float = 30.0) -> SlurmCluster:
         """Start everything and wait until every node is idle."""
-        why = available()
+        why = available(self.version)
         if why:
             raise RuntimeError(why)
         sweep(str(self.base.parent))
         self._write_files()
         try:
+            if self.chroot:
+                self.chroot.mount()
             if self.munge:
                 self._start_munged()
             self.start_controller(clean=True)
@@ -386,7 +433,7 @@ class SlurmCluster:
         os.chmod(private, 0o700)
         os.chmod(key, 0o400)
         argv = [
-            _which("munged"),
+            *self._munged_argv(),
             f"--socket={mdir}/munge.socket.2",
             f"--pid-file={mdir}/munged.pid",
             f"--key-file={key}",
@@ -394,7 +441,7 @@ class SlurmCluster:
             f"--seed-file={private}/munged.seed",
         ]
         subprocess.run(
-            ["runuser", "-u", "munge", "--", *argv],
+            argv,
             check=True,
             timeout=15,
             stdout=subprocess.DEVNULL,
@@ -415,7 +462,7 @@ class SlurmCluster:
 
     def start_controller(self, clean: bool = False) -> None:
         """Start slurmctld (``clean``: ``-c``, discarding saved state)."""
-        argv = [_which("slurmctld"), "-f", str(self.conf)] + (["-c"] if clean else [])
+        argv = [*self.tool("slurmctld"), "-f", str(self.conf)] + (["-c"] if clean else [])
         subprocess.run(argv, check=True, timeout=30, env=self.env, stdout=subprocess.DEVNULL)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
@@ -436,7 +483,7 @@ class SlurmCluster:
 
     def start_node(self, node: str) -> None:
         """Start the slurmd of ``node``."""
-        argv = [_which("slurmd"), "-N", node, "-f", str(self.conf)]
+        argv = [*self.tool("slurmd"), "-N", node, "-f", str(self.conf)]
         subprocess.run(argv, check=True, timeout=30, env=self.env, stdout=subprocess.DEVNULL)
 
     def stop_node(self, node: str) -> None:
@@ -446,7 +493,17 @@ class SlurmCluster:
             _kill_pid(pid, "slurmd", timeout=10.0)
 
     def stop(self) -> None:
-        """Stop every daemon this cluster started (by PID) and remove the folder."""
+        """Stop every daemon this cluster started (by PID), unmount, and remove the folder."""
+        try:
+            self._stop_daemons()
+        finally:
+            if self.chroot:
+                self.chroot.remove()
+        if os.environ.get("HMA_KEEP_SLURM"):
+            return
+        shutil.rmtree(self.base, ignore_errors=True)
+
+    def _stop_daemons(self) -> None:
         if self.started and self._controllerpid_alive():
             try:
                 self.run("scancel", f"--nodelist={','.join(self.nodes)}", timeout=10)
@@ -457,15 +514,12 @@ class SlurmCluster:
             if pid is not None:
                 _kill_pid(pid, "slurmd", timeout=5.0)
         self.stop_controller()
-        for pid in _pids_naming(str(self.base)):  # slurmstepd, reboot stand-ins
+        for pid in _pids_naming(str(self.base)):  # slurmstepd, reboot stand-ins, jobs
             _kill_hard(pid, str(self.base))
         pid = _read_pid(self.base / "run" / "munged.pid")
         if pid is not None:
             _kill_pid(pid, "munged", timeout=5.0)
         self.started = False
-        if os.environ.get("HMA_KEEP_SLURM"):
-            return
-        shutil.rmtree(self.base, ignore_errors=True)
 
     def __enter__(self) -> SlurmCluster:
         return self.start()
@@ -478,7 +532,7 @@ class SlurmCluster:
     def run(self, tool: str, *args: str, timeout: float = 20.0) -> subprocess.CompletedProcess:
         """Run a Slurm client (scontrol, sinfo, squeue, sbatch, ...) against this cluster."""
         return subprocess.run(
-            [_which(tool), *args],
+            [*self.tool(tool), *args],
             env=self.env,
             capture_output=True,
             text=True,
@@ -494,9 +548,36 @@ class SlurmCluster:
         return proc.stdout
 
     def nodes_json(self) -> list[dict[str, Any]]:
-        """``sinfo --json`` node objects."""
+        """``sinfo --json`` node objects (24.11: as ``_nodes_json_2411`` gives them)."""
+        if self.chroot:
+            return self._nodes_json_2411()
         out = self.run("sinfo", "--json").stdout
         return list(json.loads(out).get("nodes", []))
+
+    def _nodes_json_2411(self) -> list[dict[str, Any]]:
+        """24.11's ``sinfo --json`` lists node sets, not nodes: ``scontrol --json show node``,
+        each node in 22.05's shape (``state`` the lower-case base state, flags in
+        ``state_flags``), so that tests read both versions alike."""
+        out = []
+        for item in json.loads(self.scontrol("--json", "show", "node")).get("nodes", []):
+            state = [str(s) for s in item.get("state") or ["UNKNOWN"]]
+            out.append({**item, "state": state[0].lower(), "state_flags": state[1:]})
+        return out
+
+    def as_user(self, user: str, env: Sequence[str], cwd: str) -> list[str]:
+        """The command line prefix that runs a program as ``user`` with ``env`` (``K=V`` items)
+        in ``cwd``, next to this version's Slurm (24.11: inside the root, where ``PATH`` must
+        find the program)."""
+        if not self.chroot:
+            return ["runuser", "-u", user, "--", "env", "-C", cwd, *env]
+        chroot, root = self.chroot.argv("env")[:2]
+        return [chroot, f"--userspec={user}", root, "/usr/bin/env", "-C", cwd, *env]
+
+    def agent_slurm(self) -> dict[str, list[str]]:
+        """``[slurm]`` options that make an agent on the host call this version's clients."""
+        if not self.chroot:
+            return {}
+        return {tool: [self.client(tool)] for tool in ("scontrol", "sinfo", "squeue")}
 
     def node(self, name: str) -> dict[str, Any]:
         """The ``sinfo --json`` object of one node."""
@@ -572,9 +653,12 @@ class SlurmCluster:
 
 
 def main() -> int:
-    """Start a cluster by hand and keep it until Ctrl-C."""
-    with SlurmCluster(int(sys.argv[1]) if len(sys.argv) > 1 else 4) as cluster:
+    """Start a cluster by hand and keep it until Ctrl-C: ``[NODES [VERSION]]``."""
+    nodes = int(sys.argv[1]) if len(sys.argv) > 1 else 4
+    with SlurmCluster(nodes, version=sys.argv[2] if len(sys.argv) > 2 else "22.05") as cluster:
         print(f"export SLURM_CONF={cluster.conf}", flush=True)
+        if cluster.chroot:
+            print(f"export PATH={cluster.chroot.bin}:$PATH", flush=True)
         try:
             signal.pause()
         except KeyboardInterrupt:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 from typing import Optional
 
@@ -31,14 +32,23 @@ class RootReader:
         read is unknown, never a reading.
         """
         target = os.path.join(self._base, rel.lstrip("/"))
-        try:  # open/read/close and nothing more: probes read hundreds of attributes a run
-            fd = os.open(target, os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                data = os.read(fd, limit)
-            finally:
-                os.close(fd)
+        try:  # non-blocking open: a FIFO in place of an attribute must not hang the probe
+            fd = os.open(target, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError as exc:
             raise ReadError(f"{target}: {exc.strerror or exc}") from None
+        try:  # fstat, read, close and nothing more: probes read hundreds of attributes a run
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ReadError(f"{target}: not a regular file")
+            data = os.read(fd, limit)
+            while data and len(data) < limit:  # procfs seq_files answer a page per read
+                more = os.read(fd, limit - len(data))
+                if not more:
+                    break
+                data += more
+        except OSError as exc:
+            raise ReadError(f"{target}: {exc.strerror or exc}") from None
+        finally:
+            os.close(fd)
         if b"\0" in data:
             raise ReadError(f"{target}: NUL bytes in a text attribute")
         try:

@@ -1,8 +1,9 @@
 """The Slurm client: scontrol/sinfo/squeue as argv lists with timeouts, and node state parsing.
 
-Node state is read with ``sinfo --json`` (Slurm >= 21.08), falling back to ``scontrol -o show
-node``. ``NodeState`` turns Slurm's base state + flags into the few facts remediation needs
-(drain vs draining vs drained, fail/failing, down, reboot requested/issued, maintenance, not
+Node state is read with ``sinfo --json`` where it lists node objects (Slurm 22.05), else with
+``scontrol -o show node`` (Slurm without JSON, and 24.11, whose ``sinfo --json`` lists node sets
+without reasons). ``NodeState`` turns Slurm's base state + flags into the few facts remediation
+needs (drain vs draining vs drained, fail/failing, down, reboot requested/issued, maintenance, not
 responding). A state it does not recognise sets ``understood = False``: remediation then does
 nothing to the node and says so.
 """
@@ -139,8 +140,10 @@ class NodeState:
 
     @property
     def owned(self) -> bool:
-        """The reason was set by hma (starts ``HMA:``; Slurm may append `` : reboot issued``)."""
-        return self.reason.startswith(OWNED_PREFIX)
+        """Held by hma: out of service with hma's reason (starts ``HMA:``; Slurm may append
+        `` : reboot issued``). Slurm 24.11 keeps the last reason of a resumed node: on a node
+        back in service it says nothing."""
+        return self.out_of_service and self.reason.startswith(OWNED_PREFIX)
 
     @property
     def label_text(self) -> str:
@@ -349,9 +352,11 @@ class SlurmClient:
             if result.ok:
                 try:
                     data = json.loads(result.stdout)
-                    items = data["nodes"]
+                    # 24.11 lists node sets ({"sinfo": [...]}, no reason, extra or comment)
+                    grouped = "sinfo" in data and "nodes" not in data
+                    items = [] if grouped else data["nodes"]
                     errors = data.get("errors") or []
-                    self.use_json = True
+                    self.use_json = not grouped
                 except (ValueError, KeyError, TypeError, AttributeError) as exc:
                     raise SlurmError(f"sinfo --json: unreadable output: {exc}") from None
                 if errors:  # 22.05 exits 0 with an error list when slurmctld is unreachable
@@ -361,10 +366,11 @@ class SlurmClient:
                     lines = result.stderr.strip().splitlines()
                     text = f"{lines[-1][:300]}; {text}" if lines else text
                     raise SlurmError(f"sinfo --json: {text} (is slurmctld reachable?)")
-                nodes = [node_from_json(i) for i in items if isinstance(i, dict)]
-                # sinfo lists a node once per partition in some versions
-                return list({n.name: n for n in nodes if not names or n.name in names}.values())
-            if self.use_json is None and _json_unsupported(result):
+                if not grouped:
+                    nodes = [node_from_json(i) for i in items if isinstance(i, dict)]
+                    # sinfo lists a node once per partition in some versions
+                    return list({n.name: n for n in nodes if not names or n.name in names}.values())
+            elif self.use_json is None and _json_unsupported(result):
                 self.use_json = False
             else:
                 raise SlurmError(_describe(result))

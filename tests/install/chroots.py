@@ -1,20 +1,28 @@
-"""Debian chroots for the install tests, cached as tarballs outside the tree.
+"""Debian chroots for the install tests and the Slurm 24.11 cluster, cached outside the tree.
 
-A tarball holds a `debootstrap --variant=minbase` system with its package lists fetched and the
-archives of hma's dependencies downloaded (not installed): `apt-get install ./hma_*.deb` then
-resolves every dependency against the distribution's own archive metadata, offline and fast.
-Tarballs are built atomically (temporary folder, tar, rename) and rebuilt after a week.
+For the install tests, a tarball holds a `debootstrap --variant=minbase` system with its package
+lists fetched and the archives of hma's dependencies downloaded (not installed):
+`apt-get install ./hma_*.deb` then resolves every dependency against the distribution's own
+archive metadata, offline and fast. Tarballs are built atomically (temporary folder, tar,
+rename) and rebuilt after a week.
+
+For tests/slurmchroot.py, a folder (``ensure_tree``) holds a system with packages installed
+(trixie's Slurm 24.11), used in place as the lower layer of overlays: rebuilt only when its
+package list changes. Every cache entry is built under an flock, so that concurrent test runs
+build it once.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import re
 import shutil
 import subprocess
 import time
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 CACHE = Path(os.environ.get("HMA_TEST_CACHE", "/var/cache/hma-test"))
 MAX_AGE_S = 7 * 24 * 3600
@@ -56,31 +64,90 @@ def tarball_path(suite: str) -> Path:
 def ensure_tarball(suite: str) -> Path:
     """The cached tarball of ``suite``, built first when missing or older than a week."""
     path = tarball_path(suite)
-    if path.exists() and time.time() - path.stat().st_mtime < MAX_AGE_S:
-        return path
-    CACHE.mkdir(parents=True, exist_ok=True)
-    _sweep()
-    work = CACHE / f".build-{suite}-{os.getpid()}"
-    box = Chroot(work / "root", suite)
-    try:
-        box.root.mkdir(parents=True)
-        run(["debootstrap", "--variant=minbase", suite, str(box.root), mirror()], timeout=900)
-        box.mount_proc()
-        box.run(["apt-get", "update", "-qq"], timeout=300)
-        box.run(
-            ["apt-get", "install", "-y", "-q", "--download-only", *PREFETCH, *RECOMMENDS],
-            timeout=600,
-        )
-        box.umount_proc()
-        for cache in box.root.glob("var/cache/apt/*.bin"):
-            cache.unlink()  # apt rebuilds them; they only double the tarball
-        partial = work / "root.tar"
-        run(["tar", "-C", str(box.root), "-cf", str(partial), "."], timeout=600)
-        os.replace(partial, path)  # atomic: readers see the old tarball or the new one
-    finally:
-        box.remove()
-        shutil.rmtree(work, ignore_errors=True)
+    with _build_lock(path.name):
+        if path.exists() and time.time() - path.stat().st_mtime < MAX_AGE_S:
+            return path
+        work = CACHE / f".build-{suite}-{os.getpid()}"
+        box = Chroot(work / "root", suite)
+        try:
+            _bootstrap(box, ["--download-only", *PREFETCH, *RECOMMENDS])
+            partial = work / "root.tar"
+            run(["tar", "-C", str(box.root), "-cf", str(partial), "."], timeout=600)
+            os.replace(partial, path)  # atomic: readers see the old tarball or the new one
+        finally:
+            box.remove()
+            shutil.rmtree(work, ignore_errors=True)
     return path
+
+
+def ensure_tree(suite: str, packages: Sequence[str]) -> tuple[Path, Optional[float]]:
+    """A cached root folder of ``suite`` with ``packages`` installed, and the seconds its build
+    took (None when it was cached already).
+
+    Kept as a folder (``<suite>-tree/root``), not a tarball: it is used in place, as the
+    read-only lower layer of overlays (tests/slurmchroot.py). Its ``stamp`` holds the package
+    list; it is rebuilt only when that list (or CACHE_FORMAT) changes, not by age.
+    """
+    final = CACHE / f"{suite}-tree"
+    with _build_lock(final.name):
+        if tree_cached(suite, packages):
+            return final / "root", None
+        start = time.monotonic()
+        work = CACHE / f".build-{suite}-{os.getpid()}"
+        box = Chroot(work / "root", suite)
+        try:
+            _bootstrap(box, ["--no-install-recommends", *packages])
+            box.run(["apt-get", "clean"], timeout=60)
+            (work / "stamp").write_text(_stamp(suite, packages))
+            if final.exists():  # an older package list: replaced whole
+                old = CACHE / f".build-old-{os.getpid()}"
+                os.replace(final, old)
+                shutil.rmtree(old, ignore_errors=True)
+            os.replace(work, final)
+        finally:
+            box.remove()
+            shutil.rmtree(work, ignore_errors=True)
+        return final / "root", time.monotonic() - start
+
+
+def tree_cached(suite: str, packages: Sequence[str]) -> bool:
+    """Whether ``ensure_tree(suite, packages)`` would find its folder built and current."""
+    final = CACHE / f"{suite}-tree"
+    return _read(final / "stamp") == _stamp(suite, packages) and (final / "root").is_dir()
+
+
+def _stamp(suite: str, packages: Sequence[str]) -> str:
+    return f"{CACHE_FORMAT} {suite} {' '.join(sorted(packages))}\n"
+
+
+def _bootstrap(box: Chroot, install: Sequence[str]) -> None:
+    """debootstrap a minbase system into ``box`` and ``apt-get install -y`` ``install`` in it."""
+    box.root.mkdir(parents=True)
+    run(["debootstrap", "--variant=minbase", box.suite, str(box.root), mirror()], timeout=900)
+    box.mount_proc()
+    box.run(["apt-get", "update", "-qq"], timeout=300)
+    box.run(["apt-get", "install", "-y", "-q", *install], timeout=900)
+    box.umount_proc()
+    for cache in box.root.glob("var/cache/apt/*.bin"):
+        cache.unlink()  # apt rebuilds them; they only double the cache
+
+
+@contextlib.contextmanager
+def _build_lock(name: str) -> Iterator[None]:
+    """Hold an exclusive flock on ``CACHE/<name>.lock``: a second builder of the same cache
+    entry (another checkout's `make test`) waits, then finds it built."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _sweep()
+        yield
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
 
 
 STALE = re.compile(

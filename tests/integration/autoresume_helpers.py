@@ -35,15 +35,14 @@ def remove_user(name: str = USER) -> None:
     subprocess.run(["userdel", name], check=False, timeout=30)
 
 
-def python_for(name: str) -> Optional[str]:
-    """A Python >= 3.9 the user can run (the test venv may live in root's home)."""
+def python_for(name: str, cluster: Optional[SlurmCluster] = None) -> Optional[str]:
+    """A Python >= 3.9 the user can run where the cluster's jobs run (the test venv may live in
+    root's home; Slurm 24.11 jobs run in its trixie root, whose Python is /usr/bin/python3)."""
+    prefix = cluster.as_user(name, [], "/") if cluster else ["runuser", "-u", name, "--"]
     for candidate in (sys.executable, "/usr/bin/python3"):
         proc = subprocess.run(
             [
-                "runuser",
-                "-u",
-                name,
-                "--",
+                *prefix,
                 candidate,
                 "-c",
                 "import sys; assert sys.version_info >= (3, 9)",
@@ -91,12 +90,12 @@ class Work:
     def sbatch(self, *args: str) -> str:
         """Submit as the user; returns the job id."""
         proc = subprocess.run(
-            ["runuser", "-u", self.user, "--", "env", *self.env(), "sbatch", "--parsable", *args],
+            [*self.cluster.as_user(self.user, self.env(), str(self.base)), "sbatch", "--parsable"]
+            + list(args),
             capture_output=True,
             text=True,
             timeout=30,
             check=False,
-            cwd=self.base,
         )
         assert proc.returncode == 0, proc.stderr
         return proc.stdout.strip().split(";")[0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any, Iterator, Optional
@@ -63,6 +64,7 @@ def write_config(
             "node_name": node,
             "facts_interval": 0.3,
             "timeout": 15.0,
+            **cluster.agent_slurm(),
             **(slurm or {}),
         },
         "recovery": {**FAST, **(recovery or {})},
@@ -130,23 +132,40 @@ def wait(predicate: Any, timeout: float = 20.0, what: str = "condition") -> None
         time.sleep(0.05)
 
 
+def back_in_service(cluster: SlurmCluster, node: dict[str, Any]) -> bool:
+    """A ``cluster.node()`` object that is neither drained nor down, with no reason left where
+    Slurm clears it on resume (22.05; 24.11 keeps a resumed node's last reason)."""
+    held = "DRAIN" in node["state_flags"] or node["state"] == "down"
+    return not held and (node["reason"] == "" or cluster.version != "22.05")
+
+
 def kinds(rem: Remediator) -> list[tuple[str, str]]:
     """(kind, state) of the outbox rows, oldest first."""
     return [(r["kind"], r["state"]) for r in rem.status()["actions"]]
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[SlurmCluster]:
-    """A 4-node loopback Slurm for the test module (skipped where it cannot run)."""
-    why = available()
+# The Slurm versions every cluster test runs on (docs/remediation.md); HMA_SLURM_VERSIONS narrows.
+SLURM_VERSIONS = tuple(os.environ.get("HMA_SLURM_VERSIONS", "22.05 24.11").split())
+
+
+def slurm_cluster(version: str, nodes: int = 4) -> Iterator[SlurmCluster]:
+    """A started loopback Slurm of ``version``, stopped afterwards (skipped where it cannot run:
+    not root, no Slurm packages, or for 24.11 no cached root and no reachable Debian mirror)."""
+    why = available(version)
     if why:
-        pytest.skip(why)
-    c = SlurmCluster(4)
+        pytest.skip(f"Slurm {version}: {why}")
+    c = SlurmCluster(nodes, version=version)
     c.start()
     try:
         yield c
     finally:
         c.stop()
+
+
+@pytest.fixture(scope="module", params=SLURM_VERSIONS, ids=lambda v: f"slurm{v}")
+def cluster(request: pytest.FixtureRequest) -> Iterator[SlurmCluster]:
+    """A 4-node loopback Slurm for the test module, once per version in SLURM_VERSIONS."""
+    yield from slurm_cluster(request.param)
 
 
 @pytest.fixture

@@ -30,7 +30,14 @@ from tests.integration.autoresume_helpers import (
     python_for,
     remove_user,
 )
-from tests.integration.remediation_helpers import fault, make, verdict, wait
+from tests.integration.remediation_helpers import (
+    SLURM_VERSIONS,
+    fault,
+    make,
+    slurm_cluster,
+    verdict,
+    wait,
+)
 from tests.slurmcluster import SlurmCluster, available
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -49,21 +56,16 @@ def user() -> Iterator[str]:
             remove_user(USER)
 
 
-@pytest.fixture(scope="module")
-def cluster(user: str) -> Iterator[SlurmCluster]:
-    c = SlurmCluster(4)
-    c.start()
-    try:
-        yield c
-    finally:
-        c.stop()
+@pytest.fixture(scope="module", params=SLURM_VERSIONS, ids=lambda v: f"slurm{v}")
+def cluster(request: pytest.FixtureRequest, user: str) -> Iterator[SlurmCluster]:
+    yield from slurm_cluster(request.param)
 
 
 @pytest.fixture
 def work(cluster: SlurmCluster, user: str) -> Iterator[Work]:
     if not os.access(ROOT, os.R_OK):
         pytest.skip("the source tree must be readable by the job user")
-    python = python_for(user)
+    python = python_for(user, cluster)
     if python is None:
         pytest.skip(f"no Python >= 3.9 that {user} can run")
     cluster.reset()

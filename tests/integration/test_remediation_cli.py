@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.remediation_helpers import (  # noqa: F401 (fixtures)
+    back_in_service,
     cluster,
     fresh,
     write_config,
@@ -64,7 +65,7 @@ def test_healthcheck_as_slurmd_runs_it(
     )
     assert good.returncode == 0, good.stderr
     node = fresh.node("node3")  # (it may show idle* for a second after RESUME)
-    assert "DRAIN" not in node["state_flags"] and node["reason"] == ""
+    assert back_in_service(fresh, node)
     assert "hma=" not in node["extra"]
 
 

@@ -13,6 +13,7 @@ import pytest
 from hma.model import Action, Clears
 from hma.remediation import label as label_mod
 from tests.integration.remediation_helpers import (  # noqa: F401 (fixtures)
+    back_in_service,
     cluster,
     fault,
     fresh,
@@ -78,7 +79,7 @@ def test_cleared_fault_resumes(fresh: SlurmCluster, tmp_path: Path) -> None:
         rem.update(verdict(), "boot-1")
         wait(lambda: fresh.state("node3") == "IDLE", what="resume")
         node = fresh.node("node3")
-        assert node["reason"] == "" and "hma=" not in node["extra"]
+        assert back_in_service(fresh, node) and "hma=" not in node["extra"]
         assert [k for k, _s in kinds(rem)] == ["drain", "resume"]
     finally:
         rem.close()
@@ -281,6 +282,6 @@ def test_hyperpod_reboot_mode_sets_fail_action_reboot(fresh: SlurmCluster, tmp_p
         # HyperPod rebooted the node: new boot, healthy -> the agent resumes the FAIL it set
         rem.update(verdict(boot="boot-2"), "boot-2")
         wait(lambda: "FAIL" not in fresh.node("node1")["state_flags"], what="resumed")
-        assert fresh.node("node1")["reason"] == ""
+        assert back_in_service(fresh, fresh.node("node1"))
     finally:
         rem.close()

@@ -13,12 +13,27 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Union
+from typing import Iterator, Union
 
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from hma.strict import ParseError, parse_uint
+
+
+def budget(examples: int) -> settings:
+    """Hypothesis settings of the property suites: a fixed, derandomized example budget, no
+    deadline (shared CI machines), the reproduction blob printed on failure."""
+    return settings(
+        max_examples=examples,
+        derandomize=True,
+        deadline=None,
+        print_blob=True,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    )
+
 
 # Text values that are not strictly an unsigned 64-bit counter nor a state word.
 GARBAGE_TEXT: tuple[str, ...] = (
@@ -72,8 +87,11 @@ def is_strict_uint(text: str) -> bool:
 
 def garbage_text() -> st.SearchStrategy[str]:
     """Text that never parses strictly as an unsigned integer."""
+    known = st.sampled_from(GARBAGE_TEXT)
     drawn = st.one_of(
-        st.sampled_from(GARBAGE_TEXT),
+        known,
+        known,
+        known,
         st.text(max_size=12),
         st.integers(min_value=-(2**70), max_value=-1).map(str),
         st.integers(min_value=2**64, max_value=2**200).map(str),
@@ -137,6 +155,30 @@ def break_folder(path: Path, shape: str) -> None:
     """Replace the folder at ``path`` by an unreadable ``shape`` (folder_mutation)."""
     _remove(path)
     _shape(path, shape)
+
+
+@contextmanager
+def mutated_file(path: Path, mutation: Mutation) -> Iterator[None]:
+    """``path`` replaced by ``mutation`` for the ``with`` block, then put back as it was."""
+    original = path.read_bytes()
+    apply_file(path, mutation)
+    try:
+        yield
+    finally:
+        apply_file(path, ("bytes", original))
+
+
+@contextmanager
+def broken(path: Path, shape: str) -> Iterator[None]:
+    """The folder ``path`` replaced by an unreadable ``shape`` for the block, then restored."""
+    backup = path.with_name(path.name + ".orig")
+    shutil.copytree(path, backup, symlinks=True)
+    break_folder(path, shape)
+    try:
+        yield
+    finally:
+        _remove(path)
+        backup.rename(path)
 
 
 def files_under(root: Path, pattern: str = "*") -> list[Path]:

@@ -42,7 +42,7 @@ def errors_of(raw: dict) -> list[str]:
         ),
         (
             {"probes": {"system": {"min_free_percent": 120}}},
-            "probes.system.min_free_percent: must be a percentage",
+            "probes.system.min_free_percent: must be <= 100",
         ),
         ({"probes": {"systen": {}}}, "probes.systen: no such probe (did you mean 'system'?)"),
         (
@@ -74,6 +74,7 @@ def errors_of(raw: dict) -> list[str]:
         ({"probes": {"system": {"interval": float("inf")}}}, "probes.system.interval: must be a"),
         ({"probes": {"system": {"timeout": float("nan")}}}, "probes.system.timeout: must be a fin"),
         ({"probes": {"system": {"timeout": 1e300}}}, "probes.system.timeout: must be <= 86400"),
+        ({"slurm": {"facts_interval": 1e300}}, "slurm.facts_interval: must be between -1e+09"),
         ({"probes": {"efa_mesh": {"base_port": 70000}}}, "probes.efa_mesh.base_port: must be <="),
         (
             {"codes": {"SYS_FS_FULL": {"fail_after": 2**64}}},

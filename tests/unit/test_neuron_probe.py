@@ -251,3 +251,30 @@ def test_unreadable_core_folders_are_unknown(tmp_path: Path) -> None:
     break_folder(dev / "neuron_core0/stats/other_info/reset_fail_count", "fifo")
     _snap, findings = run(root, "trn1.32xlarge")
     assert {(f.code, f.component) for f in findings} == {("NEURON_READ_FAILED", "neuron:5")}
+
+
+def test_fifo_in_place_of_a_counter_is_unknown_not_a_hang(tmp_path: Path) -> None:
+    import os
+
+    root = gen_sysfs.build(tmp_path, "trn1.32xlarge")
+    counter = gen_sysfs.neuron_dev(root, 3) / "stats/hardware/sram_ecc_uncorrected"
+    counter.unlink()
+    os.mkfifo(counter)  # opening a FIFO for reading blocks until a writer comes: never here
+    _snap, findings = run(root, "trn1.32xlarge")
+    (f,) = findings
+    assert (f.code, f.component, f.severity) == ("NEURON_READ_FAILED", "neuron:3", Severity.UNKNOWN)
+    assert "not a regular file" in f.message
+
+
+def test_a_total_unread_last_run_is_not_growth(tmp_path: Path) -> None:
+    """Last run could not read a total (None): this run's value is not "growth from zero"."""
+    root = gen_sysfs.build(tmp_path, "trn1.32xlarge")
+    gen_sysfs.set_neuron_counter(root, 1, 0, "status", "hw_error", 7)
+    ctx = make_ctx(NeuronProbe, root, "trn1.32xlarge")
+    previous = PROBE.collect(ctx)
+    previous["devices"]["1"]["cores"]["0"]["status"]["hw_error"] = None
+    _snap, findings = run(root, "trn1.32xlarge", previous=previous)
+    assert findings == []
+    previous["devices"] = ["not", "a", "mapping"]  # a stored snapshot of another shape
+    _snap, findings = run(root, "trn1.32xlarge", previous=previous)
+    assert findings == []

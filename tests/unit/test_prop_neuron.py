@@ -1,0 +1,71 @@
+"""Property: a generated Neuron sysfs tree with one file or folder made unreadable or garbled never
+gives a critical finding, never a traceback (docs/unknown.md). Each example mutates one path of a
+shared tree and puts it back.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from mutate import (
+    Mutation,
+    broken,
+    budget,
+    file_mutation,
+    files_under,
+    folder_mutation,
+    mutated_file,
+)
+from trn_support import gen_sysfs, make_ctx
+
+from hma.catalogue import load_builtin
+from hma.model import Severity
+from hma.probes.neuron import BASE, NeuronProbe
+
+PROBE = NeuronProbe()
+CATALOGUE = load_builtin()
+SETTINGS = budget(100)
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """Two trn2 devices, their healthy snapshot as the previous run, and the paths to mutate."""
+    root = gen_sysfs.build(tmp_path_factory.mktemp("neuron"), "trn2.48xlarge", neuron_devices=2)
+    base = root / BASE
+    ctx = make_ctx(NeuronProbe, root, None, expected_devices=2)
+    healthy = PROBE.collect(ctx)
+    assert PROBE.evaluate(healthy, ctx) == []
+    folders = [base, *sorted(p for p in base.rglob("*") if p.is_dir() and not p.is_symlink())]
+    yield {"root": root, "previous": healthy, "files": files_under(base), "folders": folders}
+
+
+def critical(tree: dict[str, Any]) -> list:
+    ctx = make_ctx(NeuronProbe, tree["root"], None, previous=tree["previous"], expected_devices=2)
+    if PROBE.applies(ctx) is not None:
+        return []
+    found = [CATALOGUE.resolve(f) for f in PROBE.evaluate(PROBE.collect(ctx), ctx)]
+    return [(f.code, f.message) for f in found if f.severity is Severity.CRITICAL]
+
+
+@SETTINGS
+@given(position=st.integers(min_value=0), mutation=file_mutation())
+def test_garbled_file_is_never_critical(
+    tree: dict[str, Any], position: int, mutation: Mutation
+) -> None:
+    path: Path = tree["files"][position % len(tree["files"])]
+    with mutated_file(path, mutation):
+        assert critical(tree) == [], f"{path}: {mutation!r}"
+
+
+@SETTINGS
+@given(position=st.integers(min_value=0), shape=folder_mutation())
+def test_unreadable_folder_is_never_critical(
+    tree: dict[str, Any], position: int, shape: str
+) -> None:
+    path: Path = tree["folders"][position % len(tree["folders"])]
+    with broken(path, shape):
+        assert critical(tree) == [], f"{path}: {shape}"
