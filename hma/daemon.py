@@ -22,14 +22,12 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Union
 
 from hma import __version__, assembly
-from hma.ack import ack_alert
 from hma.adapters.notify import Notifier
-from hma.check import resolve
 from hma.config import EX_CONFIG, ConfigError
 from hma.configfile import empty_files
 from hma.devices import DeviceWatcher
-from hma.health import HealthModel
-from hma.model import Finding, ProbeRun, RunStatus, Severity, Transition, Verdict
+from hma.model import Finding, ProbeRun, RunStatus, Severity
+from hma.pipeline import Applied, Pipeline
 from hma.probe import NodeFacts
 from hma.remediation import Remediator
 from hma.reporters import Alert, Reporter, start_reporters
@@ -138,10 +136,10 @@ class Daemon:
         self.status_path = status_path(agent["run_dir"])
         self.status_writer = StatusWriter(self.status_path, HEARTBEAT_S)
         self.boot_id = boot_id(self.setup.config.section("paths")["procfs"])
-        records, dropped = self.store.load_records()
-        for note in dropped:
+        self.pipeline = Pipeline(self.setup, self.store, self.boot_id, self._alert)
+        for note in self.pipeline.dropped:
             log.warning("dropped unreadable state row: %s", note)
-        self.model = HealthModel(self.setup.catalogue, self.boot_id, records)
+        self.model = self.pipeline.model
         self.started = self.clock()
         self.probes: dict[str, ProbeState] = {}
         self.reporters: list[Reporter] = []
@@ -194,7 +192,7 @@ class Daemon:
             self.probes[name] = state
         for name, gone in old.items():
             gone.slot.close()
-            self._apply(self.model.forget_probe(name, self.clock()))
+            self._react(self.pipeline.apply(self.model.forget_probe(name, self.clock())))
         self.reporters = self._make_reporters()
         self.remediator = self._make_remediator()
         self._start_sources()
@@ -301,20 +299,8 @@ class Daemon:
 
     def _startup_findings(self) -> None:
         now = self.clock()
-        if self.boot_id and self.store.note_boot(self.boot_id, now) and self.store.boot_count() > 1:
-            self._apply(self.model.new_boot(self.boot_id, now))
-        extra = list(self.setup.load_findings())
-        if self.store.reset_reason:
-            extra.append(
-                Finding(
-                    "HMA_STATE_RESET",
-                    "agent",
-                    "state database was reset: " f"{self.store.reset_reason}",
-                    {"error": self.store.reset_reason},
-                )
-            )
-        for finding in extra:
-            self._event(finding.with_(probe=finding.probe or "agent"))
+        for applied in self.pipeline.start(now):
+            self._react(applied)
         self._alert(Alert("agent", "", "agent", Severity.OK, f"hma {__version__} started", ts=now))
 
     # --- the loop -------------------------------------------------------------------------------
@@ -400,15 +386,7 @@ class Daemon:
         return True
 
     def _observe(self, run: ProbeRun) -> None:
-        resolved = ProbeRun(
-            run.probe,
-            run.status,
-            run.started,
-            run.duration_s,
-            tuple(resolve(run.findings, self.setup.catalogue)),
-            run.error,
-        )
-        self._apply(self.model.observe_run(resolved, self.clock()), force_status=True)
+        self._react(self.pipeline.observe_run(run, self.clock()), force_status=True)
 
     def _device(self, change: DeviceChanged) -> None:
         log.info(
@@ -423,9 +401,8 @@ class Daemon:
                 state.next_due = min(state.next_due, time.monotonic() + 0.2)
 
     def _event(self, finding: Finding) -> None:
-        now = self.clock()
-        for resolved in resolve([finding.with_(ts=finding.ts or now)], self.setup.catalogue):
-            self._apply(self.model.observe_event(resolved, now))
+        for applied in self.pipeline.event(finding, self.clock()):
+            self._react(applied)
 
     def _on_signal_item(self, signum: int) -> None:
         if signum in (signal.SIGTERM, signal.SIGINT):
@@ -456,7 +433,7 @@ class Daemon:
                 )
             )
         else:
-            self.setup = new
+            self.setup = self.pipeline.setup = new
             self.model.catalogue = new.catalogue
             self._configure()
             log.info("configuration reloaded")
@@ -470,18 +447,14 @@ class Daemon:
                 self._ack(payload.get("code", ""), payload.get("component"), req["who"])
 
     def _ack(self, code: str, component: Optional[str], who: str) -> None:
-        now = self.clock()
-        verdict = self.model.ack(code, component, now, who)
-        self.store.add_history(now, "acknowledged", code, component or "", "", "", who=who)
-        self._alert(ack_alert(code, component, who, now))
-        self._apply(verdict)
+        self._react(self.pipeline.ack(code, component, who, self.clock()))
 
     def _periodic(self) -> None:
         now = self.clock()
         self._check_writes(now)
         tick = self.model.tick(now)
         if tick.transitions:
-            self._apply(tick)
+            self._react(self.pipeline.apply(tick))
         acted = False
         if self.remediator is not None:
             for alert in self.remediator.alerts():
@@ -534,14 +507,9 @@ class Daemon:
 
     # --- effects of a verdict -------------------------------------------------------------------
 
-    def _apply(self, verdict: Verdict, force_status: bool = False) -> None:
-        changed = sorted(self.model.changed)
-        self.model.changed.clear()
-        if changed:
-            present = {(r.component, r.code): r for r in self.model.records()}
-            self.store.save_records(changed, present)
-        for transition in verdict.transitions:
-            self._transition(transition)
+    def _react(self, applied: Applied, force_status: bool = False) -> None:
+        """Remediation and status.json after a verdict was applied to the store."""
+        verdict, changed = applied.verdict, applied.changed
         if self.remediator is not None and (verdict.transitions or changed):
             try:
                 self.remediator.update(verdict, self.boot_id)
@@ -549,29 +517,6 @@ class Daemon:
                 log.exception("remediation failed")
         if verdict.transitions or changed or force_status:
             self._write_status()
-
-    def _transition(self, t: Transition) -> None:
-        f = t.fault
-        severity = Severity.OK if t.kind == "cleared" else f.severity
-        message = f"{t.kind}: {f.code} {f.component}: {f.message}"
-        if t.reason:
-            message += f" ({t.reason})"
-        self.store.add_history(
-            t.ts, t.kind, f.code, f.component, str(f.severity), message, dict(f.details)
-        )
-        self._alert(
-            Alert(
-                t.kind,
-                f.code,
-                f.component,
-                severity,
-                f.message + (f" ({t.reason})" if t.reason else ""),  # reporters add kind/code
-                f.action,
-                f.probe,
-                dict(f.details),
-                t.ts,
-            )
-        )
 
     def _alert(self, alert: Alert) -> None:
         for reporter in self.reporters:
