@@ -11,9 +11,10 @@ setup:
 	scripts/bootstrap $(VENV)
 
 lint: setup
-	$(VENV)/bin/ruff check hma probes tests bench scripts
-	$(VENV)/bin/ruff format --check hma probes tests bench
+	$(VENV)/bin/ruff check hma probes sources tests bench scripts
+	$(VENV)/bin/ruff format --check hma probes sources tests bench
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-logo
 
 unit: setup
 	$(PY) -m pytest -q tests/unit

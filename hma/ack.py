@@ -1,8 +1,9 @@
 """``hma ack CODE [COMPONENT]``: an operator clears a fault that clears by operator.
 
 The request is recorded (who, when) in the state store; a running daemon is told with SIGUSR1
-and applies it at once (alerting through journald). Without a daemon the stored fault is
-removed directly and the next start finds it gone.
+and applies it at once (alerting through journald). Without a daemon it is applied to the state
+store directly, as the daemon would (hma.pipeline: history and alerts), and the next start finds
+the fault gone.
 """
 
 from __future__ import annotations
@@ -17,9 +18,8 @@ from typing import Optional
 from hma import status
 from hma.assembly import Setup
 from hma.catalogue import Entry, clears_text
-from hma.health import HealthModel
-from hma.model import Clears, Severity
-from hma.reporters import Alert, start_reporters
+from hma.model import Clears
+from hma.pipeline import Pipeline, reporter_alerts
 from hma.state import StateError, Store
 
 EX_NOPERM = 77  # sysexits: not root
@@ -35,32 +35,6 @@ def daemon_pid(run_dir: str, procfs: str) -> Optional[int]:
     """PID of the running daemon (from a trustworthy status.json), else None."""
     doc, problem = status.read(run_dir, boot_id=status.boot_id(procfs))
     return int(doc["pid"]) if doc is not None and not problem else None
-
-
-def ack_alert(code: str, component: Optional[str], who: str, now: float) -> Alert:
-    """The alert that records an acknowledgement."""
-    return Alert(
-        "acknowledged",
-        code,
-        component or "node",
-        Severity.OK,
-        f"{code} acknowledged by {who}",
-        details={"who": who},
-        ts=now,
-    )
-
-
-def _alert_directly(setup: Setup, alert: Alert) -> None:
-    """Send an alert through the enabled reporters when no daemon runs to do it."""
-
-    def complain(fmt: str, *args: object) -> None:
-        print("hma ack: " + fmt % args, file=sys.stderr)
-
-    for reporter in start_reporters(setup.config.reporters, complain):
-        try:
-            reporter.alert(alert)
-        except Exception as exc:  # noqa: BLE001 - the ack itself is already recorded
-            complain("reporter %s failed: %s", reporter.name, exc)
 
 
 def main(setup: Setup, code: str, component: Optional[str]) -> int:
@@ -84,9 +58,13 @@ def main(setup: Setup, code: str, component: Optional[str]) -> int:
         print(f"hma ack: cannot open the state store: {exc}", file=sys.stderr)
         return EX_CANTCREAT
     try:
-        records, _bad = store.load_records()
+        procfs = setup.config.section("paths")["procfs"]
+        alert = reporter_alerts(setup, "hma ack")
+        pipeline = Pipeline(setup, store, status.boot_id(procfs), alert)
         matching = [
-            r for r in records if r.code == code and (component is None or r.component == component)
+            r
+            for r in pipeline.model.records()
+            if r.code == code and (component is None or r.component == component)
         ]
         if not matching:
             print(
@@ -95,19 +73,14 @@ def main(setup: Setup, code: str, component: Optional[str]) -> int:
             )
             return 1
         who, now = operator(), time.time()
-        pid = daemon_pid(agent["run_dir"], setup.config.section("paths")["procfs"])
+        pid = daemon_pid(agent["run_dir"], procfs)
         if pid is not None:
             store.add_request("ack", {"code": code, "component": component}, who, now)
             os.kill(pid, signal.SIGUSR1)
             print(f"acknowledged {code} ({len(matching)} fault(s)); daemon pid {pid} notified")
         else:
-            model = HealthModel(setup.catalogue, "", records)
-            model.ack(code, component, now, who)
-            store.save_records(
-                sorted(model.changed), {(r.component, r.code): r for r in model.records()}
-            )
-            store.add_history(now, "acknowledged", code, component or "", who=who)
-            _alert_directly(setup, ack_alert(code, component, who, now))
+            pipeline.start(now)  # as the daemon would have: a new boot first, ...
+            pipeline.ack(code, component, who, now)
             print(f"acknowledged {code} ({len(matching)} fault(s)); no daemon running")
     finally:
         store.close()

@@ -18,18 +18,16 @@ import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Union
 
 from hma import __version__, assembly
-from hma.ack import ack_alert
 from hma.adapters.notify import Notifier
-from hma.check import resolve
 from hma.config import EX_CONFIG, ConfigError
 from hma.configfile import empty_files
 from hma.devices import DeviceWatcher
-from hma.health import HealthModel
-from hma.model import Finding, ProbeRun, RunStatus, Severity, Transition, Verdict
+from hma.model import Finding, ProbeRun, RunStatus, Severity
+from hma.pipeline import Applied, Pipeline
 from hma.probe import NodeFacts
 from hma.remediation import Remediator
 from hma.reporters import Alert, Reporter, start_reporters
@@ -58,14 +56,48 @@ class ProbeState:
     device_events: int = 0
 
 
-@dataclass
-class _Inputs:
-    """The loop's input queue with helpers for each kind of item."""
+# --- the loop's input messages: one type per kind, dispatched on type by Daemon._handle ---------
 
-    q: queue.Queue = field(default_factory=queue.Queue)
 
-    def put(self, kind: str, *payload: Any) -> None:
-        self.q.put((kind, *payload))
+@dataclass(frozen=True)
+class ProbeDone:
+    """A run that the loop started finished; ``state`` is the probe it was started for."""
+
+    state: ProbeState
+    run: ProbeRun
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """A run the loop did not schedule: an event source starting or stopping, state writes."""
+
+    run: ProbeRun
+
+
+@dataclass(frozen=True)
+class EventFound:
+    """A finding an event source emitted."""
+
+    finding: Finding
+
+
+@dataclass(frozen=True)
+class DeviceChanged:
+    """A device of ``subsystem`` was added or removed (a uevent)."""
+
+    subsystem: str
+    action: str
+    device: str
+
+
+@dataclass(frozen=True)
+class SignalReceived:
+    """A signal the process received (handled in the loop, not in the handler)."""
+
+    signum: int
+
+
+Message = Union[ProbeDone, RunReport, EventFound, DeviceChanged, SignalReceived]
 
 
 class StoreKV:
@@ -95,7 +127,7 @@ class Daemon:
         self.config_file = config_file
         self.notifier = notifier or Notifier()
         self.clock = clock
-        self.inputs = _Inputs()
+        self.inputs: queue.Queue[Message] = queue.Queue()
         self.stopping = threading.Event()
         self.setup = assembly.load(config_file)  # ConfigError propagates: exit 78
         agent = self.setup.config.section("agent")
@@ -104,10 +136,10 @@ class Daemon:
         self.status_path = status_path(agent["run_dir"])
         self.status_writer = StatusWriter(self.status_path, HEARTBEAT_S)
         self.boot_id = boot_id(self.setup.config.section("paths")["procfs"])
-        records, dropped = self.store.load_records()
-        for note in dropped:
+        self.pipeline = Pipeline(self.setup, self.store, self.boot_id, self._alert)
+        for note in self.pipeline.dropped:
             log.warning("dropped unreadable state row: %s", note)
-        self.model = HealthModel(self.setup.catalogue, self.boot_id, records)
+        self.model = self.pipeline.model
         self.started = self.clock()
         self.probes: dict[str, ProbeState] = {}
         self.reporters: list[Reporter] = []
@@ -140,7 +172,7 @@ class Daemon:
         return 0
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
-        self.inputs.put("signal", signum)
+        self.inputs.put(SignalReceived(signum))
 
     def _configure(self) -> None:
         now = time.monotonic()
@@ -160,7 +192,7 @@ class Daemon:
             self.probes[name] = state
         for name, gone in old.items():
             gone.slot.close()
-            self._apply(self.model.forget_probe(name, self.clock()))
+            self._react(self.pipeline.apply(self.model.forget_probe(name, self.clock())))
         self.reporters = self._make_reporters()
         self.remediator = self._make_remediator()
         self._start_sources()
@@ -208,10 +240,10 @@ class Daemon:
             if reason:
                 log.info("event source %s does not apply: %s", name, reason)
                 return
-            self.inputs.put("run", ProbeRun(label, RunStatus.RAN, self.clock(), 0.0))
+            self.inputs.put(RunReport(ProbeRun(label, RunStatus.RAN, self.clock(), 0.0)))
 
             def emit(finding: Finding, _name: str = name) -> None:
-                self.inputs.put("event", finding.with_(probe=finding.probe or _name))
+                self.inputs.put(EventFound(finding.with_(probe=finding.probe or _name)))
 
             try:
                 source.run(ctx, emit)
@@ -224,15 +256,16 @@ class Daemon:
                 "HMA_PROBE_ERROR", label, f"event source {name} stopped: {error}", {"error": error}
             )
             self.inputs.put(
-                "run",
-                ProbeRun(
-                    label,
-                    RunStatus.FAILED,
-                    self.clock(),
-                    0.0,
-                    (finding.with_(probe=label, ts=self.clock()),),
-                    error,
-                ),
+                RunReport(
+                    ProbeRun(
+                        label,
+                        RunStatus.FAILED,
+                        self.clock(),
+                        0.0,
+                        (finding.with_(probe=label, ts=self.clock()),),
+                        error,
+                    )
+                )
             )
             stop.wait(backoff)
             backoff = min(backoff * 2, 60.0)
@@ -242,7 +275,7 @@ class Daemon:
             self.devices.stop()
         subsystems = {s for n in self.probes for s in self.setup.config.probe(n)["triggers"]}
         self.devices = DeviceWatcher(
-            subsystems, lambda sub, action, dev: self.inputs.put("device", sub, action, dev)
+            subsystems, lambda sub, action, dev: self.inputs.put(DeviceChanged(sub, action, dev))
         )
         self.devices.start()
 
@@ -266,20 +299,8 @@ class Daemon:
 
     def _startup_findings(self) -> None:
         now = self.clock()
-        if self.boot_id and self.store.note_boot(self.boot_id, now) and self.store.boot_count() > 1:
-            self._apply(self.model.new_boot(self.boot_id, now))
-        extra = list(self.setup.load_findings())
-        if self.store.reset_reason:
-            extra.append(
-                Finding(
-                    "HMA_STATE_RESET",
-                    "agent",
-                    "state database was reset: " f"{self.store.reset_reason}",
-                    {"error": self.store.reset_reason},
-                )
-            )
-        for finding in extra:
-            self._event(finding.with_(probe=finding.probe or "agent"))
+        for applied in self.pipeline.start(now):
+            self._react(applied)
         self._alert(Alert("agent", "", "agent", Severity.OK, f"hma {__version__} started", ts=now))
 
     # --- the loop -------------------------------------------------------------------------------
@@ -288,14 +309,14 @@ class Daemon:
         while not self.stopping.is_set():
             timeout = min(self._dispatch_due(), self.status_writer.wait(time.monotonic()))
             try:
-                item = self.inputs.q.get(timeout=timeout)
+                message: Optional[Message] = self.inputs.get(timeout=timeout)
             except queue.Empty:
-                item = None
-            if item is not None:
+                message = None
+            if message is not None:
                 try:
-                    self._handle(item)
+                    self._handle(message)
                 except Exception:  # noqa: BLE001 - one bad input must not kill the daemon
-                    log.exception("failed to process %s", item[0])
+                    log.exception("failed to process %s", type(message).__name__)
             self._periodic()
 
     def _dispatch_due(self) -> float:
@@ -333,52 +354,55 @@ class Daemon:
                 result = run_probe(state.slot, ctx, timeout, self.clock())
             except Exception as exc:  # noqa: BLE001 - defensive: run_probe already contains errors
                 result = ProbeRun(state.name, RunStatus.FAILED, self.clock(), 0.0, (), str(exc))
-            self.inputs.put("run", result, state)
+            self.inputs.put(ProbeDone(state, result))
 
         threading.Thread(target=work, name=f"run-{state.name}", daemon=True).start()
 
-    def _handle(self, item: tuple[Any, ...]) -> None:
-        kind = item[0]
-        now = self.clock()
-        if kind == "run":
-            run: ProbeRun = item[1]
-            if len(item) > 2:
-                state: ProbeState = item[2]
-                state.in_flight = False
-                if self.probes.get(state.name) is not state:
-                    return  # the probe was reconfigured while it ran
-                state.last = run
-                if run.completed and run.snapshot is not None:
-                    state.previous, state.previous_ts = run.snapshot, run.started
-                    self.store.kv_set(
-                        f"probe.{state.name}.previous",
-                        {"ts": run.started, "snapshot": run.snapshot},
-                    )
-            resolved = ProbeRun(
-                run.probe,
-                run.status,
-                run.started,
-                run.duration_s,
-                tuple(resolve(run.findings, self.setup.catalogue)),
-                run.error,
+    def _handle(self, message: Message) -> None:
+        if isinstance(message, ProbeDone):
+            if self._probe_done(message.state, message.run):
+                self._observe(message.run)
+        elif isinstance(message, RunReport):
+            self._observe(message.run)
+        elif isinstance(message, EventFound):
+            self._event(message.finding)
+        elif isinstance(message, DeviceChanged):
+            self._device(message)
+        elif isinstance(message, SignalReceived):
+            self._on_signal_item(message.signum)
+
+    def _probe_done(self, state: ProbeState, run: ProbeRun) -> bool:
+        """Record a finished scheduled run on its probe; False when the probe was reconfigured
+        while it ran (the result is dropped)."""
+        state.in_flight = False
+        if self.probes.get(state.name) is not state:
+            return False
+        state.last = run
+        if run.completed and run.snapshot is not None:
+            state.previous, state.previous_ts = run.snapshot, run.started
+            self.store.kv_set(
+                f"probe.{state.name}.previous", {"ts": run.started, "snapshot": run.snapshot}
             )
-            self._apply(self.model.observe_run(resolved, now), force_status=True)
-        elif kind == "event":
-            self._event(item[1])
-        elif kind == "device":
-            _kind, subsystem, action, device = item
-            log.info("device %s %s (%s): running interested probes", action, device, subsystem)
-            for state in self.probes.values():
-                if subsystem in self.setup.config.probe(state.name)["triggers"]:
-                    state.device_events += 1
-                    state.next_due = min(state.next_due, time.monotonic() + 0.2)
-        elif kind == "signal":
-            self._on_signal_item(item[1])
+        return True
+
+    def _observe(self, run: ProbeRun) -> None:
+        self._react(self.pipeline.observe_run(run, self.clock()), force_status=True)
+
+    def _device(self, change: DeviceChanged) -> None:
+        log.info(
+            "device %s %s (%s): running interested probes",
+            change.action,
+            change.device,
+            change.subsystem,
+        )
+        for state in self.probes.values():
+            if change.subsystem in self.setup.config.probe(state.name)["triggers"]:
+                state.device_events += 1
+                state.next_due = min(state.next_due, time.monotonic() + 0.2)
 
     def _event(self, finding: Finding) -> None:
-        now = self.clock()
-        for resolved in resolve([finding.with_(ts=finding.ts or now)], self.setup.catalogue):
-            self._apply(self.model.observe_event(resolved, now))
+        for applied in self.pipeline.event(finding, self.clock()):
+            self._react(applied)
 
     def _on_signal_item(self, signum: int) -> None:
         if signum in (signal.SIGTERM, signal.SIGINT):
@@ -409,7 +433,7 @@ class Daemon:
                 )
             )
         else:
-            self.setup = new
+            self.setup = self.pipeline.setup = new
             self.model.catalogue = new.catalogue
             self._configure()
             log.info("configuration reloaded")
@@ -423,18 +447,14 @@ class Daemon:
                 self._ack(payload.get("code", ""), payload.get("component"), req["who"])
 
     def _ack(self, code: str, component: Optional[str], who: str) -> None:
-        now = self.clock()
-        verdict = self.model.ack(code, component, now, who)
-        self.store.add_history(now, "acknowledged", code, component or "", "", "", who=who)
-        self._alert(ack_alert(code, component, who, now))
-        self._apply(verdict)
+        self._react(self.pipeline.ack(code, component, who, self.clock()))
 
     def _periodic(self) -> None:
         now = self.clock()
         self._check_writes(now)
         tick = self.model.tick(now)
         if tick.transitions:
-            self._apply(tick)
+            self._react(self.pipeline.apply(tick))
         acted = False
         if self.remediator is not None:
             for alert in self.remediator.alerts():
@@ -483,19 +503,13 @@ class Daemon:
             )
             for path, error in failures.items()
         )
-        run = ProbeRun(STATE_PROBE, RunStatus.RAN, now, 0.0, findings)
-        self.inputs.put("run", run)
+        self.inputs.put(RunReport(ProbeRun(STATE_PROBE, RunStatus.RAN, now, 0.0, findings)))
 
     # --- effects of a verdict -------------------------------------------------------------------
 
-    def _apply(self, verdict: Verdict, force_status: bool = False) -> None:
-        changed = sorted(self.model.changed)
-        self.model.changed.clear()
-        if changed:
-            present = {(r.component, r.code): r for r in self.model.records()}
-            self.store.save_records(changed, present)
-        for transition in verdict.transitions:
-            self._transition(transition)
+    def _react(self, applied: Applied, force_status: bool = False) -> None:
+        """Remediation and status.json after a verdict was applied to the store."""
+        verdict, changed = applied.verdict, applied.changed
         if self.remediator is not None and (verdict.transitions or changed):
             try:
                 self.remediator.update(verdict, self.boot_id)
@@ -503,29 +517,6 @@ class Daemon:
                 log.exception("remediation failed")
         if verdict.transitions or changed or force_status:
             self._write_status()
-
-    def _transition(self, t: Transition) -> None:
-        f = t.fault
-        severity = Severity.OK if t.kind == "cleared" else f.severity
-        message = f"{t.kind}: {f.code} {f.component}: {f.message}"
-        if t.reason:
-            message += f" ({t.reason})"
-        self.store.add_history(
-            t.ts, t.kind, f.code, f.component, str(f.severity), message, dict(f.details)
-        )
-        self._alert(
-            Alert(
-                t.kind,
-                f.code,
-                f.component,
-                severity,
-                f.message + (f" ({t.reason})" if t.reason else ""),  # reporters add kind/code
-                f.action,
-                f.probe,
-                dict(f.details),
-                t.ts,
-            )
-        )
 
     def _alert(self, alert: Alert) -> None:
         for reporter in self.reporters:

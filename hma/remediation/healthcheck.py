@@ -7,7 +7,8 @@ node's drain state match the verdict per policy.
 - When the daemon runs (fresh ``status.json`` whose pid is alive), the daemon's verdict is the
   answer: it prints it and returns within a second. The daemon itself remediates (its outbox).
 - Otherwise it runs the probes once, feeds them through the health model kept in the state
-  database (so hysteresis holds across runs) and applies the remediation decisions at once:
+  database (so hysteresis holds across runs) the way the daemon does (hma.pipeline: a new boot,
+  a reset database, history and alerts) and applies the remediation decisions at once:
   labels, drains and resumes, with the same ownership rules, breaker and outbox as the daemon.
 
 Exit code: the node's worst severity (0..3), like ``hma check``.
@@ -91,7 +92,7 @@ def run(config_file: Optional[str] = None, quiet: bool = False) -> int:
 def _standalone(setup: Any, now: float, quiet: bool) -> int:
     """No daemon: probes once, health model from the state database, remediation applied."""
     from hma import check
-    from hma.health import HealthModel
+    from hma.pipeline import Pipeline, reporter_alerts
     from hma.remediation.engine import Remediator
     from hma.state import Store
     from hma.status import boot_id as read_boot_id
@@ -100,18 +101,11 @@ def _standalone(setup: Any, now: float, quiet: bool) -> int:
     store = Store(os.path.join(agent["state_dir"], "state.db"))
     try:
         boot_id = read_boot_id(setup.config.section("paths")["procfs"])
-        records, _dropped = store.load_records()
-        model = HealthModel(setup.catalogue, boot_id, records)
-        if boot_id and store.note_boot(boot_id, now) and store.boot_count() > 1:
-            model.new_boot(boot_id, now)
-        runs = check.run_once(setup, setup.enabled(), boot_id=boot_id)
-        verdict = model.verdict(now)
-        for probe_run in runs:
-            verdict = model.observe_run(probe_run, now)
-        changed = sorted(model.changed)
-        if changed:
-            present = {(r.component, r.code): r for r in model.records()}
-            store.save_records(changed, present)
+        pipeline = Pipeline(setup, store, boot_id, reporter_alerts(setup, "hma healthcheck"))
+        pipeline.start(now)
+        for probe_run in check.run_once(setup, setup.enabled(), boot_id=boot_id):
+            pipeline.observe_run(probe_run, now)
+        verdict = pipeline.model.verdict(now)
         node = os.environ.get("SLURMD_NODENAME") or None
         rem = Remediator(setup, store, start=False, node_name=node)
         try:

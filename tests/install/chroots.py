@@ -269,16 +269,23 @@ def hma_version() -> str:
 def source_files() -> list[str]:
     """Every file the installed package must carry, relative to the private tree (hma/...).
 
-    Python modules of hma/ and probes/ (probes/ installs as hma/probes/) and every data file
-    under hma/: what setup.cfg's packages and package_data must cover as the project grows.
+    Python modules of hma/ and of the plugin folders (probes/ and sources/ install as hma/probes/
+    and hma/sources/) and every data file under hma/: what setup.cfg's packages and package_data
+    must cover as the project grows.
     """
+    plugins = ("probes", "sources")
     try:
         listed = subprocess.run(
-            ["git", "ls-files", "-co", "--exclude-standard", "hma", "probes"],
+            ["git", "ls-files", "-co", "--exclude-standard", "hma", *plugins],
             cwd=ROOT, capture_output=True, text=True, timeout=60, check=True,
         ).stdout.split()  # fmt: skip
     except (OSError, subprocess.CalledProcessError):
-        listed = [p.relative_to(ROOT).as_posix() for p in ROOT.glob("[hp]*/**/*") if p.is_file()]
+        listed = [
+            p.relative_to(ROOT).as_posix()
+            for top in ("hma", *plugins)
+            for p in (ROOT / top).glob("**/*")
+            if p.is_file()
+        ]
     out = []
     for name in sorted(listed):
         top, _, rel = name.partition("/")
@@ -286,6 +293,6 @@ def source_files() -> list[str]:
             continue
         if top == "hma":
             out.append(name)
-        elif top == "probes" and name.endswith(".py"):
-            out.append(f"hma/probes/{rel}")
+        elif top in plugins and name.endswith(".py"):
+            out.append(f"hma/{top}/{rel}")
     return out

@@ -12,9 +12,9 @@ import pytest
 from hma.adapters.command import CommandRunner
 from hma.adapters.files import RootReader
 from hma.model import Finding
-from hma.probes import kernel_log
-from hma.probes.kernel_log import JOURNAL_CURSOR_KEY, KernelLogSource
 from hma.source import MemoryKV, SourceContext
+from hma.sources import kernel_log
+from hma.sources.kernel_log import JOURNAL_CURSOR_KEY, KernelLogSource
 
 KERNEL = {"_TRANSPORT": "kernel"}
 ENTRIES = [

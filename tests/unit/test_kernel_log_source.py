@@ -15,9 +15,9 @@ from hma.adapters.command import CommandRunner
 from hma.adapters.files import RootReader
 from hma.config import ConfigError
 from hma.model import Finding
-from hma.probes import kernel_log
-from hma.probes.kernel_log import CURSOR_KEY, KernelLogSource
 from hma.source import MemoryKV, SourceContext
+from hma.sources import kernel_log
+from hma.sources.kernel_log import CURSOR_KEY, KernelLogSource
 
 BOOT = "0b8d3c1e-boot-a"
 XID_79 = (

@@ -11,7 +11,7 @@ import pynvml
 import pytest
 
 import hma.probes.gpu as gpu_probe
-import hma.probes.nvml_events as events
+import hma.sources.nvml_events as events
 
 STRUCTS = {
     "nvmlPciInfo_t": pynvml.nvmlPciInfo_t,

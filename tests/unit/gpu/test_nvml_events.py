@@ -13,8 +13,8 @@ import pytest
 from hma.adapters.command import CommandRunner
 from hma.adapters.files import RootReader
 from hma.model import Finding
-from hma.probes.nvml_events import NvmlEventSource
 from hma.source import SourceContext
+from hma.sources.nvml_events import NvmlEventSource
 from hma.xid import line_finding, parse_xid_line
 
 

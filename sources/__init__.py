@@ -1,0 +1,1 @@
+"""Built-in event sources, installed as the subpackage ``hma.sources``."""
