@@ -75,7 +75,10 @@ def build(base: Path, instance: str) -> tuple[Path, dict[str, str], KmsgStandIn]
         gpu = {"library": str(lib), "expected_gpus": 8}
     else:
         gpu = {"library": str(base / "no-libnvidia-ml.so.1")}
-    env["HMA_SMI_DOCUMENT"] = str(nvmlstub.SMI_FIXTURES / "h100-v13.xml")
+    smi: dict[str, Any] = {}  # trn1: no nvidia-smi there (unsupported)
+    if instance.startswith("p5"):
+        env["HMA_SMI_DOCUMENT"] = str(nvmlstub.SMI_FIXTURES / "h100-v13.xml")
+        smi = {"command": [str(nvmlstub.NVIDIA_SMI), "-q", "-x"]}
     kmsg = KmsgStandIn(base / "dev-kmsg", base / "kmsg")
     (base / "probes.d").mkdir(mode=0o755)
     sections: dict[str, dict[str, Any]] = {
@@ -87,7 +90,7 @@ def build(base: Path, instance: str) -> tuple[Path, dict[str, str], KmsgStandIn]
         },
         "paths": {"sysfs": str(sysfs), "procfs": str(procfs)},
         "probes.gpu": gpu,
-        "probes.nvidia_smi": {"command": [str(nvmlstub.NVIDIA_SMI), "-q", "-x"]},
+        "probes.nvidia_smi": smi,
         "probes.efa_mesh": {"enabled": False},
         "probes.system": {"filesystems": [], "processes": []},
         "sources.kernel_log": {"path": str(base / "kmsg"), "backend": "kmsg"},
