@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
-"""efa_mesh cost: CPU and wall time of one ring screen and one full tournament.
+"""efa_mesh cost: CPU and wall time of one screen and one full tournament.
 
 Simulated adapters are network namespaces joined by a bridge (tests/integration/netns_fabric.py),
-the pair test is the real fi_pingpong over the tcp provider. For each size it runs the ring
-screen and the full tournament as the probe runs them (disjoint pairs of a round concurrently,
-``--concurrency``: 0 is the probe's default, one pair per two allowed cores) and one pair after
-another (1), and prints medians of wall time, CPU seconds (this process and every fi_pingpong it
-ran) and, from the CPU of one screen every 900 s and one tournament a day (the defaults), the
-mesh's share of a core averaged over a day. Needs root.
+the pair test is the real fi_pingpong over the tcp provider. For each size it runs a screen (one
+tournament round: n/2 disjoint pairs) and the full tournament as the probe runs them (pairs of a
+round concurrently, ``--concurrency``: 0 is the probe's default, one pair per two allowed cores)
+and one pair after another (1), and prints medians of wall time, CPU seconds (this process and
+every fi_pingpong it ran) and, from the CPU of one screen every interval and one tournament a day
+(the defaults), the mesh's share of a core averaged over a day. Needs root.
 
     .venv/bin/python bench/bench_efa_mesh.py [--repeat 3] [--sizes 8,32] [--iterations 10]
 """
@@ -35,7 +35,6 @@ from hma.probes.efa_mesh import (  # noqa: E402
     EfaMeshProbe,
     Mesh,
     resolve_endpoints,
-    ring_rounds,
     tournament_rounds,
 )
 
@@ -96,7 +95,7 @@ def main() -> int:
             cost: dict[str, float] = {}
             with Fabric(n, subnet=100 + n) as fabric:
                 for label, rounds in (
-                    ("ring", ring_rounds(n)),
+                    ("screen", tournament_rounds(n)[:1]),
                     ("tournament", tournament_rounds(n)),
                 ):
                     conc, conc_cpu, seq, seq_cpu = [], [], [], []
@@ -121,9 +120,10 @@ def main() -> int:
                         f"{statistics.median(conc):>7.2f} {cost[label]:>6.2f} {s_wall} {s_cpu}",
                         flush=True,
                     )
-            day = cost["ring"] * 86400 / 900 + cost["tournament"]
+            interval = EfaMeshProbe.default_interval
+            day = cost["screen"] * 86400 / interval + cost["tournament"]
             print(
-                f"{n:>8} adapters: a screen every 900 s and a tournament a day = "
+                f"{n:>8} adapters: a screen every {interval:g} s and a tournament a day = "
                 f"{day / 86400 * 100:.3f}% of a core averaged over a day"
             )
     print(f"after: {machine()}")
