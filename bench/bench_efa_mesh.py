@@ -76,6 +76,9 @@ def main() -> int:
     parser.add_argument("--size", type=int, default=4096)
     parser.add_argument("--concurrency", type=int, default=0, help="0: the probe's default")
     parser.add_argument("--no-sequential", action="store_true", help="skip the one-by-one runs")
+    parser.add_argument(
+        "--tournament-cpu", type=float, default=None, help="CPU s of a tournament, not measured"
+    )
     args = parser.parse_args()
     reason = usable()
     if reason:
@@ -94,10 +97,12 @@ def main() -> int:
         for n in (int(x) for x in args.sizes.split(",")):
             cost: dict[str, float] = {}
             with Fabric(n, subnet=100 + n) as fabric:
-                for label, rounds in (
-                    ("screen", tournament_rounds(n)[:1]),
-                    ("tournament", tournament_rounds(n)),
-                ):
+                tests = [("screen", tournament_rounds(n)[:1])]
+                if args.tournament_cpu is None:
+                    tests.append(("tournament", tournament_rounds(n)))
+                else:
+                    cost["tournament"] = args.tournament_cpu
+                for label, rounds in tests:
                     conc, conc_cpu, seq, seq_cpu = [], [], [], []
                     pairs = 0
                     for _ in range(args.repeat):
