@@ -75,7 +75,10 @@ def build(base: Path, instance: str) -> tuple[Path, dict[str, str], KmsgStandIn]
         gpu = {"library": str(lib), "expected_gpus": 8}
     else:
         gpu = {"library": str(base / "no-libnvidia-ml.so.1")}
-    env["HMA_SMI_DOCUMENT"] = str(nvmlstub.SMI_FIXTURES / "h100-v13.xml")
+    smi: dict[str, Any] = {}  # trn1: no nvidia-smi there (unsupported)
+    if instance.startswith("p5"):
+        env["HMA_SMI_DOCUMENT"] = str(nvmlstub.SMI_FIXTURES / "h100-v13.xml")
+        smi = {"command": [str(nvmlstub.NVIDIA_SMI), "-q", "-x"]}
     kmsg = KmsgStandIn(base / "dev-kmsg", base / "kmsg")
     (base / "probes.d").mkdir(mode=0o755)
     sections: dict[str, dict[str, Any]] = {
@@ -87,7 +90,7 @@ def build(base: Path, instance: str) -> tuple[Path, dict[str, str], KmsgStandIn]
         },
         "paths": {"sysfs": str(sysfs), "procfs": str(procfs)},
         "probes.gpu": gpu,
-        "probes.nvidia_smi": {"command": [str(nvmlstub.NVIDIA_SMI), "-q", "-x"]},
+        "probes.nvidia_smi": smi,
         "probes.efa_mesh": {"enabled": False},
         "probes.system": {"filesystems": [], "processes": []},
         "sources.kernel_log": {"path": str(base / "kmsg"), "backend": "kmsg"},
@@ -128,14 +131,20 @@ def tree(pid: int) -> list[int]:
 
 def tree_cpu(pid: int) -> float:
     """CPU seconds of the tree: each live process's own time and that of children it reaped."""
-    total = 0
+    return sum(split_cpu(pid).values())
+
+
+def split_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds of the tree: the agent itself, its live workers, and reaped children."""
+    out = {"agent": 0.0, "workers": 0.0, "reaped": 0.0}
     for proc in tree(pid):
         try:
-            fields = _stat(proc)
+            fields = [int(x) / TICK for x in _stat(proc)[11:15]]  # utime stime cutime cstime
         except OSError:
             continue
-        total += sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
-    return total / TICK
+        out["agent" if proc == pid else "workers"] += fields[0] + fields[1]
+        out["reaped"] += fields[2] + fields[3]
+    return out
 
 
 def pss_kib(pid: int) -> int:
@@ -174,7 +183,7 @@ def measure_agent(base: Path, env: dict[str, str], config: Path, duration: float
                 raise SystemExit(f"the agent did not start; see {base / 'agent.log'}")
             time.sleep(0.2)
         time.sleep(2.0)  # the first runs' workers settle
-        cpu0, t0 = tree_cpu(agent.pid), time.monotonic()
+        cpu0, t0 = split_cpu(agent.pid), time.monotonic()
         runs: dict[str, int] = {}
         last: dict[str, Any] = {}
         while time.monotonic() - t0 < duration:
@@ -184,9 +193,14 @@ def measure_agent(base: Path, env: dict[str, str], config: Path, duration: float
                         runs[p["name"]] = runs.get(p["name"], 0) + 1
                     last[p["name"]] = p.get("last_run")
             time.sleep(0.5)
-        cpu1, t1 = tree_cpu(agent.pid), time.monotonic()
-        share = (cpu1 - cpu0) / (t1 - t0) * 100
-        print(f"  tree CPU: {share:.3f}% of a core over {t1 - t0:.0f} s ({cpu1 - cpu0:.2f} CPU s)")
+        cpu1, t1 = split_cpu(agent.pid), time.monotonic()
+        used = {k: cpu1[k] - cpu0[k] for k in cpu1}
+        share = sum(used.values()) / (t1 - t0) * 100
+        parts = ", ".join(f"{k} {v:.2f}" for k, v in used.items())
+        print(
+            f"  tree CPU: {share:.3f}% of a core over {t1 - t0:.0f} s "
+            f"({sum(used.values()):.2f} CPU s: {parts})"
+        )
         print("  runs:    " + ", ".join(f"{n} {c}" for n, c in sorted(runs.items())))
         total = 0
         for pid in tree(agent.pid):

@@ -541,7 +541,7 @@ class Daemon:
                     "status": str(last.status) if last else "pending",
                     "last_run": last.started if last else None,
                     "duration_s": round(last.duration_s, 4) if last else None,
-                    "next_run": now + max(0.0, state.next_due - mono),
+                    "next_run": round(now + max(0.0, state.next_due - mono), 1),
                     "error": last.error if last else "",
                     "findings": len(last.findings) if last else 0,
                     "summary": self._summary(name, state),

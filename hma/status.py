@@ -1,6 +1,7 @@
 """``hma status``: read and judge ``status.json`` (docs/status.md), render it; write it atomically.
 
-The daemon calls ``write_atomic`` after every change; ``hma status`` calls ``read``, ``render`` and
+The daemon offers every new document to a ``StatusWriter`` (written when it changed, at most four
+times a second, bounded in size, atomically); ``hma status`` calls ``read``, ``render`` and
 ``exit_code``. Reading never raises: every problem (no file, no daemon, stale file, garbage) comes
 back as a plain sentence, and the exit code is then 3 (unknown).
 """

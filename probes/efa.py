@@ -7,7 +7,9 @@ adapter count against the instance type (or ``expected_adapters``), port state `
 ``cmds_err`` / ``no_completion_cmds``. The first read is the previous run's snapshot
 (``ctx.previous``, kept by the daemon) or, under ``hma check``, a sample taken
 ``oneshot_sample_s`` earlier. A counter that goes down is a reset (or a 64-bit wrap), never a
-fault. docs/neuron-efa.md has the details.
+fault. What cannot be read or parsed strictly is ``EFA_READ_FAILED`` (unknown), never a down port
+or a missing adapter. Discovery is cached per boot until a device event (``Layout``); a run reads
+port states and the judged counters only. docs/neuron-efa.md has the details.
 """
 
 from __future__ import annotations

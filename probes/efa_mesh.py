@@ -1,12 +1,13 @@
 """``efa_mesh`` probe: fi_pingpong between the EFA adapters of this node, to find the broken one.
 
-Each run screens a ring (every adapter with its two neighbours: two or three rounds of disjoint
-pairs, each round's pairs run concurrently). When the screen fails, or every ``full_interval``
-seconds (a day by default), it runs the full round-robin tournament (n-1 rounds of disjoint pairs,
-at most ``max_concurrency`` pairs at once: by default one per two cores the agent may use) and
-localizes: an adapter that fails with at least
-max(2, ceil(0.75 (n-1))) peers while other pairs pass is broken; an isolated failing pair is a
-path warning; every pair failing is a node-level fault.
+Each run screens one round of the round-robin tournament: n/2 disjoint pairs run concurrently, so
+every adapter is tested at every run, and the round rotates from run to run, so every path is
+tested once every n-1 runs (the round travels in the snapshot). When the screen fails, or every
+``full_interval`` seconds (a day by default), it runs the full tournament (n-1 rounds of disjoint
+pairs, at most ``max_concurrency`` pairs at once: by default one per two cores the agent may use)
+and localizes: an adapter that fails with at least max(2, ceil(0.75 (n-1))) peers while other
+pairs pass is broken; an isolated failing pair is a path warning; every pair failing is a
+node-level fault.
 
 A pair test starts the server on the lower adapter and the client on the other, each through
 ``ctx.runner`` with a timeout (an unreachable peer makes the client hang; the runner kills the
@@ -68,23 +69,6 @@ def _format_check(value: Any) -> Optional[str]:
 # --- scheduling (pure) -----------------------------------------------------------------------
 
 
-def ring_rounds(n: int) -> list[list[tuple[int, int]]]:
-    """Rounds of disjoint pairs covering the ring 0-1-...-(n-1)-0 (2 rounds, 3 when n is odd)."""
-    if n < 2:
-        return []
-    edges = [(0, 1)] if n == 2 else [(i, (i + 1) % n) for i in range(n)]
-    rounds: list[list[tuple[int, int]]] = []
-    for a, b in edges:
-        pair = (min(a, b), max(a, b))
-        for rnd in rounds:
-            if all(pair[0] not in p and pair[1] not in p for p in rnd):
-                rnd.append(pair)
-                break
-        else:
-            rounds.append([pair])
-    return rounds
-
-
 def tournament_rounds(n: int) -> list[list[tuple[int, int]]]:
     """Round-robin (circle method): n-1 rounds of disjoint pairs (n rounds when n is odd)."""
     if n < 2:
@@ -103,6 +87,14 @@ def tournament_rounds(n: int) -> list[list[tuple[int, int]]]:
         rounds.append(sorted(rnd))
         players = [players[0], players[-1], *players[1:-1]]
     return rounds
+
+
+def screen_index(n: int, previous: Any) -> int:
+    """The tournament round the next screen runs: the one after the previous run's, so that
+    every adapter is tested at every run and every path once every n-1 runs."""
+    last = previous.get("screen_round") if isinstance(previous, dict) else None
+    rounds = len(tournament_rounds(n))
+    return (last + 1) % rounds if isinstance(last, int) and rounds else 0
 
 
 def broken_threshold(peers: int) -> int:
@@ -124,11 +116,11 @@ class Endpoint:
 
 
 class EfaMeshProbe(Probe):
-    """Connectivity between every EFA adapter of the node (fi_pingpong ring + tournament)."""
+    """Connectivity between every EFA adapter of the node (fi_pingpong screen + tournament)."""
 
     name = "efa_mesh"
-    description = "EFA ping-mesh: fi_pingpong ring screen, full tournament to localize"
-    default_interval = 900.0
+    description = "EFA ping-mesh: fi_pingpong screen of disjoint pairs, tournament to localize"
+    default_interval = 1800.0
     default_timeout = 600.0
     options: ClassVar[Mapping[str, Option]] = {
         "command": Option("argv", ["fi_pingpong"], "fi_pingpong argv (libfabric fabtests)."),
@@ -193,7 +185,7 @@ class EfaMeshProbe(Probe):
         "full_interval": Option(
             "float",
             86400.0,
-            "Seconds between full tournaments when the ring screen passes (0: every run).",
+            "Seconds between full tournaments when the screen passes (0: every run).",
             minimum=0,
         ),
         "skip_when_busy": Option("bool", True, "Do not run while a job holds the node."),
@@ -235,12 +227,14 @@ class EfaMeshProbe(Probe):
                 snap["error"] = "another efa_mesh run holds " + str(ctx.options["lock_file"])
                 return snap
             mesh = Mesh(ctx, endpoints, deadline=started + _budget(ctx.options))
-            snap["screen"] = mesh.run(ring_rounds(len(endpoints)))
+            rounds = tournament_rounds(len(endpoints))
+            snap["screen_round"] = screen_index(len(endpoints), prev)
+            snap["screen"] = mesh.run([rounds[snap["screen_round"]]])
             interval = float(ctx.options["full_interval"])
             due = interval == 0 or (not ctx.oneshot and snap["ts"] - last_full >= interval)
             failed = any(p["status"] != "ok" for p in snap["screen"])
             if failed or due:
-                snap["tournament"] = mesh.run(tournament_rounds(len(endpoints)))
+                snap["tournament"] = mesh.run(rounds)
                 snap["last_full_ts"] = snap["ts"]
                 snap["full_reason"] = "screen failed" if failed else "scheduled"
         snap["wall_s"] = round(time.monotonic() - started, 3)
@@ -254,7 +248,7 @@ class EfaMeshProbe(Probe):
         if not isinstance(snapshot, dict) or not snapshot.get("adapters"):
             return None
         pairs = snapshot.get("tournament") or snapshot.get("screen") or []
-        return {"test": "tournament" if snapshot.get("tournament") else "ring", **matrix(pairs)}
+        return {"test": "tournament" if snapshot.get("tournament") else "screen", **matrix(pairs)}
 
 
 def busy_reason(ctx: ProbeContext) -> Optional[str]:

@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 from netns_fabric import Fabric, sweep, usable  # noqa: E402
 from trn_support import codes, make_ctx  # noqa: E402
 
-from hma.probes.efa_mesh import EfaMeshProbe  # noqa: E402
+from hma.probes.efa_mesh import EfaMeshProbe, tournament_rounds  # noqa: E402
 
 REASON = usable()
 pytestmark = [
@@ -60,7 +60,7 @@ def test_all_healthy(tmp_path: Path) -> None:
     with Fabric(N, subnet=1) as fabric:
         snap, findings = run(mesh_ctx(fabric, tmp_path, full_interval=0.0))
     assert findings == []
-    assert len(snap["screen"]) == N and len(snap["tournament"]) == N * (N - 1) // 2
+    assert len(snap["screen"]) == N // 2 and len(snap["tournament"]) == N * (N - 1) // 2
     assert {p["status"] for p in snap["tournament"]} == {"ok"}
     summary = PROBE.summary(snap)
     assert summary is not None and len(summary["latency_us"]) == 28
@@ -73,7 +73,7 @@ def test_screen_only_when_healthy_and_tournament_not_due(tmp_path: Path) -> None
         ctx.previous = {"last_full_ts": ctx.clock()}
         snap, findings = run(ctx)
     assert findings == [] and "tournament" not in snap
-    assert [p["status"] for p in snap["screen"]] == ["ok"] * N
+    assert [p["status"] for p in snap["screen"]] == ["ok"] * (N // 2)  # every adapter once
 
 
 @pytest.mark.timeout(120)
@@ -95,8 +95,13 @@ def test_one_adapter_link_cut_is_localized(tmp_path: Path) -> None:
 @pytest.mark.timeout(90)
 def test_one_pair_cut_is_a_path_warning(tmp_path: Path) -> None:
     with Fabric(N, subnet=4) as fabric:
-        fabric.cut_pair(2, 3)  # a ring pair: the screen fails and the tournament localizes
-        snap, findings = run(mesh_ctx(fabric, tmp_path))
+        fabric.cut_pair(2, 3)
+        ctx = mesh_ctx(fabric, tmp_path)
+        rounds = tournament_rounds(N)
+        # the screen whose round holds the pair fails, and the tournament localizes
+        ctx.previous = {"screen_round": next(i for i, r in enumerate(rounds) if (2, 3) in r) - 1}
+        snap, findings = run(ctx)
+    assert snap["full_reason"] == "screen failed"
     assert codes(findings) == {("EFA_PATH_FAILED", "efa:a02")}
     assert findings[0].details["peers"] == ["a03"]
     bad = [p for p in snap["tournament"] if p["status"] != "ok"]

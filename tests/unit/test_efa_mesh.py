@@ -22,7 +22,7 @@ from hma.probes.efa_mesh import (
     evaluate_mesh,
     parse_latency,
     resolve_endpoints,
-    ring_rounds,
+    screen_index,
     tournament_rounds,
 )
 
@@ -36,14 +36,19 @@ def _disjoint(rnd: list[tuple[int, int]]) -> bool:
     return len(seen) == len(set(seen))
 
 
-@pytest.mark.parametrize("n", [2, 3, 4, 5, 8, 16, 31, 32])
-def test_ring_rounds_cover_the_ring_in_disjoint_rounds(n: int) -> None:
-    rounds = ring_rounds(n)
-    pairs = [p for rnd in rounds for p in rnd]
-    want = {(0, 1)} if n == 2 else {tuple(sorted((i, (i + 1) % n))) for i in range(n)}
-    assert set(pairs) == want and len(pairs) == len(want)
-    assert all(_disjoint(r) for r in rounds)
-    assert len(rounds) == (1 if n == 2 else 2 if n % 2 == 0 else 3)
+@pytest.mark.parametrize("n", [2, 3, 8, 31, 32])
+def test_screens_rotate_through_the_tournament(n: int) -> None:
+    """Each screen covers every adapter (but one when n is odd); n-1 screens cover every path."""
+    rounds, previous, seen = tournament_rounds(n), None, set()
+    for _ in range(len(rounds)):
+        index = screen_index(n, previous)
+        covered = {x for pair in rounds[index] for x in pair}
+        assert len(covered) >= n - n % 2
+        seen |= set(rounds[index])
+        previous = {"screen_round": index}
+    assert seen == set(itertools.combinations(range(n), 2))
+    assert screen_index(n, previous) == 0  # and round again
+    assert screen_index(n, {"screen_round": "x"}) == 0
 
 
 @pytest.mark.parametrize("n", [2, 3, 4, 7, 8, 16, 32])
@@ -67,7 +72,7 @@ def test_broken_threshold() -> None:
 
 def _snap(n: int, bad: Any, test: str = "tournament") -> dict[str, Any]:
     names = [f"a{i}" for i in range(n)]
-    rounds = tournament_rounds(n) if test == "tournament" else ring_rounds(n)
+    rounds = tournament_rounds(n) if test == "tournament" else tournament_rounds(n)[:1]
     pairs = []
     for a, b in (p for rnd in rounds for p in rnd):
         status = bad(names[a], names[b])

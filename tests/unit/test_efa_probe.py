@@ -208,6 +208,15 @@ def test_generator_makes_real_sysfs_symlinks(tmp_path: Path) -> None:
     assert (root / "bus" / "pci" / "devices" / "0000:10:00.0").resolve() == pci
 
 
+def _with_port_state(tmp_path: Path, content: bytes) -> tuple[str, list]:
+    """Findings of a p5 tree whose 4th adapter's port 1 ``state`` holds ``content``."""
+    root = gen_sysfs.build(tmp_path, "p5.48xlarge")
+    name = gen_sysfs.adapter_name(3, 32)
+    (gen_sysfs.efa_dev(root, name) / "ports" / "1" / "state").write_bytes(content)
+    _snap, findings = run(root)
+    return name, findings
+
+
 @pytest.mark.parametrize(
     "content",
     [
@@ -225,10 +234,7 @@ def test_generator_makes_real_sysfs_symlinks(tmp_path: Path) -> None:
     ],
 )
 def test_unparseable_port_state_is_unknown_not_down(tmp_path: Path, content: bytes) -> None:
-    root = gen_sysfs.build(tmp_path, "p5.48xlarge")
-    name = gen_sysfs.adapter_name(3, 32)
-    (gen_sysfs.efa_dev(root, name) / "ports" / "1" / "state").write_bytes(content)
-    _snap, findings = run(root)
+    name, findings = _with_port_state(tmp_path, content)
     assert codes(findings) == {("EFA_READ_FAILED", f"efa:{name}")}
     assert findings[0].severity is Severity.UNKNOWN
     assert findings[0].details["path"].endswith(f"{name}/ports/1/state")
@@ -236,10 +242,7 @@ def test_unparseable_port_state_is_unknown_not_down(tmp_path: Path, content: byt
 
 @pytest.mark.parametrize("content", [b"1: DOWN\n", b"3: ARMED", b"2: INIT\n"])
 def test_recognised_state_other_than_active_is_down(tmp_path: Path, content: bytes) -> None:
-    root = gen_sysfs.build(tmp_path, "p5.48xlarge")
-    name = gen_sysfs.adapter_name(3, 32)
-    (gen_sysfs.efa_dev(root, name) / "ports" / "1" / "state").write_bytes(content)
-    _snap, findings = run(root)
+    name, findings = _with_port_state(tmp_path, content)
     assert codes(findings) == {("EFA_PORT_DOWN", f"efa:{name}")}
     assert findings[0].details["phys_state"] == "LinkUp"
 
