@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import socket
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Any, Collection, Optional, Sequence
 
 from hma import catalogue as catalogue_mod
 from hma import config as config_mod
@@ -112,8 +112,10 @@ def schema_for(
     broken: list[Broken],
     cat: Catalogue,
     sources: Optional[dict[str, type[EventSource]]] = None,
+    reporter_names: Optional[Collection[str]] = None,
 ) -> Schema:
-    """The config schema for this set of probes, event sources and reporters."""
+    """The config schema for this set of probes, event sources and reporters (every installed
+    reporter, or those named)."""
     probes = {
         name: config_mod.probe_options(
             cls.options,
@@ -129,7 +131,7 @@ def schema_for(
     return Schema(
         sections=CORE_SECTIONS,
         probes=probes,
-        reporters=reporters.schemas(),
+        reporters=reporters.schemas(reporter_names),
         catalogue=cat,
         sources={
             name: {
@@ -147,14 +149,13 @@ def probes_dir_of(config_file: Optional[str]) -> str:
 
 
 def _declared_codes(
-    source_classes: dict[str, type[EventSource]], config_file: Optional[str]
+    source_classes: dict[str, type[EventSource]], raw: dict[str, Any]
 ) -> list[catalogue_mod.Entry]:
     """Codes event sources declare from their (raw, pre-validation) options: site rule files.
 
     They must be in the catalogue before the configuration is validated, since ``[codes.SITE_X]``
     may override them. Raises ``config.ConfigError`` naming each broken declaration.
     """
-    raw, _files, _errors = configfile.read_raw(configfile.config_path(config_file))
     sources = raw.get("sources") if isinstance(raw.get("sources"), dict) else {}
     entries: list[catalogue_mod.Entry] = []
     errors: list[str] = []
@@ -173,11 +174,15 @@ def _declared_codes(
     return entries
 
 
-def _site_codes(config_file: Optional[str], cat: Catalogue) -> bool:
+def _site_codes(raw: dict[str, Any], cat: Catalogue) -> bool:
     """Whether ``[codes.X]`` names a code outside the built-in catalogue (declared by a source)."""
-    raw, _files, _errors = configfile.read_raw(configfile.config_path(config_file))
-    codes = raw.get("codes")
-    return isinstance(codes, dict) and any(code not in cat for code in codes)
+    return any(code not in cat for code in _tables(raw, "codes"))
+
+
+def _tables(raw: dict[str, Any], group: str) -> set[str]:
+    """Names of the ``[group.NAME]`` tables of the raw configuration."""
+    tables = raw.get(group)
+    return set(tables) if isinstance(tables, dict) else set()
 
 
 def load(config_file: Optional[str] = None, only: Optional[Sequence[str]] = None) -> Setup:
@@ -187,22 +192,28 @@ def load(config_file: Optional[str] = None, only: Optional[Sequence[str]] = None
     imported and their sections not checked; event sources are loaded only when the
     configuration overrides a code they declare."""
     cat = catalogue_mod.load_builtin()
+    raw = configfile.read_raw(configfile.config_path(config_file))[0]
     if only is None:
         rescan()
     classes, broken = discover(names=only)
+    executables = exec_probes(probes_dir_of(config_file))
     unchecked: set[str] = set()
-    registered = set(classes) if only is None else set(entry_point_names())
-    unchecked |= {f"probes.{n}" for n in registered - set(classes)}
-    if only is None or _site_codes(config_file, cat):
+    if only is not None:  # other sections are left to `hma config check`, unless misnamed
+        named = _tables(raw, "probes") - set(executables)
+        unchecked |= {f"probes.{n}" for n in entry_point_names(among=named) if n not in only}
+        unchecked |= {f"probes.{n}" for n in executables if n not in only}
+    wanted = {n for n in executables if n in only} if only is not None else set()
+    registered = set(classes) if only is None else set(entry_point_names(among=wanted))
+    if only is None or _site_codes(raw, cat):
         source_classes, source_broken = discover(SOURCE_GROUP, EventSource)
         broken += source_broken
     else:
         source_classes = {}
-        unchecked |= {f"sources.{n}" for n in entry_point_names(SOURCE_GROUP)}
+        named = _tables(raw, "sources")
+        unchecked |= {f"sources.{n}" for n in entry_point_names(SOURCE_GROUP, among=named)}
     exec_names = set()
-    for name, cls in exec_probes(probes_dir_of(config_file)).items():
+    for name, cls in executables.items():
         if only is not None and name not in only:
-            unchecked.add(f"probes.{name}")
             continue
         if name in registered:
             broken.append(
@@ -212,10 +223,12 @@ def load(config_file: Optional[str] = None, only: Optional[Sequence[str]] = None
             classes[name] = cls
             exec_names.add(name)
     try:
-        cat = cat.extended(_declared_codes(source_classes, config_file))
+        cat = cat.extended(_declared_codes(source_classes, raw))
     except catalogue_mod.CatalogueError as exc:
         raise ConfigError([f"site codes: {exc}"]) from None
-    schema = schema_for(classes, broken, cat, source_classes)
+    schema = schema_for(
+        classes, broken, cat, source_classes, None if only is None else _tables(raw, "reporters")
+    )
     schema = dataclasses.replace(schema, unchecked=frozenset(unchecked))
     cfg = config_mod.load(schema, config_file)
     return Setup(

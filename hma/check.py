@@ -110,16 +110,17 @@ def select(setup: Setup, wanted: Sequence[str]) -> tuple[list[str], Optional[str
     """Probe names to run (default: all enabled) or an error for a name that is not a probe."""
     if not wanted:
         return setup.enabled(), None
+    broken = {b.name for b in setup.broken}  # reported as HMA_PLUGIN_BROKEN, not run
+    missing = [n for n in wanted if n not in setup.probes and n not in broken]
+    if not missing:
+        return [n for n in wanted if n in setup.probes], None
     from hma.registry import entry_point_names
     from hma.source import GROUP as SOURCE_GROUP
 
-    broken = {b.name for b in setup.broken}  # reported as HMA_PLUGIN_BROKEN, not run
     sources = set(setup.sources) | set(entry_point_names(SOURCE_GROUP))
     known = sorted(set(setup.probes) | set(entry_point_names()))
     problems = []
-    for name in wanted:
-        if name in setup.probes or name in broken:
-            continue
+    for name in missing:
         if name in sources:
             problems.append(
                 f"{name} is an event source, not a probe: the agent (`hma run`) follows it "
@@ -133,9 +134,7 @@ def select(setup: Setup, wanted: Sequence[str]) -> tuple[list[str], Optional[str
                 f"unknown probe {name!r} (probes: {', '.join(known)}; "
                 "`hma check --help` describes them)"
             )
-    return (
-        ([], "; ".join(problems)) if problems else ([n for n in wanted if n in setup.probes], None)
-    )
+    return [], "; ".join(problems)
 
 
 def probes_help(config_file: Optional[str]) -> str:

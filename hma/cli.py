@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import os
 import sys
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
@@ -23,16 +22,23 @@ def _load(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Run probes once and print the result."""
-    from hma import assembly, check
-
     if args.help_text:
+        from hma import check
+
         print(args.help_text + "\n" + check.probes_help(args.config))
         return 0
+    return check_main(args.config, args.probes, args.json)
+
+
+def check_main(config: Optional[str], probes: Sequence[str], as_json: bool) -> int:
+    """``hma check [PROBE...] [--json]``: the exit code (Nagios) of the probes' findings."""
+    from hma import assembly, check
+
     try:  # only the named probes are imported (and their sections checked)
-        setup = assembly.load(args.config, only=args.probes or None)
+        setup = assembly.load(config, only=list(probes) or None)
     except ConfigError as exc:
         return _config_failed(exc, 3)
-    names, error = check.select(setup, args.probes)
+    names, error = check.select(setup, probes)
     if error:
         print(f"hma check: {error}", file=sys.stderr)
         return 3
@@ -40,7 +46,12 @@ def cmd_check(args: argparse.Namespace) -> int:
     doc = check.document(
         setup.node_name, runs, check.resolve(setup.load_findings(), setup.catalogue)
     )
-    print(json.dumps(doc, indent=2, allow_nan=False) if args.json else check.render_text(doc))
+    if as_json:
+        import json
+
+        print(json.dumps(doc, indent=2, allow_nan=False))
+    else:
+        print(check.render_text(doc))
     return check.exit_code(doc)
 
 
@@ -177,7 +188,12 @@ def cmd_fleet(args: argparse.Namespace) -> int:
     except SlurmError as exc:
         print(f"hma fleet: {exc}", file=sys.stderr)
         return 3
-    print(json.dumps(doc, indent=2, allow_nan=False) if args.json else fleet.render_text(doc))
+    if args.json:
+        import json
+
+        print(json.dumps(doc, indent=2, allow_nan=False))
+    else:
+        print(fleet.render_text(doc))
     return 0
 
 
@@ -327,35 +343,38 @@ def _add_kernel_log_commands(add: Callable[..., argparse.ArgumentParser]) -> Non
     p.set_defaults(func=cmd_inject_xid)
 
 
-def _status_fast_path(argv: list[str]) -> Optional[int]:
-    """`hma status [--json] [--config X]` without building the full parser (it is run often and
-    should start about as fast as the interpreter); None for anything else."""
+def _fast_path(argv: list[str]) -> Optional[int]:
+    """``hma status [--json]`` and ``hma check [PROBE...] [--json]`` (either with ``--config
+    X``) without building the full parser: they are run often and should start about as fast
+    as the interpreter. None for anything else (help, errors and every other command)."""
     config: Optional[str] = None
+    command: Optional[str] = None
+    names: list[str] = []
     as_json = False
-    seen_status = False
     i = 0
     while i < len(argv):
         arg = argv[i]
-        if arg == "status" and not seen_status:
-            seen_status = True
-        elif arg == "--json" and seen_status and not as_json:
+        if command is None and arg in ("status", "check"):
+            command = arg
+        elif arg == "--json" and command and not as_json:
             as_json = True
         elif arg == "--config" and i + 1 < len(argv) and config is None:
             config = argv[i + 1]
             i += 1
         elif arg.startswith("--config=") and config is None:
             config = arg.split("=", 1)[1]
+        elif command == "check" and arg and not arg.startswith("-"):
+            names.append(arg)
         else:
             return None
         i += 1
-    if not seen_status:
+    if command == "check":
+        return check_main(config, names, as_json)
+    if command is None:
         return None
     from hma import status
 
-    try:
-        return status.main(config, as_json)
-    except BrokenPipeError:
-        return 0
+    return status.main(config, as_json)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -369,12 +388,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return cmd_srun_argv(*split)
         except KeyboardInterrupt:
             return 130
-    quick = _status_fast_path(list(sys.argv[1:] if argv is None else argv))
-    if quick is not None:
-        return quick
-
-    args = build_parser().parse_args(argv)
     try:
+        quick = _fast_path(list(sys.argv[1:] if argv is None else argv))
+        if quick is not None:
+            return quick
+        args = build_parser().parse_args(argv)
         return int(args.func(args))
     except KeyboardInterrupt:
         return 130

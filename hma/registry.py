@@ -7,8 +7,10 @@ never imports a probe module by name. A plugin that fails to load is reported, n
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 import stat
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Collection, Mapping, Optional
@@ -28,11 +30,62 @@ class Broken:
     error: str
 
 
+@dataclass(frozen=True)
+class _EntryPoint:
+    """An entry point of hma's own distribution (what discovery uses of
+    ``importlib.metadata.EntryPoint``, read without importing it)."""
+
+    name: str
+    value: str
+    group: str
+
+    def load(self) -> Any:
+        """The object ``module:attr`` names."""
+        module, _, attr = self.value.partition(":")
+        obj = importlib.import_module(module.strip())
+        for part in filter(None, attr.strip().split(".")):
+            obj = getattr(obj, part)
+        return obj
+
+
+@functools.cache
+def _own_entry_points() -> tuple[_EntryPoint, ...]:
+    """The entry points of the first ``hma`` distribution on ``sys.path`` (as
+    ``importlib.metadata`` would find it), read from its ``entry_points.txt`` alone: looking up
+    a built-in probe costs a directory listing, not a parse of every installed distribution."""
+    for folder in sys.path:
+        try:
+            names = os.listdir(folder or ".")
+        except OSError:
+            continue
+        for name in names:
+            stem, _, suffix = name.rpartition(".")
+            if suffix in ("dist-info", "egg-info") and stem.split("-")[0].lower() == "hma":
+                return _parse_entry_points(os.path.join(folder or ".", name, "entry_points.txt"))
+    return ()
+
+
+def _parse_entry_points(path: str) -> tuple[_EntryPoint, ...]:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return ()
+    out, group = [], ""
+    for line in map(str.strip, lines):
+        if line.startswith("[") and line.endswith("]"):
+            group = line[1:-1].strip()
+        elif "=" in line and group and not line.startswith(("#", ";")):
+            name, _, value = line.partition("=")
+            out.append(_EntryPoint(name.strip(), value.strip(), group))
+    return tuple(out)
+
+
 @functools.cache
 def _all_entry_points() -> tuple[tuple[str, Any], ...]:
     """(group, entry point) of every installed distribution (the first of each name on the
-    path, as ``importlib.metadata.entry_points`` does): one scan for every group, the most
-    expensive step of an `hma check` start; ``rescan`` forgets it."""
+    path, as ``importlib.metadata.entry_points`` does): one scan for every group, read only
+    when a name is not one of hma's own; ``rescan`` forgets it."""
     from importlib import metadata
 
     seen: set[str] = set()
@@ -46,19 +99,27 @@ def _all_entry_points() -> tuple[tuple[str, Any], ...]:
     return tuple(out)
 
 
-def _entry_points(group: str) -> list[Any]:
+def _entry_points(group: str, among: Optional[Collection[str]] = None) -> list[Any]:
+    """The group's entry points; with ``among``, hma's own suffice when they name all of
+    ``among`` (third-party plugins are looked for only otherwise)."""
+    if among is not None:
+        own = [ep for ep in _own_entry_points() if ep.group == group]
+        if set(among) <= {ep.name for ep in own}:
+            return own
     return [ep for g, ep in _all_entry_points() if g == group]
 
 
 def rescan() -> None:
     """Read the installed entry points again at the next discovery (a reload may follow an
     installation)."""
+    _own_entry_points.cache_clear()
     _all_entry_points.cache_clear()
 
 
-def entry_point_names(group: str = GROUP) -> list[str]:
-    """Names registered in an entry point group, without loading them."""
-    return sorted({ep.name for ep in _entry_points(group)})
+def entry_point_names(group: str = GROUP, among: Optional[Collection[str]] = None) -> list[str]:
+    """Names registered in an entry point group, without loading them (with ``among``: enough
+    of them to tell which of ``among`` are registered)."""
+    return sorted({ep.name for ep in _entry_points(group, among)})
 
 
 def discover(
@@ -68,7 +129,7 @@ def discover(
     only those in ``names``."""
     found: dict[str, Any] = {}
     broken: list[Broken] = []
-    for ep in sorted(_entry_points(group), key=lambda e: e.name):
+    for ep in sorted(_entry_points(group, names), key=lambda e: e.name):
         if names is not None and ep.name not in names:
             continue
         try:

@@ -7,7 +7,6 @@ declared here and that every declared code is emitted somewhere.
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import dataclass, replace
 from importlib import resources
@@ -106,39 +105,96 @@ def parse_entry(code: str, raw: Mapping[str, Any]) -> Entry:
 
 OVERRIDABLE = ("severity", "action", "fail_after", "clear_after", "enabled", "window_s")
 
+_HEADER = re.compile(r"^\[([^\]\s]+)\][ \t]*(?:#.*)?$", re.MULTILINE)
+
+
+class _Shipped:
+    """The ``*.toml`` files of this package, each parsed when one of its codes is first asked
+    for (``hma check system`` reads sys.toml, not the 48 KB of every file): an index of the table
+    headers is read first, and a parsed file whose tables differ from the index is an error."""
+
+    def __init__(self) -> None:
+        self.index: dict[str, str] = {}  # code -> file
+        self._texts: dict[str, str] = {}
+        self._parsed: dict[str, dict[str, Entry]] = {}
+        for item in sorted(resources.files(__name__).iterdir(), key=lambda p: p.name):
+            name = item.name
+            if not name.endswith(".toml"):
+                continue
+            self._texts[name] = item.read_text(encoding="utf-8")
+            for code in _HEADER.findall(self._texts[name]):
+                if code in self.index:
+                    raise CatalogueError(f"{code}: declared twice")
+                self.index[code] = name
+
+    def entry(self, code: str) -> Entry:
+        """The built-in entry of an indexed code."""
+        name = self.index[code]
+        if name not in self._parsed:
+            try:
+                data = tomlcompat.loads(self._texts[name])
+            except tomlcompat.TOMLDecodeError as exc:
+                raise CatalogueError(f"{name}: {exc}") from None
+            if sorted(data) != sorted(c for c, n in self.index.items() if n == name):
+                raise CatalogueError(f"{name}: a code not declared as a [CODE] table")
+            entries = {}
+            for key, raw in data.items():
+                if not isinstance(raw, dict):
+                    raise CatalogueError(f"{name}: {key} is not a table")
+                entries[key] = parse_entry(key, raw)
+            self._parsed[name] = entries
+        return self._parsed[name][code]
+
 
 class Catalogue:
-    """All entries, with the operator's ``[codes.<CODE>]`` overrides applied."""
+    """All entries, with the operator's ``[codes.<CODE>]`` overrides applied.
+
+    The shipped entries are read when first used (``load_builtin``); iterating or ``len`` reads
+    them all."""
 
     def __init__(
-        self, entries: Iterable[Entry], overridden: Optional[Mapping[str, frozenset[str]]] = None
+        self,
+        entries: Iterable[Entry],
+        overridden: Optional[Mapping[str, frozenset[str]]] = None,
+        shipped: Optional[_Shipped] = None,
+        overrides: Optional[Mapping[str, Mapping[str, Any]]] = None,
     ) -> None:
         self._overridden = dict(overridden or {})
+        self._overrides = dict(overrides or {})  # applied to shipped entries when read
+        self._shipped = shipped
         self._entries: dict[str, Entry] = {}
         for entry in entries:
-            if entry.code in self._entries:
+            if entry.code in self._entries or (shipped and entry.code in shipped.index):
                 raise CatalogueError(f"{entry.code}: declared twice")
             self._entries[entry.code] = entry
 
     def __contains__(self, code: object) -> bool:
-        return code in self._entries
+        return code in self._entries or bool(self._shipped and code in self._shipped.index)
+
+    def _all(self) -> list[Entry]:
+        codes = [*self._entries, *(self._shipped.index if self._shipped else ())]
+        return [e for e in map(self.get, dict.fromkeys(codes)) if e is not None]
 
     def __iter__(self) -> Any:
-        return iter(sorted(self._entries.values(), key=lambda e: natural_key(e.code)))
+        return iter(sorted(self._all(), key=lambda e: natural_key(e.code)))
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._all())
 
     def get(self, code: str) -> Optional[Entry]:
         """The entry for ``code``, or None."""
-        return self._entries.get(code)
+        found = self._entries.get(code)
+        if found is None and self._shipped and code in self._shipped.index:
+            found = _overridden(self._shipped.entry(code), self._overrides.get(code))
+            self._entries[code] = found
+        return found
 
     def entry(self, code: str) -> Entry:
         """The entry for ``code``; codes outside the catalogue fall back to ``HMA_UNCATALOGUED``."""
-        found = self._entries.get(code)
+        found = self.get(code)
         if found is not None:
             return found
-        return self._entries["HMA_UNCATALOGUED"]
+        return self.entry("HMA_UNCATALOGUED")
 
     def extended(self, entries: Iterable[Entry]) -> Catalogue:
         """A new catalogue with more entries (site codes declared in rule files); only ``SITE_``
@@ -147,26 +203,26 @@ class Catalogue:
         for entry in extra:
             if entry.family != "SITE":
                 raise CatalogueError(f"{entry.code}: site declarations must use SITE_ codes")
-        return Catalogue([*self._entries.values(), *extra], self._overridden)
+        read = [e for e in self._entries.values() if not self._is_shipped(e.code)]
+        return Catalogue([*read, *extra], self._overridden, self._shipped, self._overrides)
 
     def with_overrides(self, overrides: Mapping[str, Mapping[str, Any]]) -> Catalogue:
         """A new catalogue with ``[codes.<CODE>]`` tables applied (validated by the config)."""
-        entries = []
-        overridden: dict[str, frozenset[str]] = {}
-        for entry in self._entries.values():
-            raw = overrides.get(entry.code)
-            if raw:
-                overridden[entry.code] = frozenset(raw)
-                changes: dict[str, Any] = {}
-                for key, value in raw.items():
-                    if key == "severity":
-                        value = Severity.parse(value)
-                    elif key == "action":
-                        value = Action.parse(value)
-                    changes[key] = value
-                entry = replace(entry, **changes)
-            entries.append(entry)
-        return Catalogue(entries, overridden)
+        merged = dict(self._overrides)
+        overridden = dict(self._overridden)
+        for code, raw in overrides.items():
+            if raw and code in self:
+                merged[code] = {**merged.get(code, {}), **raw}
+                overridden[code] = overridden.get(code, frozenset()) | frozenset(raw)
+        own = [
+            _overridden(e, overrides.get(e.code))
+            for e in self._entries.values()
+            if not self._is_shipped(e.code)
+        ]
+        return Catalogue(own, overridden, self._shipped, merged)
+
+    def _is_shipped(self, code: str) -> bool:
+        return bool(self._shipped and code in self._shipped.index)
 
     def resolve(self, finding: Finding) -> Finding:
         """The finding with severity and action filled from the catalogue.
@@ -183,6 +239,20 @@ class Catalogue:
         if action is None or "action" in fields:
             action = entry.action
         return finding.with_(severity=severity, action=action)
+
+
+def _overridden(entry: Entry, raw: Optional[Mapping[str, Any]]) -> Entry:
+    """``entry`` with one ``[codes.<CODE>]`` table applied."""
+    if not raw:
+        return entry
+    changes: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key == "severity":
+            value = Severity.parse(value)
+        elif key == "action":
+            value = Action.parse(value)
+        changes[key] = value
+    return replace(entry, **changes)
 
 
 def natural_key(code: str) -> tuple[Any, ...]:
@@ -226,6 +296,8 @@ def explain(entry: Entry) -> str:
 
 def suggest(cat: Catalogue, text: str) -> list[str]:
     """Codes the user may have meant by ``text`` (``79`` -> GPU_XID_79, ``MCE``, typos)."""
+    import difflib
+
     wanted = text.strip().upper()
     codes = [e.code for e in cat]
     found = [f"{family}_{wanted}" for family in FAMILIES if f"{family}_{wanted}" in cat]
@@ -239,18 +311,5 @@ def suggest(cat: Catalogue, text: str) -> list[str]:
 
 
 def load_builtin() -> Catalogue:
-    """Read every ``*.toml`` shipped in this package."""
-    entries: list[Entry] = []
-    folder = resources.files(__name__)
-    for item in sorted(folder.iterdir(), key=lambda p: p.name):
-        if not item.name.endswith(".toml"):
-            continue
-        try:
-            data = tomlcompat.loads(item.read_text(encoding="utf-8"))
-        except tomlcompat.TOMLDecodeError as exc:
-            raise CatalogueError(f"{item.name}: {exc}") from None
-        for code, raw in data.items():
-            if not isinstance(raw, dict):
-                raise CatalogueError(f"{item.name}: {code} is not a table")
-            entries.append(parse_entry(code, raw))
-    return Catalogue(entries)
+    """The ``*.toml`` files shipped in this package (each read when first used)."""
+    return Catalogue([], shipped=_Shipped())

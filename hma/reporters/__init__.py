@@ -10,7 +10,7 @@ it never stops the loop.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Mapping
+from typing import Any, Callable, ClassVar, Collection, Mapping, Optional
 
 from hma.model import Action, Severity
 from hma.options import Option
@@ -69,11 +69,14 @@ class Reporter:
         """Release resources at shutdown."""
 
 
-def discover() -> tuple[dict[str, type[Reporter]], list[Any]]:
-    """Reporter classes of the entry point group (and the ones that failed to load)."""
+def discover(
+    names: Optional[Collection[str]] = None,
+) -> tuple[dict[str, type[Reporter]], list[Any]]:
+    """Reporter classes of the entry point group, or those named (and the ones that failed to
+    load)."""
     from hma.registry import discover as discover_group
 
-    return discover_group(GROUP, Reporter)
+    return discover_group(GROUP, Reporter, names)
 
 
 def start_reporters(
@@ -91,9 +94,10 @@ def start_reporters(
     return out
 
 
-def schemas() -> dict[str, Mapping[str, Option]]:
-    """Option sets of the known reporters (``enabled`` first), keyed by reporter name."""
-    classes, _broken = discover()
+def schemas(names: Optional[Collection[str]] = None) -> dict[str, Mapping[str, Option]]:
+    """Option sets of the known reporters, or those named (``enabled`` first), keyed by reporter
+    name."""
+    classes, _broken = discover(names)
     return {
         name: {"enabled": Option("bool", cls.default_enabled, "Use this reporter."), **cls.options}
         for name, cls in classes.items()
