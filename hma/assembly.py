@@ -6,7 +6,7 @@ Shared by every command (``check``, ``run``, ``config check``) so each piece of 
 from __future__ import annotations
 
 import dataclasses
-import socket
+import os
 from dataclasses import dataclass, field
 from typing import Any, Collection, Optional, Sequence
 
@@ -55,7 +55,7 @@ class Setup:
     @property
     def node_name(self) -> str:
         """``[agent] node_name`` or the short hostname."""
-        return self.config.section("agent")["node_name"] or socket.gethostname().split(".")[0]
+        return self.config.section("agent")["node_name"] or os.uname().nodename.split(".")[0]
 
     def instance_type(self) -> Optional[str]:
         """``[agent] instance_type``, else DMI product_name under the sysfs root."""

@@ -12,7 +12,6 @@ only once it has exited. Either way at most one stuck worker exists per probe.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import queue
 import select
@@ -20,7 +19,6 @@ import subprocess
 import sys
 import threading
 import time
-import traceback
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -149,6 +147,8 @@ class ProcessSlot:
             proc = self._worker()
         except OSError as exc:
             return Collected(RunStatus.FAILED, error=f"cannot start worker: {exc}")
+        import json  # here and below: a thread-isolated probe (`hma check system`) needs none
+
         request = json.dumps(_request(self.probe.name, ctx)) + "\n"
         assert proc.stdin is not None and proc.stdout is not None
         try:
@@ -251,6 +251,8 @@ def _request(name: str, ctx: ProbeContext) -> dict[str, Any]:
 
 def encode_answer(collected: Collected) -> str:
     """One JSON line for the worker protocol."""
+    import json
+
     return json.dumps(
         {"status": str(collected.status), "snapshot": collected.snapshot, "error": collected.error},
         allow_nan=False,  # NaN/Infinity are not JSON: the worker answers "snapshot not JSON"
@@ -258,6 +260,8 @@ def encode_answer(collected: Collected) -> str:
 
 
 def _decode_answer(line: bytes) -> Collected:
+    import json
+
     data = json.loads(line)
     return Collected(RunStatus(data["status"]), data.get("snapshot"), str(data.get("error", "")))
 
@@ -274,6 +278,8 @@ def collect_guarded(probe: Probe, ctx: ProbeContext) -> Collected:
 
 
 def _describe(exc: BaseException) -> str:
+    import traceback
+
     tb = traceback.extract_tb(exc.__traceback__)
     where = f" at {os.path.basename(tb[-1].filename)}:{tb[-1].lineno}" if tb else ""
     return f"{type(exc).__name__}: {exc}{where}"

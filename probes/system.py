@@ -8,8 +8,6 @@ from __future__ import annotations
 import os
 from typing import Any, ClassVar, Mapping, Optional
 
-import psutil
-
 from hma.adapters.files import ReadError
 from hma.model import Finding
 from hma.options import Option
@@ -160,16 +158,23 @@ def _mounts(ctx: ProbeContext) -> list[list[str]]:
 def _fs(path: str) -> dict[str, Any]:
     if not os.path.isdir(path):
         return {"exists": False}
-    usage = psutil.disk_usage(path)
     st = os.statvfs(path)
     return {
         "exists": True,
-        "free_percent": round(100.0 - usage.percent, 2),
+        "free_percent": round(100.0 - _used_percent(st), 2),
         "inodes_total": st.f_files,
         "inodes_free_percent": round(100.0 * st.f_favail / st.f_files, 2) if st.f_files else None,
         "writable": os.access(path, os.W_OK),
         "mount_readonly": bool(st.f_flag & os.ST_RDONLY),
     }
+
+
+def _used_percent(st: os.statvfs_result) -> float:
+    """Percent of the space a user may have that is used, as ``df`` (and psutil.disk_usage)
+    counts it: blocks reserved for root are neither used nor available."""
+    used = (st.f_blocks - st.f_bfree) * st.f_frsize
+    total = used + st.f_bavail * st.f_frsize
+    return round(100.0 * used / total, 1) if total else 0.0
 
 
 def _meminfo(ctx: ProbeContext) -> dict[str, int]:

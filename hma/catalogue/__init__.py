@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from importlib import resources
+from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
 
 from hma import tomlcompat
@@ -117,7 +117,7 @@ class _Shipped:
         self.index: dict[str, str] = {}  # code -> file
         self._texts: dict[str, str] = {}
         self._parsed: dict[str, dict[str, Entry]] = {}
-        for item in sorted(resources.files(__name__).iterdir(), key=lambda p: p.name):
+        for item in sorted(Path(__file__).parent.iterdir(), key=lambda p: p.name):
             name = item.name
             if not name.endswith(".toml"):
                 continue

@@ -27,6 +27,9 @@ NOT_NEEDED = (
     "hma.sources.nvml_events",
     "hma.reporters.journal",
     "hma.reporters.prometheus",
+    "psutil",
+    "traceback",
+    "zipfile",
 )
 
 
