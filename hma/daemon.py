@@ -26,13 +26,13 @@ from hma.adapters.notify import Notifier
 from hma.config import EX_CONFIG, ConfigError
 from hma.configfile import empty_files
 from hma.devices import DeviceWatcher
-from hma.model import Finding, ProbeRun, RunStatus, Severity
+from hma.model import Clears, Finding, ProbeRun, RunStatus, Severity
 from hma.pipeline import Applied, Pipeline
 from hma.probe import NodeFacts
 from hma.remediation import Remediator
 from hma.reporters import Alert, Reporter, start_reporters
 from hma.runner import make_slot, run_probe
-from hma.state import StateError, Store
+from hma.state import RETRY_MIN_S, StateError, Store
 from hma.status import StatusWriter, boot_id, status_path
 
 log = logging.getLogger("hma")
@@ -97,7 +97,12 @@ class SignalReceived:
     signum: int
 
 
-Message = Union[ProbeDone, RunReport, EventFound, DeviceChanged, SignalReceived]
+@dataclass(frozen=True)
+class AlertsQueued:
+    """Remediation queued alerts (``Remediator.alerts``): the loop sleeps until it says so."""
+
+
+Message = Union[ProbeDone, RunReport, EventFound, DeviceChanged, SignalReceived, AlertsQueued]
 
 
 class StoreKV:
@@ -207,6 +212,8 @@ class Daemon:
         if self.remediator is not None:
             _quietly(self.remediator.close)
         remediator = Remediator(self.setup, self.store, self.clock)
+        remediator.on_alert = lambda: self.inputs.put(AlertsQueued())
+        self.inputs.put(AlertsQueued())  # any queued before on_alert was set
         # decide on the current verdict at once (after a restart or reload the outbox and the
         # episode continue from the state store; updates otherwise come only with changes)
         remediator.update(self.model.verdict(self.clock()), self.boot_id)
@@ -321,7 +328,7 @@ class Daemon:
 
     def _dispatch_due(self) -> float:
         now = time.monotonic()
-        wait = 1.0 if self.notifier.watchdog_s is None else min(1.0, self.notifier.watchdog_s / 4)
+        wait = self._next_timer(now)
         facts: Optional[NodeFacts] = None
         for state in self.probes.values():
             if state.in_flight:
@@ -332,6 +339,25 @@ class Daemon:
                 state.next_due = now + float(self.setup.config.probe(state.name)["interval"])
             wait = min(wait, max(0.0, state.next_due - now))
         return wait
+
+    def _next_timer(self, mono: float) -> float:
+        """Seconds until ``_periodic`` has something to do: the status heartbeat, the watchdog
+        ping, a window-cleared fault's expiry, a state write retry, pruning. Everything else
+        arrives as a message, so between probe runs the loop sleeps (issue 14)."""
+        now = self.clock()
+        waits = [
+            self.status_writer.last_write + HEARTBEAT_S - mono,
+            self._last_prune + PRUNE_EVERY_S - now,
+        ]
+        if self.notifier.watchdog_s is not None:
+            waits.append(self._last_ping + self.notifier.watchdog_s / 4 - mono)
+        if self.store.write_error:
+            waits.append(RETRY_MIN_S)  # the store backs off by itself; flush says when
+        for rec in self.model.records():
+            entry = self.model.catalogue.entry(rec.code)
+            if entry.clears is Clears.WINDOW:
+                waits.append(rec.last_seen + entry.window_s - now)
+        return max(0.0, min(waits))
 
     def _facts(self) -> NodeFacts:
         if self.remediator is not None:
@@ -370,6 +396,15 @@ class Daemon:
             self._device(message)
         elif isinstance(message, SignalReceived):
             self._on_signal_item(message.signum)
+        elif isinstance(message, AlertsQueued):
+            self._remediation_alerts()
+
+    def _remediation_alerts(self) -> None:
+        alerts = self.remediator.alerts() if self.remediator is not None else []
+        for alert in alerts:
+            self._alert(alert)
+        if alerts:
+            self._write_status()  # remediation shows at once
 
     def _probe_done(self, state: ProbeState, run: ProbeRun) -> bool:
         """Record a finished scheduled run on its probe; False when the probe was reconfigured
@@ -455,14 +490,9 @@ class Daemon:
         tick = self.model.tick(now)
         if tick.transitions:
             self._react(self.pipeline.apply(tick))
-        acted = False
-        if self.remediator is not None:
-            for alert in self.remediator.alerts():
-                self._alert(alert)
-                acted = True
         mono = time.monotonic()
         heartbeat = mono - self.status_writer.last_write >= HEARTBEAT_S
-        if acted or heartbeat or self.status_writer.wait(mono) <= 0:  # remediation shows at once
+        if heartbeat or self.status_writer.wait(mono) <= 0:
             self._write_status()
         if now - self._last_prune >= PRUNE_EVERY_S:
             self._last_prune = now

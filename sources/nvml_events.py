@@ -1,7 +1,10 @@
 """``nvml_events`` event source: NVML Xid critical-error events, raised as findings at once.
 
 Registers every GPU for ``nvmlEventTypeXidCriticalError`` and blocks in ``nvmlEventSetWait``
-(``wait_ms`` at a time, so a stop request is seen within that). Each event becomes the finding that
+(``wait_ms`` at a time: NVML has no way to interrupt the wait, so a stop request is seen within
+that; a reload waits up to 5 s for it, a shutdown does not wait). An event ends the wait at once,
+whatever ``wait_ms``: a longer wait only costs stop latency, and saves the wake-ups of an idle
+node. Each event becomes the finding that
 ``hma.xid.xid_finding`` builds from (Xid, PCI bus id): the kernel-log source builds the very same
 (component, code) from the NVRM line, so one Xid seen both ways is one fault in the health model.
 """
@@ -34,7 +37,10 @@ class NvmlEventSource(EventSource):
             "path", None, "libnvidia-ml file to load; unset: libnvidia-ml.so.1 from the loader."
         ),
         "wait_ms": Option(
-            "int", 1000, "Milliseconds per nvmlEventSetWait call (bounds stop latency).", minimum=1
+            "int",
+            5000,
+            "Milliseconds per nvmlEventSetWait call (bounds stop latency; events end it at once).",
+            minimum=1,
         ),
         "dedup_window_s": Option(
             "float", 10.0, "Repeats of one Xid on one GPU within this are counted, not re-sent."

@@ -87,6 +87,7 @@ class Remediator:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._alerts: list[Alert] = []
+        self.on_alert: Callable[[], None] = lambda: None  # told when ``alerts`` has more
         self._verdict: Optional[Verdict] = None
         self._boot_id = ""
         self._boot_since = 0.0  # when this engine first heard of the current boot id
@@ -514,6 +515,7 @@ class Remediator:
                 self.clock(),
             )
         )
+        self.on_alert()
         log.info("%s: %s%s", kind, message, jobs)
 
     def _breaker_alert(self, ep: dict[str, Any], count: breaker.Count, what: str) -> None:
@@ -538,6 +540,7 @@ class Remediator:
                 self.clock(),
             )
         )
+        self.on_alert()
         log.warning(msg)
 
     # --- the worker -----------------------------------------------------------------------------
