@@ -297,3 +297,15 @@ def test_stale_facts_after_the_resume_are_not_taken_up(tmp_path: Path) -> None:
     rem.flush(5)
     assert writes(fake).count("RESUME") == 1
     assert [r["kind"] for r in rem.status()["actions"]] == ["drain", "resume"]
+
+
+def test_each_queued_alert_wakes_the_owner(tmp_path: Path) -> None:
+    """The daemon sleeps until remediation says it queued alerts (no polling)."""
+    fake = FakeSlurm("n1")
+    rem = make(tmp_path, fake, retry_min=0.05, retry_max=0.1)
+    told: list[int] = []
+    rem.on_alert = lambda: told.append(1)
+    fake.down = True
+    run(rem, (fault(Action.NONE),))
+    assert [a.kind for a in rem.alerts()] == ["action_requested", "action_failed"]
+    assert len(told) == 2

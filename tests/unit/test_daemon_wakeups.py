@@ -1,0 +1,62 @@
+"""Between probe runs the daemon's loop sleeps until its next timer; remediation wakes it."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from hma.daemon import HEARTBEAT_S, AlertsQueued, Daemon
+from hma.model import Finding, ProbeRun, RunStatus
+
+pytestmark = pytest.mark.timeout(60)
+
+NOW = 1_800_000_000.0
+
+
+def daemon(tmp_path: Path, clock: list[float]) -> Daemon:
+    cfg = tmp_path / "hma.toml"
+    cfg.write_text(
+        f'[agent]\nstate_dir = "{tmp_path}/state"\nrun_dir = "{tmp_path}/run"\n'
+        f'probes_dir = "{tmp_path}/probes.d"\n[slurm]\nenabled = false\n'
+    )
+    return Daemon(str(cfg), clock=lambda: clock[0])
+
+
+def test_idle_loop_sleeps_until_the_heartbeat(tmp_path: Path) -> None:
+    d = daemon(tmp_path, [NOW])
+    try:
+        d._periodic()  # prunes, writes the status: nothing left due
+        wait = d._next_timer(time.monotonic())
+        assert 1.0 < wait <= HEARTBEAT_S  # not the once-a-second poll it was
+    finally:
+        d.store.close()
+
+
+def test_a_window_cleared_fault_wakes_the_loop_when_it_expires(tmp_path: Path) -> None:
+    clock = [NOW]
+    d = daemon(tmp_path, clock)
+    try:
+        hung = Finding("KERNEL_HUNG_TASK", "kernel", "task blocked", {}, probe="kernel_log")
+        d.pipeline.observe_run(ProbeRun("kernel_log", RunStatus.RAN, NOW, 0.0, (hung,)), NOW)
+        window = d.model.catalogue.entry("KERNEL_HUNG_TASK").window_s
+        clock[0] = NOW + window - 0.25
+        d._periodic()  # prunes, writes the status: nothing left due
+        assert d._next_timer(time.monotonic()) == pytest.approx(0.25)
+    finally:
+        d.store.close()
+
+
+def test_remediation_alerts_arrive_as_a_message(tmp_path: Path) -> None:
+    d = daemon(tmp_path, [NOW])
+    try:
+        d.remediator = d._make_remediator()
+        while not d.inputs.empty():  # the one put when it was made
+            assert isinstance(d.inputs.get_nowait(), AlertsQueued)
+        d.remediator.on_alert()
+        assert isinstance(d.inputs.get_nowait(), AlertsQueued)
+    finally:
+        if d.remediator is not None:
+            d.remediator.close()
+        d.store.close()
