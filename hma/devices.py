@@ -6,6 +6,8 @@ Never start udevd or run ``udevadm trigger``: kernel-source monitoring needs nei
 from __future__ import annotations
 
 import logging
+import os
+import select
 import threading
 from typing import Callable, Iterable
 
@@ -21,6 +23,7 @@ class DeviceWatcher:
         self.subsystems = sorted(set(subsystems))
         self.on_event = on_event
         self._stop = threading.Event()
+        self._wake_r, self._wake_w = -1, -1  # stop() writes a byte: the reader never polls
         self._thread: threading.Thread | None = None
 
     def start(self) -> bool:
@@ -34,6 +37,7 @@ class DeviceWatcher:
             for subsystem in self.subsystems:
                 monitor.filter_by(subsystem)
             monitor.start()
+            self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         except Exception as exc:  # noqa: BLE001 - no netlink or libudev: degrade, don't die
             log.warning("device events unavailable: %s", exc)
             return False
@@ -44,17 +48,31 @@ class DeviceWatcher:
         return True
 
     def _loop(self, monitor: object) -> None:
-        while not self._stop.is_set():
-            try:
-                device = monitor.poll(timeout=1.0)  # type: ignore[attr-defined]
-            except Exception as exc:  # noqa: BLE001
-                log.warning("device monitor failed: %s", exc)
-                return
-            if device is not None and device.action in ("add", "remove"):
-                self.on_event(device.subsystem or "", device.action, device.sys_name or "")
+        waiter = select.poll()
+        waiter.register(monitor.fileno(), select.POLLIN)  # type: ignore[attr-defined]
+        waiter.register(self._wake_r, select.POLLIN)
+        try:
+            while not self._stop.is_set():
+                try:
+                    waiter.poll()  # blocks until a uevent or stop()
+                    device = monitor.poll(timeout=0)  # type: ignore[attr-defined]
+                except Exception as exc:  # noqa: BLE001
+                    log.warning("device monitor failed: %s", exc)
+                    return
+                if device is not None and device.action in ("add", "remove"):
+                    self.on_event(device.subsystem or "", device.action, device.sys_name or "")
+        finally:
+            os.close(self._wake_r)
 
     def stop(self) -> None:
-        """Stop the reader thread."""
+        """Stop the reader thread (woken at once)."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(2.0)
+        if self._thread is None:
+            return
+        try:
+            os.write(self._wake_w, b"x")
+        except OSError:
+            pass
+        self._thread.join(2.0)
+        os.close(self._wake_w)
+        self._thread = None
