@@ -32,6 +32,7 @@ from hma.probe import NodeFacts
 from hma.remediation import Remediator
 from hma.reporters import Alert, Reporter, start_reporters
 from hma.runner import make_slot, run_probe
+from hma.source import StopEvent
 from hma.state import RETRY_MIN_S, StateError, Store
 from hma.status import StatusWriter, boot_id, status_path
 
@@ -149,7 +150,7 @@ class Daemon:
         self.probes: dict[str, ProbeState] = {}
         self.reporters: list[Reporter] = []
         self.remediator: Optional[Remediator] = None
-        self._source_stop = threading.Event()
+        self._source_stop = StopEvent()
         self._source_threads: list[threading.Thread] = []
         self.devices: Optional[DeviceWatcher] = None
         self._last_ping = 0.0
@@ -223,7 +224,7 @@ class Daemon:
         self._source_stop.set()
         for thread in self._source_threads:
             thread.join(5.0)
-        self._source_stop = threading.Event()
+        self._source_stop = StopEvent()
         self._source_threads = []
         for name, source in self.setup.sources.items():
             if not self.setup.config.sources[name]["enabled"]:

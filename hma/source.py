@@ -7,6 +7,8 @@ passed to ``emit`` goes through the health model, the outbox and the status file
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Mapping, Optional, Protocol
@@ -55,7 +57,31 @@ class SourceContext:
     runner: CommandRunner
     boot_id: str
     kv: KeyValue = field(default_factory=MemoryKV)  # cursors survive restarts through this
-    stop: threading.Event = field(default_factory=threading.Event)
+    stop: threading.Event = field(default_factory=lambda: StopEvent())
+
+
+class StopEvent(threading.Event):
+    """``ctx.stop`` as the daemon makes it: its ``fileno`` turns readable when it is set, so a
+    source blocked in ``poll`` can wait for a stop too instead of waking to look."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._read, self._write = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+
+    def fileno(self) -> int:
+        """Readable once the event is set."""
+        return self._read
+
+    def set(self) -> None:
+        """Set the event and wake a ``poll`` on ``fileno``."""
+        super().set()
+        with contextlib.suppress(OSError):
+            os.write(self._write, b"x")
+
+    def __del__(self) -> None:
+        for fd in (self._read, self._write):
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 class EventSource:

@@ -36,7 +36,7 @@ from hma.source import EventSource, SourceContext
 
 CURSOR_KEY = "kernel_log.cursor"
 JOURNAL_CURSOR_KEY = "kernel_log.journal_cursor"
-POLL_S = 1.0  # wake-ups per second while idle; also the longest wait for ctx.stop
+POLL_S = 1.0  # idle wake-ups when ctx.stop has no fileno (and of the journald backend)
 CURSOR_EVERY_S = 5.0  # a line that raised a finding saves the cursor at once
 READ_SIZE = 65536
 
@@ -134,6 +134,9 @@ class KernelLogSource(EventSource):
         saved_at = time.monotonic()
         poller = select.poll()
         poller.register(fd, select.POLLIN)
+        stop_fd = getattr(ctx.stop, "fileno", None)  # the daemon's StopEvent: no idle polling
+        if stop_fd is not None:
+            poller.register(stop_fd(), select.POLLIN)
         buf = b""
         cut: Optional[bytes] = None  # head of an over-long line whose end is still to come
 
@@ -174,7 +177,12 @@ class KernelLogSource(EventSource):
             while not ctx.stop.is_set():
                 if time.monotonic() - saved_at >= CURSOR_EVERY_S:
                     save()
-                if not poller.poll(int(POLL_S * 1000)):
+                if stop_fd is None:
+                    wait: Optional[float] = POLL_S
+                else:  # block; with a cursor to save, until it is due
+                    wait = CURSOR_EVERY_S if last_seq != saved_seq else None
+                ready = poller.poll(None if wait is None else int(wait * 1000))
+                if not any(ready_fd == fd for ready_fd, _ in ready):
                     continue
                 try:
                     chunk = os.read(fd, READ_SIZE)
