@@ -146,7 +146,7 @@ def test_outage_then_pending_drain_lands(fresh: SlurmCluster, tmp_path: Path) ->
         wait(lambda: rem.status()["actions"][0]["state"] == "failed", 30, "failed state")
         status = rem.status()
         row = status["actions"][0]
-        assert row["kind"] == "drain" and "slurmctld" in row["last_error"]
+        assert row["kind"] == "drain" and "contact slurm controller" in row["last_error"]
         assert status["pending"] == 1
         wait(lambda: rem.facts().job_running is None, 30, "facts: jobs unknown during the outage")
         time.sleep(max(0.0, OUTAGE_S - (time.monotonic() - started)))
