@@ -622,6 +622,21 @@ class SlurmCluster:
         self.held_arrays += ids
         return ids
 
+    def rpc_counts(self, reset: bool = False) -> dict[str, tuple[int, int]]:
+        """slurmctld's RPCs by message type since the last reset, as (count, total µs), from
+        ``sdiag`` (its own REQUEST_STATS_INFO left out); ``reset``: ``sdiag -r`` afterwards."""
+        text = self.run("sdiag").stdout
+        if reset:
+            self.run("sdiag", "-r")
+        body = text.split("by message type", 1)[-1].split("by user", 1)[0]
+        out = {}
+        for line in body.splitlines():
+            words = line.split()
+            values = dict(w.split(":", 1) for w in words[1:] if ":" in w)
+            if words and "count" in values and words[0] != "REQUEST_STATS_INFO":
+                out[words[0]] = (int(values["count"]), int(values.get("total_time", "0")))
+        return out
+
     def unheld_jobs(self) -> list[str]:
         """Job ids in the queue other than the held arrays' (``reset()`` cancels these)."""
         held = set(self.held_arrays)
