@@ -84,12 +84,12 @@ def bench_remediator(cluster: SlurmCluster, tmp: Path, runs: int) -> list[float]
     return out
 
 
-def bench_xid(cluster: SlurmCluster, tmp: Path, runs: int) -> list[float]:
+def bench_xid(cluster: SlurmCluster, tmp: Path, runs: int, node: str = "node2") -> list[float]:
     from tests.integration.remediation_helpers import write_config
 
     out = []
     for i in range(runs):
-        base = tmp / f"xid{i}"
+        base = tmp / f"xid-{node}-{i}"
         base.mkdir()
         fifo = base / "kmsg"
         os.mkfifo(fifo)
@@ -99,7 +99,7 @@ def bench_xid(cluster: SlurmCluster, tmp: Path, runs: int) -> list[float]:
             f'rules_dir = "{base}/rules.d"\n'
             '[codes.GPU_XID_79]\naction = "none"\n'  # drain only: no reboot between runs
         )
-        cfg = write_config(base / "hma.toml", cluster, "node2", {}, {}, extra=extra)
+        cfg = write_config(base / "hma.toml", cluster, node, {}, {}, extra=extra)
         env = {**os.environ, "HMA_CONFIG": str(cfg)}
         log = open(base / "daemon.log", "w")  # noqa: SIM115 - closed in finally
         daemon = subprocess.Popen(
@@ -111,14 +111,14 @@ def bench_xid(cluster: SlurmCluster, tmp: Path, runs: int) -> list[float]:
             line = "NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU off bus"
             t0 = time.perf_counter()
             os.write(fd, f"4,{i + 1},{(i + 1) * 1000},-;{line}\n".encode())
-            spin(drained(cluster, "node2"), 30)
+            spin(drained(cluster, node), 30)
             out.append(time.perf_counter() - t0)
             os.close(fd)
         finally:
             stop(daemon)
             log.close()
-        cluster.run("scontrol", "cancel_reboot", "node2")
-        resume(cluster, "node2")
+        cluster.run("scontrol", "cancel_reboot", node)
+        resume(cluster, node)
     return out
 
 

@@ -800,13 +800,20 @@ class Remediator:
         if node.maintenance:
             self._write_label(node, held="maintenance")
             return "held", "maintenance: node is in a maintenance reservation"
-        count = self._count(node)
-        if count.blocks(node.name):
-            with self._lock:
-                ep = self._state().get("episode") or {}
-                self._breaker_alert(ep, count, f"drain of {node.name}")
-            self._write_label(node, held="breaker")
-            return "held", f"breaker: {count.others(node.name)} node(s) held, limit {count.limit}"
+        # Count first only when the breaker was open (a held drain, or the last count blocked):
+        # otherwise drain at once and count after, undoing a drain beyond the limit (the drain
+        # is what a fault needs fast; the count reads the node table).
+        last = self._breaker
+        if row["state"] == "held" or (last is not None and last.blocks(node.name)):
+            count = self._count(node)
+            if count.blocks(node.name):
+                with self._lock:
+                    ep = self._state().get("episode") or {}
+                    self._breaker_alert(ep, count, f"drain of {node.name}")
+                self._write_label(node, held="breaker")
+                return "held", (
+                    f"breaker: {count.others(node.name)} node(s) held, limit {count.limit}"
+                )
         drained = round(self.clock(), 3)
         fields = self._field_update(node, self._label_for(drained=drained))
         self.client.update(node.name, State="DRAIN", Reason=reason, **fields)
@@ -814,7 +821,7 @@ class Remediator:
         drained_node = replace(node, flags=node.flags | {"DRAIN"}, reason=reason)
         with self._lock:
             self._node = drained_node
-        # Recount: nodes failing at the same instant must not all get through.
+        # Count: nodes failing at the same instant (or past an open breaker) must not get through.
         after = self._count(drained_node)
         if after.beyond(node.name):
             return self._undo(node.name, after)
@@ -830,8 +837,8 @@ class Remediator:
             ep = self._state().get("episode") or {}
             self._breaker_alert(ep, count, f"drain of {name} (undone)")
         return "held", (
-            f"breaker: drained at the same time as {len(count.held) - 1} other node(s); "
-            f"undone (limit {count.limit})"
+            f"breaker: {count.held.index(name)} node(s) held before it; drain undone "
+            f"(limit {count.limit})"
         )
 
     def _may_adopt(self, node: NodeState) -> bool:
