@@ -82,6 +82,7 @@ class Remediator:
             conf=self.sl["conf"],
             timeout=float(self.sl["timeout"]),
             path=str(self.sl["path"] or ""),
+            spool_dir=self.sl["spool_dir"],
         )
         self.enabled = bool(self.sl["enabled"]) and self._scontrol_found()
         self._lock = threading.RLock()

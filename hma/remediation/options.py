@@ -104,6 +104,12 @@ SLURM: dict[str, Option] = {
     "node_name": Option(
         "str", None, "This node's Slurm name; unset: match this host to NodeHostname/NodeName."
     ),
+    "spool_dir": Option(
+        "str",
+        None,
+        "SlurmdSpoolDir of this node (%n: node name): its jobs are read from the step sockets "
+        "there; unset: asked once (scontrol show config); unreadable: scontrol listpids.",
+    ),
     "timeout": Option("float", 20.0, "Seconds one Slurm client call may take.", check=positive),
     "heartbeat": Option(
         "float",

@@ -317,6 +317,22 @@ def parse_listpids(text: str) -> dict[str, tuple[str, ...]]:
     return {job: tuple(sorted(steps)) for job, steps in out.items()}
 
 
+def parse_spool(names: Sequence[str], node: str) -> dict[str, tuple[str, ...]]:
+    """Job id -> step ids from the socket names ``<node>_<job>.<step>`` of SlurmdSpoolDir."""
+    out: dict[str, set[str]] = {}
+    prefix = f"{node}_"
+    for name in names:
+        job, dot, step = name[len(prefix) :].partition(".")
+        if name.startswith(prefix) and dot and job.isdigit() and step.isdigit():
+            out.setdefault(job, set()).add(step)
+    return {job: tuple(sorted(steps)) for job, steps in out.items()}
+
+
+LIVE_JOB_STATES = frozenset(
+    {"RUNNING", "COMPLETING", "SUSPENDED", "CONFIGURING", "STOPPED", "SIGNALING", "RESIZING"}
+)
+
+
 @dataclass
 class SlurmClient:
     """scontrol / sinfo / squeue as argv lists, every call with a timeout; raises ``SlurmError``."""
@@ -328,8 +344,9 @@ class SlurmClient:
     timeout: float = 20.0
     path: str = ""
     runner: CommandRunner = field(default_factory=lambda: CommandRunner(output_cap=OUTPUT_CAP))
-    # jobs() cache: job id -> (its steps when last asked, the job then)
-    jobs_seen: dict[str, tuple[tuple[str, ...], Job]] = field(default_factory=dict)
+    spool_dir: Optional[str] = None  # SlurmdSpoolDir (%n, %h expanded); None: ask Slurm once
+    # jobs() cache: job id -> (its steps when last asked, the job then; None: over)
+    jobs_seen: dict[str, tuple[tuple[str, ...], Optional[Job]]] = field(default_factory=dict)
 
     def env(self) -> dict[str, str]:
         """Environment of every call: ours plus SLURM_CONF and PATH when configured."""
@@ -403,27 +420,50 @@ class SlurmClient:
                 exprs.append(nodes)
         return len(set(self.hostnames(",".join(exprs))))
 
-    def jobs(self, node: str) -> list[Job]:
-        """Jobs with steps on ``node``, from its slurmd (``scontrol listpids``: no controller
-        query). User and comment come from a single-job query when a job or one of its steps is
-        first seen (``hma srun`` marks the comment before it starts its step)."""
+    def steps(self, node: str) -> dict[str, tuple[str, ...]]:
+        """Job id -> step ids on ``node``, read where slurmd keeps them: the step daemons'
+        sockets ``<node>_<job>.<step>`` in SlurmdSpoolDir (a directory listing), else ``scontrol
+        listpids`` (which asks the local slurmd; neither asks slurmctld)."""
+        spool = self.spool(node)
+        if spool:
+            try:
+                return parse_spool(os.listdir(spool), node)
+            except OSError:
+                pass
         result = self._call([*self.scontrol, "listpids", "*", node])
         if not result.ok:
             if "no job steps exist" not in (result.stderr + result.stdout).lower():
                 raise SlurmError(_describe(result))
-            steps: dict[str, tuple[str, ...]] = {}
-        else:
-            steps = parse_listpids(result.stdout)
-        seen: dict[str, tuple[tuple[str, ...], Job]] = {}
-        for job_id, ids in steps.items():
+            return {}
+        return parse_listpids(result.stdout)
+
+    def spool(self, node: str) -> str:
+        """SlurmdSpoolDir of ``node`` (``spool_dir``, else ``scontrol show config`` once)."""
+        if self.spool_dir is None:
+            self.spool_dir = ""
+            result = self._call([*self.scontrol, "show", "config"])
+            for line in result.stdout.splitlines() if result.ok else ():
+                key, _, value = line.partition("=")
+                if key.strip() == "SlurmdSpoolDir":
+                    self.spool_dir = value.strip()
+        host = socket.gethostname().split(".")[0]
+        return self.spool_dir.replace("%n", node).replace("%h", host)
+
+    def jobs(self, node: str) -> list[Job]:
+        """Jobs with steps on ``node`` (``steps``: no controller query). User and comment come
+        from a single-job query when a job or one of its steps is first seen (``hma srun`` marks
+        the comment before it starts its step); a job Slurm says is over is left out."""
+        seen: dict[str, tuple[tuple[str, ...], Optional[Job]]] = {}
+        for job_id, ids in self.steps(node).items():
             known = self.jobs_seen.get(job_id)
             if known is not None and known[0] == ids:
                 seen[job_id] = known
                 continue
-            for info in self.job_infos([job_id]):  # absent: it ended between the two calls
-                seen[job_id] = (ids, Job(job_id, info.user, info.state, info.comment))
+            infos = [i for i in self.job_infos([job_id]) if i.state in LIVE_JOB_STATES]
+            job = Job(job_id, infos[0].user, infos[0].state, infos[0].comment) if infos else None
+            seen[job_id] = (ids, job)  # None: a leftover socket, not asked about again
         self.jobs_seen = seen
-        return [job for _ids, job in seen.values()]
+        return [job for _ids, job in seen.values() if job is not None]
 
     def job_infos(self, ids: Sequence[str]) -> list[JobInfo]:
         """Queued/running jobs among ``ids`` (single-job queries; gone jobs are simply absent)."""

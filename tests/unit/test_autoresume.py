@@ -396,24 +396,40 @@ def test_agent_hook_leaves_other_requeues_alone() -> None:
     assert sum(1 for c in runner2.calls if c[0] == "squeue") == 1
 
 
-def test_jobs_come_from_the_local_slurmd_and_one_query_per_new_step() -> None:
+def test_jobs_come_from_the_step_sockets_and_one_query_per_new_step(tmp_path: Path) -> None:
+    spool = tmp_path / "spool" / "node1"
+    spool.mkdir(parents=True)
+    for name in ("node1_1.4294967291", "node1_1.0", "node2_5.0", "cred_state", "job00001"):
+        (spool / name).touch()  # slurmstepd's sockets are named <node>_<job>.<step>
+    cl, runner = client({("squeue",): fixture("squeue-running.txt")})
+    cl.spool_dir = str(tmp_path / "spool" / "%n")
+    assert cl.jobs("node1") == [Job("1", "root", "RUNNING", "my run hma-resume=1,a=0")]
+    assert [c[:4] for c in runner.calls] == [["squeue", "-h", "-j", "1"]]  # one single-job query
+    cl.jobs("node1")  # the same job and steps: no query at all
+    assert len(runner.calls) == 1
+    (spool / "node1_1.1").touch()  # a new step (hma srun started srun): asked again
+    cl.jobs("node1")
+    assert len(runner.calls) == 2
+    (spool / "node1_9.0").touch()  # a socket left over by a job Slurm has forgotten
+    runner.answers[("squeue",)] = (1, "slurm_load_jobs error: Invalid job id specified")
+    assert [j.id for j in cl.jobs("node1")] == ["1"]
+    cl.jobs("node1")
+    assert len(runner.calls) == 3  # asked about job 9 once
+
+
+def test_jobs_from_listpids_where_the_spool_cannot_be_read() -> None:
     answers = {
+        ("scontrol", "show", "config"): "SlurmdSpoolDir          = /nonexistent/%n\n",
         ("scontrol", "listpids"): fixture("listpids-node1.txt"),
         ("squeue",): fixture("squeue-running.txt"),
     }
     cl, runner = client(answers)
     assert cl.jobs("node1") == [Job("1", "root", "RUNNING", "my run hma-resume=1,a=0")]
-    assert runner.calls[0] == ["scontrol", "listpids", "*", "node1"]
-    assert runner.calls[1][:4] == ["squeue", "-h", "-j", "1"]
-    cl.jobs("node1")  # the same job and steps: no controller query
-    assert [c[0] for c in runner.calls] == ["scontrol", "squeue", "scontrol"]
-    runner.answers[("scontrol", "listpids")] = fixture("listpids-node1.txt") + (
-        "9100     1        1        0       0\n"  # a new step (hma srun started srun)
-    )
+    assert runner.calls[0] == ["scontrol", "show", "config"] and cl.spool_dir == "/nonexistent/%n"
+    assert runner.calls[1] == ["scontrol", "listpids", "*", "node1"]
     cl.jobs("node1")
-    assert [c[0] for c in runner.calls][-2:] == ["scontrol", "squeue"]
-    none = "No job steps exist on this node."
-    runner.answers[("scontrol", "listpids")] = (1, none)
+    assert [c[0] for c in runner.calls] == ["scontrol", "scontrol", "squeue", "scontrol"]
+    runner.answers[("scontrol", "listpids")] = (1, "No job steps exist on this node.")
     assert cl.jobs("node1") == []
     runner.answers[("scontrol", "listpids")] = (1, "slurm_pid2jobid: Connection refused")
     with pytest.raises(SlurmError, match="Connection refused"):
