@@ -1,25 +1,25 @@
 #!/usr/bin/env python3
 """The agent's cost to slurmctld and to its node as the cluster grows (needs root).
 
-    .venv/bin/python bench/bench_fleet_scale.py [--sizes 100,2000,5000] [--seconds 120]
-        [--held-jobs 3000] [--xid-runs 30] [--heartbeat 600] [--window-heartbeat 10]
+    .venv/bin/python bench/bench_fleet_scale.py [--sizes 100,2000,5000] [--seconds 60]
+        [--cpu-seconds 120] [--held-jobs 3000] [--xid-runs 30] [--xid-size 2000]
+        [--heartbeat 600] [--window-heartbeat 10]
 
 For each size a loopback Slurm (tests/slurmcluster.py) of 2 slurmd plus ``size - 2`` nodes without
 slurmd (every client RPC pays for them) and ``--held-jobs`` held jobs runs one real ``hma run``
-daemon on node1 at default settings, with a job running on node1, except that its heartbeat is
-``--window-heartbeat`` so that a short window sees many heartbeats. Over ``--seconds`` after it
-settled:
+daemon on node1 at default settings, with a job running on node1, twice (each measured after
+``--settle`` seconds):
 
-- controller RPCs by type (``sdiag``, reset at the start of the window), per node-hour at the
-  window's heartbeat, then scaled to ``--heartbeat`` (the default of ``[slurm] heartbeat``): the
-  steady state asks slurmctld only once a heartbeat, so its RPC rate is proportional to 1/heartbeat;
-- slurmctld's time for them (``sdiag`` total_time, µs) and, from it, 10,000 agents as a share of
-  one slurmctld core;
-- the agent's CPU share of one core (daemon, its workers and every Slurm client it ran: utime +
-  stime of the process tree).
+- with a heartbeat of ``--window-heartbeat`` for ``--seconds``: controller RPCs by type (``sdiag``,
+  reset at the start of the window) per node-hour, scaled to ``--heartbeat`` (the default of
+  ``[slurm] heartbeat``; the healthy agent asks slurmctld once a heartbeat, so its rate goes with
+  1/heartbeat), and slurmctld's time for them (``sdiag`` total_time), from which 10,000 agents as a
+  share of one slurmctld core;
+- with the default heartbeat for ``--cpu-seconds``: the agent's CPU share of one core (daemon,
+  workers and every Slurm client it ran: utime + stime of the process tree).
 
-Then, at 2,000 nodes (the middle size when given): Xid kernel line -> DRAIN, median and p99, as in
-bench/bench_drain.py (a fresh daemon per run; the poller adds up to one ``scontrol`` call).
+Then Xid kernel line -> DRAIN at ``--xid-size`` nodes, median and p99, as in bench/bench_drain.py
+(a fresh daemon per run; the poller adds up to one ``scontrol`` call).
 """
 
 from __future__ import annotations
@@ -90,35 +90,51 @@ def agent(cluster: SlurmCluster, base: Path, heartbeat: float) -> subprocess.Pop
     )
 
 
+def window(
+    cluster: SlurmCluster, base: Path, heartbeat: float, settle: float, seconds: float
+) -> tuple[dict[str, tuple[int, int]], float, float]:
+    """One daemon: RPCs by type (count, µs), its CPU seconds and the window's length."""
+    daemon = agent(cluster, base, heartbeat)
+    try:
+        time.sleep(settle)  # start-up reads, the probes' first runs
+        cluster.rpc_counts(reset=True)
+        cpu0, t0 = tree_cpu(daemon.pid), time.monotonic()
+        time.sleep(seconds)
+        counts = cluster.rpc_counts()
+        return counts, tree_cpu(daemon.pid) - cpu0, time.monotonic() - t0
+    finally:
+        stop(daemon)
+
+
 def measure(size: int, args: argparse.Namespace, tmp: Path) -> dict[str, object]:
+    """RPCs at a short heartbeat (scaled to the default), CPU at the default heartbeat."""
     with SlurmCluster(2, placeholders=size - 2, held_jobs=args.held_jobs) as cluster:
-        job = cluster.submit("node1", seconds=int(args.seconds) + 600)
-        daemon = agent(cluster, tmp / f"agent{size}", args.window_heartbeat)
+        job = cluster.submit("node1", seconds=int(args.seconds + args.cpu_seconds) + 600)
         try:
-            time.sleep(args.settle)  # start-up reads, probes' first runs
-            cluster.rpc_counts(reset=True)
-            cpu0, t0 = tree_cpu(daemon.pid), time.monotonic()
-            time.sleep(args.seconds)
-            counts = cluster.rpc_counts()
-            cpu = tree_cpu(daemon.pid) - cpu0
-            window = time.monotonic() - t0
+            counts, _cpu, seconds = window(
+                cluster, tmp / f"rpc{size}", args.window_heartbeat, args.settle, args.seconds
+            )
+            _counts, cpu, cpu_seconds = window(
+                cluster, tmp / f"cpu{size}", args.heartbeat, args.settle, args.cpu_seconds
+            )
         finally:
-            stop(daemon)
             cluster.run("scancel", job)
-    scale = 3600.0 / window * (args.window_heartbeat / args.heartbeat)
+        version = cluster.run("sinfo", "-V").stdout.strip()
+    scale = 3600.0 / seconds * (args.window_heartbeat / args.heartbeat)
     return {
         "size": size,
         "rpcs": {k: c * scale for k, (c, _t) in sorted(counts.items())},
         "usec": sum(t for _c, t in counts.values()) * scale,  # controller µs per node-hour
-        "cpu": cpu / window * 100.0,
-        "window": window,
+        "cpu": cpu / cpu_seconds * 100.0,
+        "version": version,
     }
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="100,2000,5000", help="cluster sizes (nodes)")
-    parser.add_argument("--seconds", type=float, default=120.0, help="window per size")
+    parser.add_argument("--seconds", type=float, default=60.0, help="RPC window per size")
+    parser.add_argument("--cpu-seconds", type=float, default=120.0, help="CPU window per size")
     parser.add_argument("--settle", type=float, default=15.0, help="seconds before the window")
     parser.add_argument("--held-jobs", type=int, default=3000, help="held jobs queued")
     parser.add_argument("--heartbeat", type=float, default=600.0, help="heartbeat reported")
@@ -135,14 +151,12 @@ def main() -> int:
                 2, placeholders=args.xid_size - 2, held_jobs=args.held_jobs
             ) as cluster:
                 xid = bench_xid(cluster, Path(tmp), args.xid_runs, node="node2")
-        version = subprocess.run(
-            ["sinfo", "-V"], capture_output=True, text=True, check=False
-        ).stdout.strip()
     print(f"machine: {machine()}")
     print(
-        f"slurm: {version}; 2 slurmd + placeholder nodes, {args.held_jobs} held jobs; "
-        f"one hma run on node1 with a running job; window {args.seconds:g} s per size at "
-        f"heartbeat {args.window_heartbeat:g} s, scaled to heartbeat {args.heartbeat:g} s"
+        f"slurm: {rows[0]['version'] if rows else '?'}; 2 slurmd + placeholder nodes, "
+        f"{args.held_jobs} held jobs; one hma run on node1 with a running job. RPCs: "
+        f"{args.seconds:g} s at heartbeat {args.window_heartbeat:g} s, scaled to heartbeat "
+        f"{args.heartbeat:g} s; CPU: {args.cpu_seconds:g} s at heartbeat {args.heartbeat:g} s"
     )
     for row in rows:
         rpcs = row["rpcs"]
