@@ -492,7 +492,11 @@ class SlurmClient:
     def find_node_name(self, hostnames: Sequence[str] = ()) -> Optional[str]:
         """This host's Slurm node name: NodeHostname (or NodeName) matching the host name."""
         names = list(hostnames) or _own_hostnames()
-        nodes = self.nodes()  # the whole table, once at start (set [slurm] node_name to skip it)
+        for name in names:  # the usual case, NodeName = NodeHostname = host name: one node read
+            found = self.nodes([name])
+            if found and found[0].hostname == name:
+                return name
+        nodes = self.nodes()  # else the whole table, once at start ([slurm] node_name skips it)
         for attr in ("hostname", "name"):
             hits = [n.name for n in nodes if getattr(n, attr) in names]
             if len(hits) == 1:

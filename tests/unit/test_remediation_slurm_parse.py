@@ -113,7 +113,8 @@ def test_node_is_a_single_node_query_and_the_name_comes_from_the_host() -> None:
     table = recorded("sinfo-faulty.txt").replace("localhost", "gpu-a", 1)
     runner = CannedRunner({"sinfo": (0, table, "")})
     client = SlurmClient(runner=runner)  # type: ignore[arg-type]
-    assert client.find_node_name(["gpu-a"]) == "node1"
+    assert client.find_node_name(["gpu-a"]) == "node1"  # no node gpu-a: the table, once
+    assert runner.calls[-1][-2:] != ["-n", "gpu-a"] and "-n" not in runner.calls[-1]
     assert client.find_node_name(["nope"]) is None
     assert client.node("node4").drained
     assert runner.calls[-1][-2:] == ["-n", "node4"]  # one name: slurmctld reads one node
@@ -122,6 +123,14 @@ def test_node_is_a_single_node_query_and_the_name_comes_from_the_host() -> None:
     env = SlurmClient(conf="/etc/x/slurm.conf", path="/opt/slurm/bin").env()
     assert env["SLURM_CONF"] == "/etc/x/slurm.conf" and env["PATH"] == "/opt/slurm/bin"
     assert SlurmClient().runner.output_cap == OUTPUT_CAP >= 64 << 20
+
+
+def test_node_named_as_the_host_is_found_with_one_single_node_read() -> None:
+    line = recorded("sinfo-healthy.txt").splitlines()[0].replace("localhost", "node1") + "\n"
+    runner = CannedRunner({"sinfo": (0, line, "")})
+    client = SlurmClient(runner=runner)  # type: ignore[arg-type]
+    assert client.find_node_name(["node1"]) == "node1"
+    assert len(runner.calls) == 1 and runner.calls[0][-2:] == ["-n", "node1"]
 
 
 def test_cut_output_is_an_error_never_parsed() -> None:
