@@ -1051,10 +1051,7 @@ class Remediator:
             name = self._node_name_now()
             node = self.client.node(name)
         except SlurmError as exc:
-            with self._lock:
-                self._facts_ok = False
-                self._facts_error = str(exc)
-            return False
+            return self._facts_failed(exc)
         with self._lock:
             first = self._node_name is None
             self._node_name = name
@@ -1065,18 +1062,21 @@ class Remediator:
             self._wake.set()
         return ok
 
+    def _facts_failed(self, exc: SlurmError) -> bool:
+        with self._lock:
+            self._facts_ok = False
+            self._facts_error = str(exc)
+        return False
+
     def _refresh_jobs(self) -> bool:
-        """Read the node's jobs from its slurmd; a single-job query for a job first seen."""
+        """Read the node's jobs (``SlurmClient.jobs``: no controller query in the steady state)."""
         name = self._node_name
         if name is None:
             return False
         try:
             jobs = self.client.jobs(name)
         except SlurmError as exc:
-            with self._lock:
-                self._facts_ok = False
-                self._facts_error = str(exc)
-            return False
+            return self._facts_failed(exc)
         self._autoresume.observe(self.client, jobs)  # before the jobs are used by _plan
         with self._lock:
             self._jobs = tuple((j.id, j.user) for j in jobs)

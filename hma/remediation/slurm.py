@@ -192,18 +192,25 @@ def _text(value: str) -> str:
     return "" if value in ("(null)", "N/A") else value
 
 
+def _records(text: str, tool: str, width: int) -> list[list[str]]:
+    """The SEP-separated fields of each non-empty line; a line with fewer is a ``SlurmError``."""
+    out = []
+    for line in text.splitlines():
+        if line.strip():
+            parts = line.split(SEP)
+            if len(parts) < width:
+                raise SlurmError(f"{tool}: unreadable line {line[:200]!r}")
+            out.append(parts[:width])
+    return out
+
+
 def parse_sinfo(text: str) -> list[NodeState]:
     """Nodes from ``sinfo -h -N -O NODE_FORMAT`` (one line per node and partition, merged).
 
     A line without every field is an error (``SlurmError``), never a node read wrong."""
     nodes: dict[str, NodeState] = {}
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        parts = line.split(SEP)
-        if len(parts) < len(NODE_FIELDS):
-            raise SlurmError(f"sinfo: unreadable line {line[:200]!r}")
-        name, state, reason, user, when, comment, extra, part, host, addr = parts[:10]
+    for parts in _records(text, "sinfo", len(NODE_FIELDS)):
+        name, state, reason, user, when, comment, extra, part, host, addr = parts
         words = state.strip().split("+")
         partition = part.strip().rstrip("*")
         seen = nodes.get(name.strip())
@@ -283,13 +290,8 @@ JOB_FORMAT = ",".join(f"{f}:0{SEP}" for f in JOB_FIELDS)
 def parse_squeue(text: str) -> list[JobInfo]:
     """Jobs from ``squeue -h -O JOB_FORMAT``; a line without every field is a ``SlurmError``."""
     jobs = []
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        parts = line.split(SEP)
-        if len(parts) < len(JOB_FIELDS):
-            raise SlurmError(f"squeue: unreadable line {line[:200]!r}")
-        job_id, user, state, reason, nodes, comment, requeue, batch, restarts, eligible = parts[:10]
+    for parts in _records(text, "squeue", len(JOB_FIELDS)):
+        job_id, user, state, reason, nodes, comment, requeue, batch, restarts, eligible = parts
         jobs.append(
             JobInfo(
                 id=job_id.strip(),
