@@ -68,7 +68,8 @@ def tree_cpu(pid: int) -> float:
 
 
 def agent(cluster: SlurmCluster, base: Path, heartbeat: float) -> subprocess.Popen:
-    """A real ``hma run`` daemon for node1 at default settings (kernel log from a FIFO)."""
+    """A real ``hma run`` daemon for node1 at default settings (kernel log from a FIFO, the host's
+    /proc for the system probe)."""
     base.mkdir(parents=True, exist_ok=True)
     fifo = base / "kmsg"
     os.mkfifo(fifo)
@@ -82,6 +83,7 @@ def agent(cluster: SlurmCluster, base: Path, heartbeat: float) -> subprocess.Pop
         {},
         {"heartbeat": heartbeat, "facts_interval": 10.0, "timeout": 20.0},
         extra=extra,
+        paths={"procfs": "/proc"},  # the real host (slurmd runs), not the node's fake boot id
     )
     env = {**os.environ, "HMA_CONFIG": str(cfg)}
     log = open(base / "daemon.log", "w")  # noqa: SIM115 - the daemon's stdout, closed with it
