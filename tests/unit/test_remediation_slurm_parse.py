@@ -158,3 +158,14 @@ def test_breaker_view_is_one_filtered_sinfo_and_the_partition_size() -> None:
     assert runner.calls[0][-4:] == ["-p", "batch", "-t", "drain,fail,down"]
     assert runner.calls[1][1:] == ["-o", "show", "partition"]
     assert runner.calls[2][1:] == ["show", "hostnames", "node[1-4],ph[1-2000]"]
+
+
+def test_slurm_24_11_prints_the_same_fields() -> None:
+    base = FIXTURES.parent
+    nodes = {n.name: n for n in parse_sinfo((base / "sinfo-24.11.txt").read_text())}
+    assert nodes["node1"].base == "allocated" and nodes["node1"].reason == ""
+    two = nodes["node2"]
+    assert two.drained and two.reason == "maint window [ops]" and two.reason_user == "root"
+    assert two.comment == "ticket 7 Extra=none" and two.extra == "hma=x y"
+    (job,) = parse_squeue((base / "squeue-24.11.txt").read_text())
+    assert (job.id, job.state, job.nodes, job.comment) == ("1", "RUNNING", "node1", "my c Extra=x")
