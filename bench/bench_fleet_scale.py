@@ -38,7 +38,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 from bench_drain import bench_xid, summary  # noqa: E402
 from common import machine, stop  # noqa: E402
 
-from tests.integration.remediation_helpers import write_config  # noqa: E402
+from hma.remediation.options import RECOVERY  # noqa: E402
+from tests.integration.remediation_helpers import FAST, write_config  # noqa: E402
 from tests.slurmcluster import SlurmCluster  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -80,7 +81,7 @@ def agent(cluster: SlurmCluster, base: Path, heartbeat: float) -> subprocess.Pop
         base / "hma.toml",
         cluster,
         "node1",
-        {},
+        {key: RECOVERY[key].default for key in FAST},  # the defaults, not the tests' fast timings
         {"heartbeat": heartbeat, "facts_interval": 10.0, "timeout": 20.0},
         extra=extra,
         paths={"procfs": "/proc"},  # the real host (slurmd runs), not the node's fake boot id
