@@ -50,6 +50,7 @@ from tests import slurmchroot
 
 PREFIX = "hma-slurm-"
 DAEMONS = ("munged", "slurmctld", "slurmd")
+ARRAY_SIZE = 1000  # jobs per held array (MaxArraySize is set one above)
 
 
 def available(version: str = "22.05") -> Optional[str]:
@@ -256,6 +257,8 @@ class SlurmCluster:
         reboot_delay: float = 0.2,
         version: str = "22.05",
         conf_files: Optional[dict[str, str]] = None,
+        placeholders: int = 0,
+        held_jobs: int = 0,
     ) -> None:
         self.nodes = (
             [f"node{i + 1}" for i in range(nodes)] if isinstance(nodes, int) else list(nodes)
@@ -266,6 +269,9 @@ class SlurmCluster:
         self.extra_conf = extra_conf
         self.munge = munge
         self.reboot_delay = reboot_delay  # RebootProgram: seconds before it stops slurmd
+        self.placeholders = placeholders  # scale: nodes ph[1-N] without slurmd (see scale_conf)
+        self.held_jobs = held_jobs  # scale: jobs queued as held arrays (see submit_held)
+        self.held_arrays: list[str] = []
         self.conf = self.base / "etc" / "slurm.conf"
         self.env = dict(os.environ, SLURM_CONF=str(self.conf))
         self.started = False
@@ -371,8 +377,9 @@ class SlurmCluster:
                 f"NodeName={node} NodeHostname=localhost NodeAddr=127.0.0.1 Port={port} "
                 "CPUs=1 RealMemory=100 State=UNKNOWN"
             )
+        lines += self.scale_conf()
         lines.append(
-            f"PartitionName={self.partition} Nodes={','.join(self.nodes)} Default=YES "
+            f"PartitionName={self.partition} Nodes={','.join(self.partition_nodes())} Default=YES "
             "MaxTime=INFINITE State=UP"
         )
         if self.extra_conf:
@@ -416,6 +423,7 @@ class SlurmCluster:
                 self.start_node(node)
             self.started = True
             self.wait_idle(self.nodes, timeout)
+            self.submit_held(self.held_jobs)
         except BaseException:
             self.stop()
             raise
@@ -623,10 +631,10 @@ class SlurmCluster:
 
     def reset(self) -> None:
         """Return every node to IDLE with empty Extra/Comment and no jobs (between tests)."""
-        jobs = self.run("squeue", "-h", "-o", "%i").stdout.split()
+        jobs = self.unheld_jobs()
         if jobs:  # running ones and requeued (pending) ones alike
             self.run("scancel", *jobs)
-        self.wait(lambda: not self.run("squeue", "-h", "-o", "%i").stdout.strip(), 30.0, "no jobs")
+        self.wait(lambda: not self.unheld_jobs(), 30.0, "no jobs")
         for node in self.nodes:
             pid = _read_pid(self.base / "run" / f"slurmd-{node}.pid")
             if pid is None or not pid_alive(pid):
@@ -651,11 +659,81 @@ class SlurmCluster:
         )
         return job
 
+    # --- scale: placeholder nodes and held job arrays -------------------------------------------
+
+    def scale_conf(self) -> list[str]:
+        """slurm.conf lines for the placeholder nodes ``ph[1-N]`` (no slurmd; they show as down,
+        and every client RPC pays for them as for real nodes) and a job table big enough."""
+        if not self.placeholders and not self.held_jobs:
+            return []
+        lines = [
+            f"MaxJobCount={max(10000, 2 * self.held_jobs)}",
+            f"MaxArraySize={ARRAY_SIZE + 1}",
+        ]
+        if self.placeholders:
+            port = free_ports(1)[0]
+            lines.append(
+                f"NodeName=ph[1-{self.placeholders}] NodeAddr=127.0.0.2 Port={port} "
+                "CPUs=1 RealMemory=100 State=UNKNOWN"
+            )
+        return lines
+
+    def partition_nodes(self) -> list[str]:
+        """Nodes of the partition: the real ones, then ``ph[1-N]``."""
+        return self.nodes + ([f"ph[1-{self.placeholders}]"] if self.placeholders else [])
+
+    def submit_held(self, count: int) -> list[str]:
+        """Queue ``count`` held jobs as arrays of up to ARRAY_SIZE; returns the array job ids."""
+        ids = []
+        while count > 0:
+            size = min(count, ARRAY_SIZE)
+            proc = self.run(
+                "sbatch",
+                "--parsable",
+                "--hold",
+                f"--array=1-{size}",
+                "-o",
+                "/dev/null",
+                "--wrap=true",
+            )
+            if proc.returncode != 0:
+                raise RuntimeError(f"sbatch --hold: {proc.stderr.strip()}")
+            ids.append(proc.stdout.strip().split(";")[0])
+            count -= size
+        self.held_arrays += ids
+        return ids
+
+    def rpc_counts(self, reset: bool = False) -> dict[str, tuple[int, int]]:
+        """slurmctld's RPCs by message type since the last reset, as (count, total µs), from
+        ``sdiag`` (its own REQUEST_STATS_INFO left out); ``reset``: ``sdiag -r`` afterwards."""
+        text = self.run("sdiag").stdout
+        if reset:
+            self.run("sdiag", "-r")
+        body = text.split("by message type", 1)[-1].split("by user", 1)[0]
+        out = {}
+        for line in body.splitlines():
+            words = line.split()
+            values = dict(w.split(":", 1) for w in words[1:] if ":" in w)
+            if words and "count" in values and words[0] != "REQUEST_STATS_INFO":
+                out[words[0]] = (int(values["count"]), int(values.get("total_time", "0")))
+        return out
+
+    def unheld_jobs(self) -> list[str]:
+        """Job ids in the queue other than the held arrays' (``reset()`` cancels these)."""
+        held = set(self.held_arrays)
+        out = self.run("squeue", "-h", "-o", "%i %F").stdout.split("\n")
+        return [p[0] for p in (line.split() for line in out) if len(p) == 2 and p[1] not in held]
+
 
 def main() -> int:
-    """Start a cluster by hand and keep it until Ctrl-C: ``[NODES [VERSION]]``."""
-    nodes = int(sys.argv[1]) if len(sys.argv) > 1 else 4
-    with SlurmCluster(nodes, version=sys.argv[2] if len(sys.argv) > 2 else "22.05") as cluster:
+    """Start a cluster by hand and keep it until Ctrl-C:
+    ``[NODES [VERSION [PLACEHOLDERS [HELD_JOBS]]]]``."""
+    argv = sys.argv[1:]
+    nodes = int(argv[0]) if argv else 4
+    version = argv[1] if len(argv) > 1 else "22.05"
+    placeholders = int(argv[2]) if len(argv) > 2 else 0
+    held = int(argv[3]) if len(argv) > 3 else 0
+    with SlurmCluster(nodes, version=version, placeholders=placeholders, held_jobs=held) as cluster:
         print(f"export SLURM_CONF={cluster.conf}", flush=True)
         if cluster.chroot:
             print(f"export PATH={cluster.chroot.bin}:$PATH", flush=True)

@@ -1,6 +1,7 @@
 """Circuit breaker: no single bug may drain a fleet.
 
-Pure functions over one ``sinfo`` listing. The nodes that count are those of this node's partitions
+Pure functions over a node listing (``SlurmClient.held_view``: the drained, failed and down
+nodes of the partitions, and their size). The nodes that count are those of this node's partitions
 that hma holds out of scheduling: a reason starting ``HMA:``, or a HyperPod ``Action:Reboot`` /
 ``Action:Replace`` FAIL on a node that carries an hma label. The limit is ``max_drained_percent``
 of those nodes and ``max_drained_nodes``, never below one node.
@@ -80,17 +81,21 @@ def count(
     field: str,
     percent: float,
     max_nodes: Optional[int],
+    total: Optional[int] = None,
 ) -> Count:
-    """Count hma-held nodes in the partitions of ``me`` (all nodes when ``me`` has none)."""
+    """Count hma-held nodes in the partitions of ``me`` (all nodes when ``me`` has none).
+
+    ``total``: the partitions' size when ``nodes`` holds only some of them (``held_view``)."""
     mine = next((n for n in nodes if n.name == me), None)
     parts = set(mine.partitions) if mine is not None and mine.partitions else set()
     scope = [n for n in nodes if not parts or parts & set(n.partitions)]
     held = sorted(
         (n for n in scope if held_by_hma(n, field)), key=lambda n: (drain_time(n, field), n.name)
     )
+    size = len(scope) if total is None else max(total, len(scope))
     return Count(
         tuple(n.name for n in held),
-        len(scope),
-        limit_for(len(scope), percent, max_nodes),
+        size,
+        limit_for(size, percent, max_nodes),
         tuple(sorted(parts)),
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
 import shutil
 import tempfile
 import threading
@@ -81,6 +82,7 @@ class Remediator:
             conf=self.sl["conf"],
             timeout=float(self.sl["timeout"]),
             path=str(self.sl["path"] or ""),
+            spool_dir=self.sl["spool_dir"],
         )
         self.enabled = bool(self.sl["enabled"]) and self._scontrol_found()
         self._lock = threading.RLock()
@@ -99,6 +101,7 @@ class Remediator:
         self._breaker: Optional[breaker.Count] = None
         self._breaker_alerted = False
         self._last_recheck = 0.0
+        self._recheck_every = float(self.rec["recheck_interval"])
         self._stale_checked = False
         self._threads: list[threading.Thread] = []
         self._seed_reboots_done = False
@@ -568,18 +571,21 @@ class Remediator:
         be beyond the limit (drains that raced past the recount), undo it; the drain is decided
         again and held by the breaker."""
         now = self.clock()
-        if now - self._last_recheck < float(self.rec["recheck_interval"]) or self.rec["dry_run"]:
+        if now - self._last_recheck < self._recheck_every or self.rec["dry_run"]:
             return
         self._last_recheck = now
         with self._lock:
             ep = self._state().get("episode")
             name = self._node_name
         if not ep or ep["phase"] != "open" or not ep.get("owned") or ep.get("acted") or not name:
+            self._recheck_every = float(self.rec["recheck_interval"])
             return
         if self._due_rows():
             return  # the outbox is busy with this episode; its rows do their own counting
+        # a race shows soon after the drain: check often at first, then less (up to heartbeat)
+        self._recheck_every = min(2 * self._recheck_every, float(self.sl["heartbeat"]))
         try:
-            count = self._count(self.client.nodes(), name)
+            count = self._count(self.client.node(name))
             if count.beyond(name):
                 self._undo(name, count)
         except SlurmError as exc:
@@ -700,11 +706,7 @@ class Remediator:
         """Carry out one action; returns (outcome, note). Raises SlurmError to retry."""
         node_name = row["node"]
         kind = row["kind"]
-        needs_breaker = kind in ("drain", "reboot", "replace")
-        nodes = self.client.nodes() if needs_breaker else [self.client.node(node_name)]
-        node = next((n for n in nodes if n.name == node_name), None)
-        if node is None:
-            raise SlurmError(f"node {node_name!r} not known to Slurm")
+        node = self.client.node(node_name)
         with self._lock:
             self._node = node
             self._seed_reboots(node)
@@ -719,7 +721,7 @@ class Remediator:
         if kind == "resume":
             return self._resume(node)
         if kind == "drain":
-            return self._drain(node, nodes, row)
+            return self._drain(node, row)
         if kind == "down":
             if not node.owned:
                 return "skipped", f"not owned: reason is {node.reason!r}"
@@ -727,7 +729,7 @@ class Remediator:
             self._episode_update(down_at=self.clock())
             return "done", "drain did not complete within drain_timeout"
         if kind in ("reboot", "replace"):
-            return self._act(kind, node, nodes, row, payload)
+            return self._act(kind, node, row, payload)
         return "skipped", f"unknown action kind {kind!r}"
 
     def _episode_update(self, **changes: Any) -> None:
@@ -768,22 +770,23 @@ class Remediator:
         if fields:
             self.client.update(node.name, **fields)
 
-    def _count(self, nodes: list[NodeState], me: str) -> breaker.Count:
+    def _count(self, node: NodeState) -> breaker.Count:
+        """The breaker's count for ``node`` (one filtered query: only when about to act)."""
+        nodes, total = self.client.held_view(node)
         max_nodes = self.rec["max_drained_nodes"]
         result = breaker.count(
             nodes,
-            me,
+            node.name,
             self.field,
             float(self.rec["max_drained_percent"]),
             int(max_nodes) if max_nodes is not None else None,
+            total,
         )
         with self._lock:
             self._breaker = result
         return result
 
-    def _drain(
-        self, node: NodeState, nodes: list[NodeState], row: dict[str, Any]
-    ) -> tuple[str, str]:
+    def _drain(self, node: NodeState, row: dict[str, Any]) -> tuple[str, str]:
         reason = str(row["reason"])
         if node.owned and node.out_of_service:
             self._episode_update(owned=True, drained_at=node.reason_time or self.clock())
@@ -801,21 +804,29 @@ class Remediator:
         if node.maintenance:
             self._write_label(node, held="maintenance")
             return "held", "maintenance: node is in a maintenance reservation"
-        count = self._count(nodes, node.name)
-        if count.blocks(node.name):
-            with self._lock:
-                ep = self._state().get("episode") or {}
-                self._breaker_alert(ep, count, f"drain of {node.name}")
-            self._write_label(node, held="breaker")
-            return "held", f"breaker: {count.others(node.name)} node(s) held, limit {count.limit}"
+        # Count first only when the breaker was open (a held drain, or the last count blocked):
+        # otherwise drain at once and count after, undoing a drain beyond the limit (the drain
+        # is what a fault needs fast; the count reads the node table).
+        last = self._breaker
+        if row["state"] == "held" or (last is not None and last.blocks(node.name)):
+            count = self._count(node)
+            if count.blocks(node.name):
+                with self._lock:
+                    ep = self._state().get("episode") or {}
+                    self._breaker_alert(ep, count, f"drain of {node.name}")
+                self._write_label(node, held="breaker")
+                return "held", (
+                    f"breaker: {count.others(node.name)} node(s) held, limit {count.limit}"
+                )
         drained = round(self.clock(), 3)
         fields = self._field_update(node, self._label_for(drained=drained))
         self.client.update(node.name, State="DRAIN", Reason=reason, **fields)
         self._episode_update(owned=True, drained_at=self.clock())
+        drained_node = replace(node, flags=node.flags | {"DRAIN"}, reason=reason)
         with self._lock:
-            self._node = replace(node, flags=node.flags | {"DRAIN"}, reason=reason)
-        # Recount: nodes failing at the same instant must not all get through.
-        after = self._count(self.client.nodes(), node.name)
+            self._node = drained_node
+        # Count: nodes failing at the same instant (or past an open breaker) must not get through.
+        after = self._count(drained_node)
         if after.beyond(node.name):
             return self._undo(node.name, after)
         return "done", ""
@@ -830,8 +841,8 @@ class Remediator:
             ep = self._state().get("episode") or {}
             self._breaker_alert(ep, count, f"drain of {name} (undone)")
         return "held", (
-            f"breaker: drained at the same time as {len(count.held) - 1} other node(s); "
-            f"undone (limit {count.limit})"
+            f"breaker: {count.held.index(name)} node(s) held before it; drain undone "
+            f"(limit {count.limit})"
         )
 
     def _may_adopt(self, node: NodeState) -> bool:
@@ -842,12 +853,7 @@ class Remediator:
         return str(ep.get("code", "")).startswith("SLURM_")
 
     def _act(
-        self,
-        kind: str,
-        node: NodeState,
-        nodes: list[NodeState],
-        row: dict[str, Any],
-        payload: dict[str, Any],
+        self, kind: str, node: NodeState, row: dict[str, Any], payload: dict[str, Any]
     ) -> tuple[str, str]:
         with self._lock:
             boot_now = self._boot_id
@@ -871,7 +877,7 @@ class Remediator:
             self._write_label(node)
             self._episode_update(acted={"kind": kind, "boot_id": boot_now, "at": self.clock()})
             return "done", "left drained for a human (replace_mode = drain_only)"
-        count = self._count(nodes, node.name)
+        count = self._count(node)
         if count.blocks(node.name):
             self._breaker_alert(ep, count, f"{kind} of {node.name}")
             self._write_label(node, held="breaker")
@@ -1009,35 +1015,77 @@ class Remediator:
     # --- facts ----------------------------------------------------------------------------------
 
     def _facts_loop(self) -> None:
+        """Jobs (local slurmd) every ``facts_interval``; the node's state from slurmctld every
+        ``heartbeat`` (jittered) while nothing happens, every ``facts_interval`` while something
+        does, backing off up to ``heartbeat`` while slurmctld cannot be reached."""
+        due = 0.0  # monotonic time of the next node-state read
+        failures = 0
         while not self._stop.is_set():
-            self._refresh_facts()
-            self._stop.wait(float(self.sl["facts_interval"]))
+            now = time.monotonic()
+            fast = float(self.sl["facts_interval"])
+            if now >= due or self._busy():
+                ok = self._refresh_facts()
+                failures = 0 if ok else failures + 1
+                if ok:
+                    wait = float(self.sl["heartbeat"]) * random.uniform(0.9, 1.1)  # noqa: S311
+                else:
+                    wait = min(fast * 2**failures, float(self.sl["heartbeat"]))
+                due = now + wait
+            else:
+                self._refresh_jobs()
+            self._stop.wait(min(fast, max(0.0, due - time.monotonic())))
 
-    def _refresh_facts(self) -> None:
-        try:
-            name = self._node_name
+    def _busy(self) -> bool:
+        """Something is happening: an episode, an open action or a job auto-resume watches."""
+        with self._lock:
+            return bool(self._state().get("episode")) or bool(self._autoresume.watch)
+
+    def _node_name_now(self) -> str:
+        name = self._node_name
+        if name is None:
+            name = self.client.find_node_name()
             if name is None:
-                name = self.client.find_node_name()
-                if name is None:
-                    raise SlurmError("this host matches no NodeHostname/NodeName in Slurm")
+                raise SlurmError("this host matches no NodeHostname/NodeName in Slurm")
+        return name
+
+    def _refresh_facts(self) -> bool:
+        """Read the node's state (one single-node query) and jobs; returns whether it worked."""
+        try:
+            name = self._node_name_now()
             node = self.client.node(name)
-            jobs = self.client.jobs(name)
         except SlurmError as exc:
-            with self._lock:
-                self._facts_ok = False
-                self._facts_error = str(exc)
-            return
-        self._autoresume.observe(self.client, jobs)  # before the jobs are used by _plan
+            return self._facts_failed(exc)
         with self._lock:
             first = self._node_name is None
             self._node_name = name
             self._node = node
-            self._jobs = tuple((j.id, j.user) for j in jobs)
-            self._facts_ok = True
-            self._facts_error = ""
             self._seed_reboots(node)
+        ok = self._refresh_jobs()
         if first:
             self._wake.set()
+        return ok
+
+    def _facts_failed(self, exc: SlurmError) -> bool:
+        with self._lock:
+            self._facts_ok = False
+            self._facts_error = str(exc)
+        return False
+
+    def _refresh_jobs(self) -> bool:
+        """Read the node's jobs (``SlurmClient.jobs``: no controller query in the steady state)."""
+        name = self._node_name
+        if name is None:
+            return False
+        try:
+            jobs = self.client.jobs(name)
+        except SlurmError as exc:
+            return self._facts_failed(exc)
+        self._autoresume.observe(self.client, jobs)  # before the jobs are used by _plan
+        with self._lock:
+            self._jobs = tuple((j.id, j.user) for j in jobs)
+            self._facts_ok = self._node is not None
+            self._facts_error = ""
+        return True
 
     # --- status helpers -------------------------------------------------------------------------
 

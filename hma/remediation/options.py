@@ -105,11 +105,25 @@ SLURM: dict[str, Option] = {
     "node_name": Option(
         "str", None, "This node's Slurm name; unset: match this host to NodeHostname/NodeName."
     ),
+    "spool_dir": Option(
+        "str",
+        None,
+        "SlurmdSpoolDir of this node (%n: node name): its jobs are read from the step sockets "
+        "there; unset: asked once (scontrol show config); unreadable: scontrol listpids.",
+    ),
     "timeout": Option("float", 20.0, "Seconds one Slurm client call may take.", check=positive),
+    "heartbeat": Option(
+        "float",
+        600.0,
+        "Seconds between reads of the node's Slurm state while nothing happens (jittered by "
+        "10%; each read is one single-node sinfo: 2 controller RPCs).",
+        check=positive,
+    ),
     "facts_interval": Option(
         "float",
         10.0,
-        "Seconds between refreshes of the node's Slurm state and jobs.",
+        "Seconds between reads of the node's jobs (local slurmd), and of its Slurm state while "
+        "something happens (a fault, an action, a drain being watched, a controller outage).",
         check=positive,
     ),
     "enabled": Option("bool", True, "Use Slurm at all (false: no facts, no labels, no actions)."),

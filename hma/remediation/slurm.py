@@ -1,25 +1,25 @@
 """The Slurm client: scontrol/sinfo/squeue as argv lists with timeouts, and node state parsing.
 
-Node state is read with ``sinfo --json`` where it lists node objects (Slurm 22.05), else with
-``scontrol -o show node`` (Slurm without JSON, and 24.11, whose ``sinfo --json`` lists node sets
-without reasons). ``NodeState`` turns Slurm's base state + flags into the few facts remediation
-needs (drain vs draining vs drained, fail/failing, down, reboot requested/issued, maintenance, not
-responding). A state it does not recognise sets ``understood = False``: remediation then does
-nothing to the node and says so.
+Every call's cost on slurmctld is chosen (checked with ``sdiag``, docs/scale.md): this node's state
+from ``sinfo -n NODE -O ...`` (a single-node query), its jobs from the local slurmd (``scontrol
+listpids``), a job from ``squeue -j ID -O ...`` (a single-job query). Only the breaker and ``hma
+fleet`` read the node table, with text filtered to the few nodes they need. ``NodeState`` turns
+Slurm's base state + flags into the few facts remediation needs (drain vs draining vs drained,
+fail/failing, down, reboot requested/issued, maintenance, not responding). A state it does not
+recognise sets ``understood = False``: remediation then does nothing to the node and says so.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import socket
-from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Optional, Sequence
 
 from hma.adapters.command import CommandResult, CommandRunner
 
 OWNED_PREFIX = "HMA:"
+OUTPUT_CAP = 64 << 20  # bytes of a Slurm client's output read; a longer one is an error
 HYPERPOD_REBOOT = "Action:Reboot"
 HYPERPOD_REPLACE = "Action:Replace"
 
@@ -169,91 +169,72 @@ class NodeState:
         return self.comment if name == "comment" else self.extra
 
 
-def node_from_json(item: Mapping[str, Any]) -> NodeState:
-    """A ``NodeState`` from one ``sinfo --json`` node object."""
-    state = item.get("state", "")
-    if isinstance(state, list):  # newer Slurm: "state": ["IDLE", "DRAIN"]
-        parts = [str(s).upper() for s in state]
-        base = parts[0].lower() if parts else "unknown"
-        flags = set(parts[1:])
-    else:
-        base = str(state).lower()
-        flags = set()
-    flags |= {str(f).upper() for f in item.get("state_flags") or ()}
-    return NodeState(
-        name=str(item.get("name", "")),
-        base=base,
-        flags=frozenset(flags),
-        reason=str(item.get("reason") or ""),
-        reason_time=_number(item.get("reason_changed_at")),
-        reason_user=str(item.get("reason_set_by_user") or ""),
-        comment=str(item.get("comment") or ""),
-        extra=str(item.get("extra") or ""),
-        partitions=tuple(str(p) for p in item.get("partitions") or ()),
-        hostname=str(item.get("hostname") or ""),
-        boot_time=_number(item.get("boot_time")),
-        address=str(item.get("address") or ""),
-    )
+SEP = "\x1f"  # field separator of the -O formats below: free text never holds it
+# sinfo -O fields of one node, each unpadded ("":0") and ended by SEP. With ``-n`` naming one node
+# sinfo asks slurmctld for that node alone (REQUEST_NODE_INFO_SINGLE, checked with sdiag), which
+# neither ``sinfo --json`` (22.05 ignores -n) nor ``scontrol show node NAME`` does (whole table).
+NODE_FIELDS = (
+    "NodeList",
+    "StateComplete",
+    "Reason",
+    "User",
+    "Timestamp",
+    "Comment",
+    "Extra",
+    "Partition",
+    "NodeHost",
+    "NodeAddr",
+)
+NODE_FORMAT = ",".join(f"{f}:0{SEP}" for f in NODE_FIELDS)
+# States the breaker's filtered query asks for (nodes hma may hold: drained, failed, down).
+HELD_STATES = ("drain", "fail", "down")
 
 
-def _number(value: Any) -> float:
-    if isinstance(value, dict):  # newer Slurm: {"set": true, "number": 123}
-        value = value.get("number", 0)
-    try:
-        return float(value or 0)
-    except (TypeError, ValueError):
-        return 0.0
+def _text(value: str) -> str:
+    return "" if value in ("(null)", "N/A") else value
 
 
-_REASON_RE = re.compile(r"^(?P<text>.*?)(?: \[(?P<user>[^@\]]*)@(?P<time>[^\]]*)\])?$")
-
-
-def parse_show_node(text: str) -> list[NodeState]:
-    """Nodes from ``scontrol -o show node`` (one node a line; the fallback of ``sinfo --json``).
-
-    Slurm 22.05 prints the free-text fields last, in the order ``Reason= Comment= Extra=``; a
-    comment that itself contains `` Extra=`` is therefore ambiguous here (not in JSON).
-    """
-    nodes = []
+def _records(text: str, tool: str, width: int) -> list[list[str]]:
+    """The SEP-separated fields of each non-empty line; a line with fewer is a ``SlurmError``."""
+    out = []
     for line in text.splitlines():
-        line = line.strip()
-        if not line.startswith("NodeName="):
+        if line.strip():
+            parts = line.split(SEP)
+            if len(parts) < width:
+                raise SlurmError(f"{tool}: unreadable line {line[:200]!r}")
+            out.append(parts[:width])
+    return out
+
+
+def parse_sinfo(text: str) -> list[NodeState]:
+    """Nodes from ``sinfo -h -N -O NODE_FORMAT`` (one line per node and partition, merged).
+
+    A line without every field is an error (``SlurmError``), never a node read wrong."""
+    nodes: dict[str, NodeState] = {}
+    for parts in _records(text, "sinfo", len(NODE_FIELDS)):
+        name, state, reason, user, when, comment, extra, part, host, addr = parts
+        words = state.strip().split("+")
+        partition = part.strip().rstrip("*")
+        seen = nodes.get(name.strip())
+        if seen is not None:
+            if partition and partition not in seen.partitions:
+                nodes[seen.name] = replace(seen, partitions=(*seen.partitions, partition))
             continue
-        fields: dict[str, str] = {}
-        if " Extra=" in line:
-            line, fields["Extra"] = line.rsplit(" Extra=", 1)
-        if " Comment=" in line:
-            line, fields["Comment"] = line.rsplit(" Comment=", 1)
-        if " Reason=" in line:
-            line, fields["Reason"] = line.split(" Reason=", 1)
-        for part in line.split():
-            if "=" in part:
-                key, value = part.split("=", 1)
-                fields.setdefault(key, value)
-        parts = fields.get("State", "UNKNOWN").split("+")
-        reason, user, when = fields.get("Reason", ""), "", 0.0
-        if reason in ("(null)", "None"):
-            reason = ""
-        match = _REASON_RE.match(reason)
-        if match and match.group("user") is not None:
-            reason, user = match.group("text"), match.group("user")
-            when = _iso_time(match.group("time"))
-        nodes.append(
-            NodeState(
-                name=fields.get("NodeName", ""),
-                base=parts[0].lower().rstrip("*~#%$@^!-"),
-                flags=frozenset(p.upper() for p in parts[1:]),
-                reason=reason,
-                reason_time=when,
-                reason_user=user,
-                comment="" if fields.get("Comment") == "(null)" else fields.get("Comment", ""),
-                extra="" if fields.get("Extra") == "(null)" else fields.get("Extra", ""),
-                partitions=tuple(p for p in fields.get("Partitions", "").split(",") if p),
-                hostname=fields.get("NodeHostName", ""),
-                address=fields.get("NodeAddr", ""),
-            )
+        no_reason = reason in ("", "none", "(null)") and when in ("", "Unknown")
+        nodes[name.strip()] = NodeState(
+            name=name.strip(),
+            base=words[0].lower().rstrip("*~#%$@^!-"),
+            flags=frozenset(w.upper() for w in words[1:] if w),
+            reason="" if no_reason else reason,
+            reason_time=0.0 if no_reason else _iso_time(when),
+            reason_user="" if no_reason or user == "Unknown" else user,
+            comment=_text(comment),
+            extra=_text(extra),
+            partitions=(partition,) if partition else (),
+            hostname=host.strip(),
+            address=addr.strip(),
         )
-    return nodes
+    return list(nodes.values())
 
 
 def _iso_time(text: str) -> float:
@@ -291,23 +272,69 @@ class JobInfo:
     eligible_time: float = 0.0
 
 
-def job_from_json(item: Mapping[str, Any]) -> JobInfo:
-    """A ``JobInfo`` from one ``squeue --json`` job object."""
-    state = item.get("job_state", "")
-    if isinstance(state, list):  # newer Slurm: a list of states
-        state = state[0] if state else ""
-    return JobInfo(
-        id=str(item.get("job_id", "")),
-        user=str(item.get("user_name") or ""),
-        state=str(state).upper(),
-        reason=str(item.get("state_reason") or ""),
-        nodes=str(item.get("nodes") or ""),
-        comment=str(item.get("comment") or ""),
-        requeue=bool(item.get("requeue", True)),
-        batch=bool(item.get("batch_flag", True)),
-        restarts=int(_number(item.get("restart_cnt"))),
-        eligible_time=_number(item.get("eligible_time")),
-    )
+# squeue -O fields of one job (unpadded, ended by SEP); ``-j`` naming one job asks slurmctld for
+# that job alone (REQUEST_JOB_INFO_SINGLE), where ``squeue --json`` lists the whole job table.
+JOB_FIELDS = (
+    "JobID",
+    "UserName",
+    "State",
+    "Reason",
+    "NodeList",
+    "Comment",
+    "Requeue",
+    "BatchFlag",
+    "RestartCnt",
+    "EligibleTime",
+)
+JOB_FORMAT = ",".join(f"{f}:0{SEP}" for f in JOB_FIELDS)
+
+
+def parse_squeue(text: str) -> list[JobInfo]:
+    """Jobs from ``squeue -h -O JOB_FORMAT``; a line without every field is a ``SlurmError``."""
+    jobs = []
+    for parts in _records(text, "squeue", len(JOB_FIELDS)):
+        job_id, user, state, reason, nodes, comment, requeue, batch, restarts, eligible = parts
+        jobs.append(
+            JobInfo(
+                id=job_id.strip(),
+                user=user.strip(),
+                state=state.strip().upper(),
+                reason=reason.strip(),
+                nodes=_text(nodes.strip()),
+                comment=_text(comment),
+                requeue=requeue.strip() != "0",
+                batch=batch.strip() != "0",
+                restarts=int(restarts) if restarts.strip().isdigit() else 0,
+                eligible_time=_iso_time(eligible.strip()),
+            )
+        )
+    return jobs
+
+
+def parse_listpids(text: str) -> dict[str, tuple[str, ...]]:
+    """Job id -> its step ids, from ``scontrol listpids`` (``PID JOBID STEPID ...`` lines)."""
+    out: dict[str, set[str]] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and parts[0].isdigit() and parts[1].isdigit():
+            out.setdefault(parts[1], set()).add(parts[2])
+    return {job: tuple(sorted(steps)) for job, steps in out.items()}
+
+
+def parse_spool(names: Sequence[str], node: str) -> dict[str, tuple[str, ...]]:
+    """Job id -> step ids from the socket names ``<node>_<job>.<step>`` of SlurmdSpoolDir."""
+    out: dict[str, set[str]] = {}
+    prefix = f"{node}_"
+    for name in names:
+        job, dot, step = name[len(prefix) :].partition(".")
+        if name.startswith(prefix) and dot and job.isdigit() and step.isdigit():
+            out.setdefault(job, set()).add(step)
+    return {job: tuple(sorted(steps)) for job, steps in out.items()}
+
+
+LIVE_JOB_STATES = frozenset(
+    {"RUNNING", "COMPLETING", "SUSPENDED", "CONFIGURING", "STOPPED", "SIGNALING", "RESIZING"}
+)
 
 
 @dataclass
@@ -320,8 +347,10 @@ class SlurmClient:
     conf: Optional[str] = None
     timeout: float = 20.0
     path: str = ""
-    runner: CommandRunner = field(default_factory=CommandRunner)
-    use_json: Optional[bool] = None  # None: try sinfo --json, remember if it is unsupported
+    runner: CommandRunner = field(default_factory=lambda: CommandRunner(output_cap=OUTPUT_CAP))
+    spool_dir: Optional[str] = None  # SlurmdSpoolDir (%n, %h expanded); None: ask Slurm once
+    # jobs() cache: job id -> (its steps when last asked, the job then; None: over)
+    jobs_seen: dict[str, tuple[tuple[str, ...], Optional[Job]]] = field(default_factory=dict)
 
     def env(self) -> dict[str, str]:
         """Environment of every call: ours plus SLURM_CONF and PATH when configured."""
@@ -334,90 +363,128 @@ class SlurmClient:
             env["PATH"] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
         return env
 
-    def _run(self, argv: Sequence[str], timeout: Optional[float] = None) -> CommandResult:
+    def _call(self, argv: Sequence[str], timeout: Optional[float] = None) -> CommandResult:
         result = self.runner.run(list(argv), timeout or self.timeout, env=self.env())
+        if result.truncated:  # never parse a cut output
+            name = os.path.basename(result.argv[0]) if result.argv else "command"
+            raise SlurmError(f"{name}: output over {OUTPUT_CAP >> 20} MiB, not read")
+        return result
+
+    def _run(self, argv: Sequence[str], timeout: Optional[float] = None) -> CommandResult:
+        result = self._call(argv, timeout)
         if not result.ok:
             raise SlurmError(_describe(result))
         return result
 
     # --- reading --------------------------------------------------------------------------------
 
-    def nodes(self, names: Sequence[str] = ()) -> list[NodeState]:
-        """Every node (or the named ones) with its state."""
-        if self.use_json is not False:
-            argv = [*self.sinfo, "--json"]
-            if names:
-                argv += ["-n", ",".join(names)]
-            result = self.runner.run(argv, self.timeout, env=self.env())
-            if result.ok:
-                try:
-                    data = json.loads(result.stdout)
-                    # 24.11 lists node sets ({"sinfo": [...]}, no reason, extra or comment)
-                    grouped = "sinfo" in data and "nodes" not in data
-                    items = [] if grouped else data["nodes"]
-                    errors = data.get("errors") or []
-                    self.use_json = not grouped
-                except (ValueError, KeyError, TypeError, AttributeError) as exc:
-                    raise SlurmError(f"sinfo --json: unreadable output: {exc}") from None
-                if errors:  # 22.05 exits 0 with an error list when slurmctld is unreachable
-                    text = "; ".join(
-                        str(e.get("error") or e) if isinstance(e, dict) else str(e) for e in errors
-                    )
-                    lines = result.stderr.strip().splitlines()
-                    text = f"{lines[-1][:300]}; {text}" if lines else text
-                    raise SlurmError(f"sinfo --json: {text} (is slurmctld reachable?)")
-                if not grouped:
-                    nodes = [node_from_json(i) for i in items if isinstance(i, dict)]
-                    # sinfo lists a node once per partition in some versions
-                    return list({n.name: n for n in nodes if not names or n.name in names}.values())
-            elif self.use_json is None and _json_unsupported(result):
-                self.use_json = False
-            else:
-                raise SlurmError(_describe(result))
-        argv = [*self.scontrol, "-o", "show", "node"]
+    def nodes(
+        self, names: Sequence[str] = (), partitions: Sequence[str] = (), states: Sequence[str] = ()
+    ) -> list[NodeState]:
+        """The named nodes (all when none), in ``partitions`` and ``states`` when given.
+
+        One name costs slurmctld a single-node query; anything else reads its node table (the
+        filters apply in the client: use them to keep the output small, not the query)."""
+        argv = [*self.sinfo, "-h", "-N", "-O", NODE_FORMAT]
         if names:
-            argv.append(",".join(names))
-        return parse_show_node(self._run(argv).stdout)
+            argv += ["-n", ",".join(names)]
+        if partitions:
+            argv += ["-p", ",".join(partitions)]
+        if states:
+            argv += ["-t", ",".join(states)]
+        nodes = parse_sinfo(self._run(argv).stdout)
+        return [n for n in nodes if not names or n.name in names]
 
     def node(self, name: str) -> NodeState:
-        """The state of one node; ``SlurmError`` when Slurm does not know it."""
+        """One node's state (a single-node query); ``SlurmError`` when Slurm does not know it."""
         for node in self.nodes([name]):
             if node.name == name:
                 return node
         raise SlurmError(f"node {name!r} not found")
 
+    def held_view(self, node: NodeState) -> tuple[list[NodeState], int]:
+        """What the breaker counts for ``node``: the drained, failed and down nodes of its
+        partitions (one filtered ``sinfo``) and how many nodes those partitions hold (from the
+        partition table, expanded locally)."""
+        parts = [p for p in node.partitions if p]
+        held = self.nodes(partitions=parts, states=HELD_STATES)
+        total = self.partition_size(parts)
+        mine = [] if any(n.name == node.name for n in held) else [node]
+        return held + mine, total
+
+    def partition_size(self, partitions: Sequence[str]) -> int:
+        """Nodes in the union of ``partitions`` (all when none): the partition table (one small
+        RPC), its node lists expanded locally."""
+        out = self._run([*self.scontrol, "-o", "show", "partition"]).stdout
+        exprs = []
+        for line in out.splitlines():
+            fields = dict(w.split("=", 1) for w in line.split() if "=" in w)
+            nodes = fields.get("Nodes", "(null)")
+            if (not partitions or fields.get("PartitionName") in partitions) and nodes != "(null)":
+                exprs.append(nodes)
+        return len(set(self.hostnames(",".join(exprs))))
+
+    def steps(self, node: str) -> dict[str, tuple[str, ...]]:
+        """Job id -> step ids on ``node``, read where slurmd keeps them: the step daemons'
+        sockets ``<node>_<job>.<step>`` in SlurmdSpoolDir (a directory listing), else ``scontrol
+        listpids`` (which asks the local slurmd; neither asks slurmctld)."""
+        spool = self.spool(node)
+        if spool:
+            try:
+                return parse_spool(os.listdir(spool), node)
+            except OSError:
+                pass
+        result = self._call([*self.scontrol, "listpids", "*", node])
+        if not result.ok:
+            if "no job steps exist" not in (result.stderr + result.stdout).lower():
+                raise SlurmError(_describe(result))
+            return {}
+        return parse_listpids(result.stdout)
+
+    def spool(self, node: str) -> str:
+        """SlurmdSpoolDir of ``node`` (``spool_dir``, else ``scontrol show config`` once)."""
+        if self.spool_dir is None:
+            self.spool_dir = ""
+            result = self._call([*self.scontrol, "show", "config"])
+            for line in result.stdout.splitlines() if result.ok else ():
+                key, _, value = line.partition("=")
+                if key.strip() == "SlurmdSpoolDir":
+                    self.spool_dir = value.strip()
+        host = socket.gethostname().split(".")[0]
+        return self.spool_dir.replace("%n", node).replace("%h", host)
+
     def jobs(self, node: str) -> list[Job]:
-        """Jobs running (or completing) on ``node``."""
-        argv = [*self.squeue, "-h", "-w", node, "-t", "R,CG,S", "-o", "%i %u %T %k"]
-        jobs = []
-        for line in self._run(argv).stdout.splitlines():
-            parts = line.split(" ", 3)  # the comment (last) may contain spaces
-            if len(parts) >= 2 and parts[0]:
-                comment = parts[3] if len(parts) > 3 and parts[3] != "(null)" else ""
-                jobs.append(Job(parts[0], parts[1], parts[2] if len(parts) > 2 else "", comment))
-        return jobs
+        """Jobs with steps on ``node`` (``steps``: no controller query). User and comment come
+        from a single-job query when a job or one of its steps is first seen (``hma srun`` marks
+        the comment before it starts its step); a job Slurm says is over is left out."""
+        seen: dict[str, tuple[tuple[str, ...], Optional[Job]]] = {}
+        for job_id, ids in self.steps(node).items():
+            known = self.jobs_seen.get(job_id)
+            if known is not None and known[0] == ids:
+                seen[job_id] = known
+                continue
+            infos = [i for i in self.job_infos([job_id]) if i.state in LIVE_JOB_STATES]
+            job = Job(job_id, infos[0].user, infos[0].state, infos[0].comment) if infos else None
+            seen[job_id] = (ids, job)  # None: a leftover socket, not asked about again
+        self.jobs_seen = seen
+        return [job for _ids, job in seen.values() if job is not None]
 
     def job_infos(self, ids: Sequence[str]) -> list[JobInfo]:
-        """Queued/running jobs among ``ids`` (``squeue --json``; gone jobs are simply absent).
-
-        Slurm 22.05's ``squeue --json`` ignores ``-j`` and lists every job: the ids are filtered
-        here (``-j`` is kept for versions that honour it)."""
-        if not ids:
-            return []
-        out = self._run([*self.squeue, "--json", "-j", ",".join(ids)]).stdout
-        try:
-            items = json.loads(out)["jobs"]
-        except (ValueError, KeyError, TypeError) as exc:
-            raise SlurmError(f"squeue --json: unreadable output: {exc}") from None
-        wanted = {str(i) for i in ids}  # squeue --json (22.05) ignores -j: filter here
-        jobs = [job_from_json(i) for i in items if isinstance(i, dict)]
-        return [j for j in jobs if j.id in wanted]
+        """Queued/running jobs among ``ids`` (single-job queries; gone jobs are simply absent)."""
+        out = []
+        for job_id in ids:
+            result = self._call([*self.squeue, "-h", "-j", str(job_id), "-O", JOB_FORMAT])
+            if not result.ok:
+                if "invalid job id" in (result.stderr + result.stdout).lower():
+                    continue
+                raise SlurmError(_describe(result))
+            out += [j for j in parse_squeue(result.stdout) if j.id == str(job_id)]
+        return out
 
     def job_info(self, job_id: str) -> JobInfo:
         """One job; ``SlurmError`` when Slurm no longer knows it."""
         for job in self.job_infos([job_id]):
-            if job.id == str(job_id):
-                return job
+            return job
         raise SlurmError(f"job {job_id} not found")
 
     def hostnames(self, nodelist: str) -> list[str]:
@@ -429,7 +496,11 @@ class SlurmClient:
     def find_node_name(self, hostnames: Sequence[str] = ()) -> Optional[str]:
         """This host's Slurm node name: NodeHostname (or NodeName) matching the host name."""
         names = list(hostnames) or _own_hostnames()
-        nodes = parse_show_node(self._run([*self.scontrol, "-o", "show", "node"]).stdout)
+        for name in names:  # the usual case, NodeName = NodeHostname = host name: one node read
+            found = self.nodes([name])
+            if found and found[0].hostname == name:
+                return name
+        nodes = self.nodes()  # else the whole table, once at start ([slurm] node_name skips it)
         for attr in ("hostname", "name"):
             hits = [n.name for n in nodes if getattr(n, attr) in names]
             if len(hits) == 1:
@@ -467,13 +538,6 @@ def _describe(result: CommandResult) -> str:
         return f"{name} timed out after {result.duration_s:.1f} s"
     text = (result.stderr.strip() or result.stdout.strip()).splitlines()
     return f"{name} exited {result.rc}: {text[-1][:300] if text else 'no output'}"
-
-
-def _json_unsupported(result: CommandResult) -> bool:
-    text = (result.stderr + result.stdout).lower()
-    return result.rc not in (None, 0) and (
-        "unrecognized option" in text or "invalid option" in text or "serializer" in text
-    )
 
 
 def _own_hostnames() -> list[str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import pytest
 
@@ -29,14 +29,22 @@ class FakeSlurm(SlurmClient):
         super().__init__(scontrol=["/bin/true"])
         self.state = {n: NodeState(n, "idle", partitions=("gpu",)) for n in names}
         self.calls: list[tuple[Any, ...]] = []
+        self.reads: list[str] = []  # node reads: a node name, "held" (breaker) or "all"
+        self.job_reads = 0
         self.down = False
 
-    def nodes(self, names: Any = ()) -> list[NodeState]:
+    def nodes(self, names: Any = (), partitions: Any = (), states: Any = ()) -> list[NodeState]:
         if self.down:
             raise SlurmError("Unable to contact slurm controller (connect failure)")
-        return [self.state[n] for n in (names or sorted(self.state))]
+        self.reads.append("held" if states else ",".join(names) or "all")
+        found = [self.state[n] for n in (names or sorted(self.state))]
+        return [n for n in found if not states or n.out_of_service]
+
+    def partition_size(self, partitions: Any) -> int:
+        return len(self.state)
 
     def jobs(self, node: str) -> list[Job]:
+        self.job_reads += 1  # the local slurmd: no controller query
         return []
 
     def update(self, node: str, **fields: str) -> None:
@@ -67,7 +75,14 @@ class FakeSlurm(SlurmClient):
         self.state[node] = replace(n, flags=n.flags | {"REBOOT_REQUESTED"})
 
 
-def make(tmp: Path, fake: FakeSlurm, node: str = "n1", **recovery: Any) -> Remediator:
+def make(
+    tmp: Path,
+    fake: FakeSlurm,
+    node: str = "n1",
+    slurm: Optional[dict[str, float]] = None,
+    start: bool = False,
+    **recovery: Any,
+) -> Remediator:
     rec = {"recheck_interval": 0.1, "resume_after": 0.0, "min_reboot_interval": 0.0, **recovery}
     lines = [
         "[agent]",
@@ -76,6 +91,7 @@ def make(tmp: Path, fake: FakeSlurm, node: str = "n1", **recovery: Any) -> Remed
         f'probes_dir = "{tmp}/probes.d"',
         "[slurm]",
         f'node_name = "{node}"',
+        *(f"{key} = {value!r}" for key, value in (slurm or {}).items()),
         "[recovery]",
     ]
     for key, value in rec.items():
@@ -86,7 +102,7 @@ def make(tmp: Path, fake: FakeSlurm, node: str = "n1", **recovery: Any) -> Remed
         )
     (tmp / "hma.toml").write_text("\n".join(lines) + "\n")
     setup = assembly.load(str(tmp / "hma.toml"))
-    return Remediator(setup, Store(str(tmp / "state" / "state.db")), client=fake, start=False)
+    return Remediator(setup, Store(str(tmp / "state" / "state.db")), client=fake, start=start)
 
 
 def fault(action: Action = Action.REBOOT, code: str = "GPU_XID_79") -> Fault:
@@ -309,3 +325,35 @@ def test_each_queued_alert_wakes_the_owner(tmp_path: Path) -> None:
     run(rem, (fault(Action.NONE),))
     assert [a.kind for a in rem.alerts()] == ["action_requested", "action_failed"]
     assert len(told) == 2
+
+
+def test_controller_is_asked_once_per_heartbeat_while_nothing_happens(tmp_path: Path) -> None:
+    fake = FakeSlurm("n1", "n2")
+    fast = {"heartbeat": 3600.0, "facts_interval": 0.02}
+    rem = make(tmp_path, fake, slurm=fast, start=True)
+    try:
+        wait_for(lambda: fake.job_reads >= 10, "jobs read from the local slurmd")
+        assert fake.reads == ["n1"]  # one single-node read at start, none since
+        rem.update(Verdict(time.time(), "b1", (fault(Action.NONE),)), "b1")
+        wait_for(lambda: "DRAIN" in fake.state["n1"].flags, "drain")
+        assert (
+            "held" in fake.reads and "all" not in fake.reads
+        )  # the breaker counted once, filtered
+        before = len(fake.reads)
+        wait_for(lambda: len(fake.reads) >= before + 3, "node watched while the episode is open")
+        assert set(fake.reads[before:]) <= {"n1", "held"}  # single-node reads (+ breaker recheck)
+        rem.update(Verdict(time.time(), "b1", ()), "b1")
+        wait_for(lambda: rem.status()["episode"] is None, "resumed")
+        settled = len(fake.reads)
+        jobs = fake.job_reads
+        wait_for(lambda: fake.job_reads >= jobs + 10, "jobs still read locally")
+        assert len(fake.reads) <= settled + 1  # back to the heartbeat (one read may be in flight)
+    finally:
+        rem.close()
+
+
+def wait_for(predicate: Any, what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)

@@ -1,4 +1,4 @@
-"""Slurm node state parsing: sinfo --json objects and scontrol -o show node lines."""
+"""Slurm output parsing (recorded sinfo -O / squeue -O / listpids) and the client's queries."""
 
 from __future__ import annotations
 
@@ -9,55 +9,68 @@ import pytest
 
 from hma.adapters.command import CommandResult
 from hma.remediation.slurm import (
+    OUTPUT_CAP,
+    SEP,
     NodeState,
     SlurmClient,
     SlurmError,
-    node_from_json,
-    parse_show_node,
+    parse_listpids,
+    parse_sinfo,
+    parse_squeue,
 )
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm" / "autoresume"
+
+
+def recorded(name: str) -> str:
+    return (FIXTURES / name).read_text()
 
 
 def state(base: str, *flags: str, reason: str = "") -> NodeState:
     return NodeState("n1", base, frozenset(flags), reason)
 
 
-def test_scontrol_show_node_free_text_fields() -> None:
-    nodes = parse_show_node((FIXTURES / "scontrol-show-node-22.05.txt").read_text())
-    assert [n.name for n in nodes] == ["node1", "node2"]
-    one = nodes[0]
-    assert one.base == "idle" and one.flags == {"DRAIN"}
-    assert one.reason == "HMA: a b Extra=x" and one.reason_user == "root"
-    assert one.comment == "my comment Reason=z"
-    assert one.extra == "foo hma=unhealthy:X bar"
-    assert one.partitions == ("batch",) and one.owned and one.drained
-    assert nodes[1].reason == "" and not nodes[1].out_of_service
+def test_sinfo_free_text_fields_keep_spaces_and_key_like_text() -> None:
+    nodes = {n.name: n for n in parse_sinfo(recorded("sinfo-faulty.txt"))}
+    one = nodes["node1"]
+    assert one.base == "allocated" and one.flags == {"DRAIN"} and one.draining and one.owned
+    assert one.reason == "HMA: GPU_XID_79 gpu:0000:3b:00" and one.reason_user == "root"
+    assert one.reason_time > 0 and one.partitions == ("batch",) and one.address == "127.0.0.1"
+    assert one.extra.startswith("hma=unhealthy:GPU_XID_79:replace,") and one.comment == ""
+    assert (
+        nodes["node2"].extra == "rack=12 hma=unhealthy:GPU_XID_79:reboot,c=gpu:0000:3b:00,h=breaker"
+    )
+    assert nodes["node2"].reason == "" and not nodes["node2"].out_of_service
+    assert nodes["node3"].fail and nodes["node3"].reason == "Action:Replace"
+    four = nodes["node4"]  # an admin's drain whose comment looks like more fields
+    assert four.reason == "maintenance window [ops]" and four.drained and not four.owned
+    assert four.comment == "ticket 7 Extra=none Reason=x" and four.extra == ""
+    healthy = parse_sinfo(recorded("sinfo-healthy.txt"))
+    assert [n.label_text for n in healthy] == ["idle"] * 4
+    assert all(n.reason == "" and n.reason_user == "" and n.reason_time == 0 for n in healthy)
 
 
-def test_sinfo_json_node_2205_and_newer_shapes() -> None:
-    old = node_from_json(
-        {
-            "name": "g1",
-            "state": "allocated",
-            "state_flags": ["DRAIN"],
-            "reason": "HMA: X y",
-            "reason_changed_at": 1795947456,
-            "partitions": ["gpu"],
-            "extra": "e",
-            "comment": "",
-        }
+def test_sinfo_lists_a_node_once_per_partition_and_cut_lines_are_errors() -> None:
+    line = recorded("sinfo-healthy.txt").splitlines()[0]
+    both = parse_sinfo(line + "\n" + line.replace("batch*", "gpu") + "\n")
+    assert len(both) == 1 and both[0].partitions == ("batch", "gpu")
+    with pytest.raises(SlurmError, match="unreadable"):
+        parse_sinfo(SEP.join(line.split(SEP)[:4]))
+
+
+def test_squeue_and_listpids_recorded() -> None:
+    (running,) = parse_squeue(recorded("squeue-running.txt"))
+    assert (running.id, running.user, running.state, running.nodes) == (
+        "1",
+        "root",
+        "RUNNING",
+        "node[1-2]",
     )
-    assert old.draining and not old.drained and old.owned and old.reason_time == 1795947456
-    new = node_from_json(
-        {
-            "name": "g1",
-            "state": ["IDLE", "DRAIN"],
-            "reason": "x",
-            "reason_changed_at": {"set": True, "number": 5},
-        }
-    )
-    assert new.drained and new.reason_time == 5 and not new.owned
+    assert running.comment == "my run hma-resume=1,a=0" and running.requeue and running.batch
+    (requeued,) = parse_squeue(recorded("squeue-requeued.txt"))
+    assert requeued.state == "PENDING" and requeued.reason == "BeginTime"
+    assert requeued.nodes == "" and requeued.restarts == 1 and requeued.eligible_time > 0
+    assert parse_listpids(recorded("listpids-node1.txt")) == {"1": ("0", "batch")}
 
 
 def test_state_classification() -> None:
@@ -84,35 +97,75 @@ def test_unknown_states_are_not_understood() -> None:
 class CannedRunner:
     """Serves one canned output per tool (the outermost boundary)."""
 
-    def __init__(self, outputs: dict[str, tuple[int, str, str]]) -> None:
+    def __init__(self, outputs: dict[str, Any], truncated: bool = False) -> None:
         self.outputs = outputs
+        self.truncated = truncated
         self.calls: list[list[str]] = []
 
     def run(self, argv: Any, timeout: float, env: Any = None, stdin: Any = None) -> CommandResult:
         self.calls.append(list(argv))
-        rc, out, err = self.outputs[Path(argv[0]).name]
-        return CommandResult(tuple(argv), rc, out, err, 0.01)
+        answer = self.outputs[Path(argv[0]).name]
+        rc, out, err = answer(argv) if callable(answer) else answer
+        return CommandResult(tuple(argv), rc, out, err, 0.01, truncated=self.truncated)
 
 
-def test_node_name_from_hostname_and_json_fallback() -> None:
-    show = (FIXTURES / "scontrol-show-node-22.05.txt").read_text()
-    show = show.replace("NodeHostName=localhost", "NodeHostName=gpu-a", 1)
-    runner = CannedRunner(
-        {"scontrol": (0, show, ""), "sinfo": (1, "", "sinfo: unrecognized option '--json'")}
-    )
+def test_node_is_a_single_node_query_and_the_name_comes_from_the_host() -> None:
+    table = recorded("sinfo-faulty.txt").replace("localhost", "gpu-a", 1)
+    runner = CannedRunner({"sinfo": (0, table, "")})
     client = SlurmClient(runner=runner)  # type: ignore[arg-type]
-    assert client.find_node_name(["gpu-a"]) == "node1"
+    assert client.find_node_name(["gpu-a"]) == "node1"  # no node gpu-a: the table, once
+    assert runner.calls[-1][-2:] != ["-n", "gpu-a"] and "-n" not in runner.calls[-1]
     assert client.find_node_name(["nope"]) is None
-    assert client.node("node1").drained  # sinfo --json unsupported: scontrol -o show node
-    assert client.use_json is False
+    assert client.node("node4").drained
+    assert runner.calls[-1][-2:] == ["-n", "node4"]  # one name: slurmctld reads one node
+    with pytest.raises(SlurmError, match="not found"):
+        client.node("node9")
     env = SlurmClient(conf="/etc/x/slurm.conf", path="/opt/slurm/bin").env()
     assert env["SLURM_CONF"] == "/etc/x/slurm.conf" and env["PATH"] == "/opt/slurm/bin"
+    assert SlurmClient().runner.output_cap == OUTPUT_CAP >= 64 << 20
 
 
-def test_sinfo_json_error_list_is_an_error() -> None:
-    runner = CannedRunner(
-        {"sinfo": (0, '{"errors": [{"error": "Unspecified error"}], ' '"nodes": []}', "")}
-    )
+def test_node_named_as_the_host_is_found_with_one_single_node_read() -> None:
+    line = recorded("sinfo-healthy.txt").splitlines()[0].replace("localhost", "node1") + "\n"
+    runner = CannedRunner({"sinfo": (0, line, "")})
     client = SlurmClient(runner=runner)  # type: ignore[arg-type]
-    with pytest.raises(SlurmError, match="slurmctld"):
-        client.nodes()
+    assert client.find_node_name(["node1"]) == "node1"
+    assert len(runner.calls) == 1 and runner.calls[0][-2:] == ["-n", "node1"]
+
+
+def test_cut_output_is_an_error_never_parsed() -> None:
+    runner = CannedRunner({"sinfo": (0, recorded("sinfo-faulty.txt"), "")}, truncated=True)
+    client = SlurmClient(runner=runner)  # type: ignore[arg-type]
+    with pytest.raises(SlurmError, match="not read"):
+        client.node("node1")
+
+
+def test_breaker_view_is_one_filtered_sinfo_and_the_partition_size() -> None:
+    held = "".join(
+        ln for ln in recorded("sinfo-faulty.txt").splitlines(True) if "drain" in ln or "fail" in ln
+    )
+    part = "PartitionName=batch AllowGroups=ALL Nodes=node[1-4],ph[1-2000] TotalNodes=2004\n"
+    names = "\n".join([f"node{i}" for i in range(1, 5)] + [f"ph{i}" for i in range(1, 2001)])
+
+    def scontrol(argv: list[str]) -> tuple[int, str, str]:
+        return (0, names if "hostnames" in argv else part, "")
+
+    runner = CannedRunner({"sinfo": (0, held, ""), "scontrol": scontrol})
+    client = SlurmClient(runner=runner)  # type: ignore[arg-type]
+    me = NodeState("node2", "idle", partitions=("batch",))
+    nodes, total = client.held_view(me)
+    assert [n.name for n in nodes] == ["node1", "node3", "node4", "node2"] and total == 2004
+    assert runner.calls[0][-4:] == ["-p", "batch", "-t", "drain,fail,down"]
+    assert runner.calls[1][1:] == ["-o", "show", "partition"]
+    assert runner.calls[2][1:] == ["show", "hostnames", "node[1-4],ph[1-2000]"]
+
+
+def test_slurm_24_11_prints_the_same_fields() -> None:
+    base = FIXTURES.parent
+    nodes = {n.name: n for n in parse_sinfo((base / "sinfo-24.11.txt").read_text())}
+    assert nodes["node1"].base == "allocated" and nodes["node1"].reason == ""
+    two = nodes["node2"]
+    assert two.drained and two.reason == "maint window [ops]" and two.reason_user == "root"
+    assert two.comment == "ticket 7 Extra=none" and two.extra == "hma=x y"
+    (job,) = parse_squeue((base / "squeue-24.11.txt").read_text())
+    assert (job.id, job.state, job.nodes, job.comment) == ("1", "RUNNING", "node1", "my c Extra=x")
