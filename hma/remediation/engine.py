@@ -87,6 +87,7 @@ class Remediator:
         self.enabled = bool(self.sl["enabled"]) and self._scontrol_found()
         self._lock = threading.RLock()
         self._wake = threading.Event()
+        self._reread = threading.Event()  # an action was applied: read the node's state again
         self._stop = threading.Event()
         self._alerts: list[Alert] = []
         self.on_alert: Callable[[], None] = lambda: None  # told when ``alerts`` has more
@@ -688,6 +689,7 @@ class Remediator:
                 else:
                     self._set(conn, row["id"], outcome, now, note)
                     if outcome == "done":
+                        self._reread.set()  # the node's state changed: status shows it soon
                         self._alert(
                             "action_applied",
                             ep,
@@ -1017,13 +1019,15 @@ class Remediator:
     def _facts_loop(self) -> None:
         """Jobs (local slurmd) every ``facts_interval``; the node's state from slurmctld every
         ``heartbeat`` (jittered) while nothing happens, every ``facts_interval`` while something
-        does, backing off up to ``heartbeat`` while slurmctld cannot be reached."""
+        does and once after each action applied (so a resume shows at once), backing off up to
+        ``heartbeat`` while slurmctld cannot be reached."""
         due = 0.0  # monotonic time of the next node-state read
         failures = 0
         while not self._stop.is_set():
             now = time.monotonic()
             fast = float(self.sl["facts_interval"])
-            if now >= due or self._busy():
+            if now >= due or self._busy() or self._reread.is_set():
+                self._reread.clear()
                 ok = self._refresh_facts()
                 failures = 0 if ok else failures + 1
                 if ok:
