@@ -168,6 +168,7 @@ class Daemon:
         signal.signal(signal.SIGUSR1, self._on_signal)
         self._configure()
         self._startup_findings()
+        self._decide_now()
         self._write_status()
         self.notifier.send(READY="1", STATUS=self._status_line())
         try:
@@ -215,10 +216,15 @@ class Daemon:
         remediator = Remediator(self.setup, self.store, self.clock)
         remediator.on_alert = lambda: self.inputs.put(AlertsQueued())
         self.inputs.put(AlertsQueued())  # any queued before on_alert was set
-        # decide on the current verdict at once (after a restart or reload the outbox and the
-        # episode continue from the state store; updates otherwise come only with changes)
-        remediator.update(self.model.verdict(self.clock()), self.boot_id)
         return remediator
+
+    def _decide_now(self) -> None:
+        """Remediation decides on the current verdict at once (after a start or reload the outbox
+        and the episode continue from the state store; updates otherwise come only with changes).
+        At start this comes after the boot-id check, so a fault that a reboot cleared is never
+        acted on again with the new boot id."""
+        if self.remediator is not None:
+            self.remediator.update(self.model.verdict(self.clock()), self.boot_id)
 
     def _start_sources(self) -> None:
         self._source_stop.set()
@@ -472,6 +478,7 @@ class Daemon:
             self.setup = self.pipeline.setup = new
             self.model.catalogue = new.catalogue
             self._configure()
+            self._decide_now()
             log.info("configuration reloaded")
         self.notifier.send(READY="1", STATUS=self._status_line())
 
