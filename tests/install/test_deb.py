@@ -165,7 +165,10 @@ def daemon(box: Chroot) -> None:
             proc.wait(timeout=30)
         sock.close()
         box.path("/run/hma-test-notify").unlink()
-    assert proc.returncode == 0, proc.stderr.read() if proc.stderr else ""
+    assert proc.stderr is not None
+    with proc.stderr:  # closed here: a leaked pipe is a ResourceWarning, an error in the tests
+        err = proc.stderr.read()
+    assert proc.returncode == 0, err
 
 
 def purge(box: Chroot) -> None:
