@@ -10,8 +10,8 @@ Files are generated in a temporary folder (removed after):
   bus in three lines, Neuron) and one in 100 a user-space ``NVRM[pid]: Xid`` syslog line;
 - newlines.gz: 200 MB of newlines, gzip-compressed (about 1 MB).
 
-Each is scanned ``--runs`` times in this process (``hma.logscan.scan``, the rules loaded once);
-the median wall time gives lines per second; the ``hma logscan`` command's wall time is shown
+Each is scanned ``--runs`` times in this process (``hma.commands.logscan.scan``, the rules loaded
+once); the median wall time gives lines per second; the ``hma logscan`` command's wall time is shown
 beside it. For comparison, the per-line path of the kernel_log
 source (``Matcher.feed`` of each message, literal prefilter first) over the noise messages.
 """
@@ -86,7 +86,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
 
-    from hma.logscan import scan
+    from hma.commands.logscan import scan
     from hma.rules import RuleSet
     from hma.rules.lines import saved_line
 

@@ -1,7 +1,8 @@
 """Wall time of `hma status` against a bare interpreter start (median of 20 runs each).
 
 Runs the real console script of this environment against a fresh status.json written by
-hma.status.write_atomic (pid = this process, so the file counts as live). Prints the machine too.
+hma.commands.status.write_atomic (pid = this process, so the file counts as live). Prints the
+machine too.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from hma import status
+from hma.commands import status
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine, median_ms, time_command  # noqa: E402

@@ -23,7 +23,7 @@ def _load(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 def cmd_check(args: argparse.Namespace) -> int:
     """Run probes once and print the result."""
     if args.help_text:
-        from hma import check
+        from hma.commands import check
 
         print(args.help_text + "\n" + check.probes_help(args.config))
         return 0
@@ -32,7 +32,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def check_main(config: Optional[str], probes: Sequence[str], as_json: bool) -> int:
     """``hma check [PROBE...] [--json]``: the exit code (Nagios) of the probes' findings."""
-    from hma import assembly, check
+    from hma import assembly
+    from hma.commands import check
 
     try:  # only the named probes are imported (and their sections checked)
         setup = assembly.load(config, only=list(probes) or None)
@@ -57,7 +58,7 @@ def check_main(config: Optional[str], probes: Sequence[str], as_json: bool) -> i
 
 def cmd_status(args: argparse.Namespace) -> int:
     """Print the daemon's status.json as a summary (or the document with ``--json``)."""
-    from hma import status
+    from hma.commands import status
 
     return status.main(args.config, args.json)
 
@@ -120,7 +121,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_ack(args: argparse.Namespace) -> int:
     """Acknowledge a fault that clears by operator."""
-    from hma import ack
+    from hma.commands import ack
 
     if os.geteuid() != 0:
         print(
@@ -141,31 +142,31 @@ def cmd_srun(args: argparse.Namespace) -> int:
 
 
 def cmd_srun_argv(config: Optional[str], argv: Sequence[str]) -> int:
-    """Run ``hma srun`` with srun's arguments untouched (hma.autoresume)."""
-    from hma import autoresume
+    """Run ``hma srun`` with srun's arguments untouched (hma.commands.srun)."""
+    from hma.commands import srun
 
-    client, journal = autoresume.from_config(config)
-    return autoresume.main(argv, client, autoresume.Log(journal))
+    client, journal = srun.from_config(config)
+    return srun.main(argv, client, srun.Log(journal))
 
 
 def cmd_job_env(args: argparse.Namespace) -> int:
-    """Print the job's node list, master node/address, node count and rank (hma.autoresume)."""
-    from hma import autoresume
+    """Print the job's node list, master node/address, node count and rank (hma.commands.srun)."""
+    from hma.commands import srun
 
-    client, _journal = autoresume.from_config(args.config)
-    return autoresume.job_env_main(client, args.format)
+    client, _journal = srun.from_config(args.config)
+    return srun.job_env_main(client, args.format)
 
 
 def cmd_healthcheck(args: argparse.Namespace) -> int:
     """Slurm HealthCheckProgram: the daemon's verdict (or one probe run), drain state per policy."""
-    from hma.remediation import healthcheck
+    from hma.commands import healthcheck
 
     return healthcheck.run(args.config, quiet=args.quiet)
 
 
 def cmd_fleet(args: argparse.Namespace) -> int:
     """Cluster health from Slurm alone: nodes labelled/drained by hma, breaker per partition."""
-    from hma.remediation import fleet
+    from hma.commands import fleet
     from hma.remediation.slurm import SlurmClient, SlurmError
 
     try:
@@ -312,20 +313,20 @@ def _srun_split(argv: Sequence[str]) -> Optional[tuple[Optional[str], list[str]]
 
 def cmd_logscan(args: argparse.Namespace) -> int:
     """Run the kernel-log rules over saved logs."""
-    from hma import logscan
+    from hma.commands import logscan
 
     return logscan.main(args)
 
 
 def cmd_inject_xid(args: argparse.Namespace) -> int:
     """Write an NVRM Xid line to /dev/kmsg."""
-    from hma import inject
+    from hma.commands import inject
 
     return inject.main(args)
 
 
 def _add_kernel_log_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
-    """``hma logscan`` (hma.logscan) and ``hma inject xid`` (hma.inject)."""
+    """``hma logscan`` (hma.commands.logscan) and ``hma inject xid`` (hma.commands.inject)."""
     p = add("logscan", help="run the kernel-log rules over saved logs")
     p.add_argument("files", nargs="+", metavar="FILE", help="dmesg/syslog/kmsg files, - for stdin")
     p.add_argument("--json", action="store_true", help="print the JSON document")
@@ -372,7 +373,7 @@ def _fast_path(argv: list[str]) -> Optional[int]:
         return check_main(config, names, as_json)
     if command is None:
         return None
-    from hma import status
+    from hma.commands import status
 
     return status.main(config, as_json)
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from hma.assembly import Setup
-from hma.check import resolve
+from hma.commands.check import resolve
 from hma.health import HealthModel
 from hma.model import Finding, ProbeRun, Severity, Transition, Verdict
 from hma.reporters import Alert, Reporter, start_reporters

@@ -27,8 +27,8 @@ from hma.probe import NodeFacts
 from hma.remediation import breaker
 from hma.remediation import label as label_mod
 from hma.remediation import options as options_mod
-from hma.remediation.autoresume import AutoResume
 from hma.remediation.label import Label
+from hma.remediation.requeue import AutoResume
 from hma.remediation.slurm import (
     HYPERPOD_REBOOT,
     HYPERPOD_REPLACE,

@@ -19,7 +19,7 @@ import pytest
 
 from hma.remediation import Remediator
 from hma.remediation import label as label_mod
-from hma.remediation.autoresume import find_marker
+from hma.remediation.requeue import find_marker
 from tests.integration.autoresume_helpers import (
     ROOT,
     USER,

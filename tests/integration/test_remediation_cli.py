@@ -20,7 +20,7 @@ from tests.slurmcluster import SlurmCluster
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 
 ROOT = Path(__file__).resolve().parents[2]
-HEALTHCHECK = [sys.executable, "-m", "hma.remediation.healthcheck"]
+HEALTHCHECK = [sys.executable, "-m", "hma.commands.healthcheck"]
 
 
 def site_probe(folder: Path, flag: Path) -> None:

@@ -15,11 +15,11 @@ from typing import Any, Optional, Sequence
 
 import pytest
 
-from hma import autoresume as ar
 from hma import cli
 from hma.adapters.command import CommandResult
+from hma.commands import srun as ar
 from hma.model import Action
-from hma.remediation.autoresume import (
+from hma.remediation.requeue import (
     AutoResume,
     Marker,
     find_marker,

@@ -7,7 +7,7 @@ from typing import Optional
 import pytest
 
 from hma.catalogue import Catalogue, load_builtin
-from hma.check import resolve
+from hma.commands.check import resolve
 from hma.health import HealthModel
 from hma.model import Action, Finding, ProbeRun, RunStatus, Severity
 

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from hma.remediation.healthcheck import daemon_status, run
+from hma.commands.healthcheck import daemon_status, run
 
 
 def write(folder: Path, **fields: object) -> None:

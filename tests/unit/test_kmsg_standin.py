@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hma import inject
+from hma.commands import inject
 from hma.rules.lines import parse_record
 from tests.standin.kmsg import KmsgStandIn
 

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from hma import cli, inject
-from hma import logscan as logscan_mod
+from hma import cli
+from hma.commands import inject
+from hma.commands import logscan as logscan_mod
 from hma.rules import RuleSet, compile_rule
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "kernel-log"

@@ -7,10 +7,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hma import ack, assembly
+from hma import assembly
+from hma.commands import ack, healthcheck
 from hma.model import Severity
 from hma.pipeline import Pipeline
-from hma.remediation import healthcheck
 from hma.reporters import Alert
 from hma.state import Store
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from hma import cli, status
+from hma import cli
+from hma.commands import status
 
 pytestmark = pytest.mark.timeout(30)
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "status"

@@ -137,7 +137,7 @@ def test_dedup_counts_repeats_within_the_window() -> None:
 
 
 def test_one_xid_through_nvml_and_the_kernel_log_is_one_fault_in_the_health_model() -> None:
-    from hma.check import resolve
+    from hma.commands.check import resolve
     from hma.health import HealthModel
 
     cat = load_builtin()

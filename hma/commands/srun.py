@@ -34,7 +34,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from hma.model import Action, Severity
 from hma.remediation import label as label_mod
-from hma.remediation.autoresume import Marker, find_marker, with_marker
+from hma.remediation.requeue import Marker, find_marker, with_marker
 from hma.remediation.slurm import NodeState, SlurmClient, SlurmError
 from hma.reporters import Alert, Reporter
 

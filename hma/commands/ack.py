@@ -15,9 +15,9 @@ import sys
 import time
 from typing import Optional
 
-from hma import status
 from hma.assembly import Setup
 from hma.catalogue import Entry, clears_text
+from hma.commands import status
 from hma.model import Clears
 from hma.pipeline import Pipeline, reporter_alerts
 from hma.state import StateError, Store

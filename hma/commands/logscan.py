@@ -173,7 +173,7 @@ def scan(paths: Sequence[str], rules: RuleSet) -> tuple[list[Hit], list[str]]:
 
 def document(hits: Sequence[Hit], errors: Sequence[str], cat: Catalogue) -> dict[str, Any]:
     """The ``--json`` document: worst severity and one entry per fault."""
-    from hma.check import resolve
+    from hma.commands.check import resolve
 
     findings = []
     for hit in hits:
