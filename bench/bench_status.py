@@ -1,7 +1,7 @@
 """Wall time of `hma status` against a bare interpreter start (median of 20 runs each).
 
 Runs the real console script of this environment against a fresh status.json written by
-hma.commands.status.write_atomic (pid = this process, so the file counts as live). Prints the
+hma.commands.statusfile.write_atomic (pid = this process, so the file counts as live). Prints the
 machine too.
 """
 
@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from hma.commands import status
+from hma import statusfile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine, median_ms, time_command  # noqa: E402
@@ -28,8 +28,8 @@ def main() -> None:
     hma = str(Path(sys.executable).with_name("hma"))
     with tempfile.TemporaryDirectory() as tmp:
         doc = json.loads((ROOT / "tests/fixtures/status/sample.json").read_text())
-        doc.update(pid=os.getpid(), boot_id=status.current_boot_id(), generated=time.time())
-        status.write_atomic(status.status_path(tmp), doc)
+        doc.update(pid=os.getpid(), boot_id=statusfile.current_boot_id(), generated=time.time())
+        statusfile.write_atomic(statusfile.status_path(tmp), doc)
         cfg = Path(tmp) / "hma.toml"
         cfg.write_text(f'[agent]\nrun_dir = "{tmp}"\n')
         env = {**os.environ, "HMA_CONFIG": str(cfg)}

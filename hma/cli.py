@@ -44,9 +44,7 @@ def check_main(config: Optional[str], probes: Sequence[str], as_json: bool) -> i
         print(f"hma check: {error}", file=sys.stderr)
         return 3
     runs = check.run_once(setup, names)
-    doc = check.document(
-        setup.node_name, runs, check.resolve(setup.load_findings(), setup.catalogue)
-    )
+    doc = check.document(setup.node_name, runs, setup.catalogue.resolve_all(setup.load_findings()))
     if as_json:
         import json
 

@@ -23,7 +23,6 @@ from typing import Any, Callable, Optional, Union
 
 from hma import __version__, assembly
 from hma.adapters.notify import Notifier
-from hma.commands.status import StatusWriter, boot_id, status_path
 from hma.config import EX_CONFIG, ConfigError
 from hma.configfile import empty_files
 from hma.devices import DeviceWatcher
@@ -35,6 +34,7 @@ from hma.reporters import Alert, Reporter, start_reporters
 from hma.runner import make_slot, run_probe
 from hma.source import StopEvent
 from hma.state import RETRY_MIN_S, StateError, Store
+from hma.statusfile import StatusWriter, boot_id, status_path
 
 log = logging.getLogger("hma")
 

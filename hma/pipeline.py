@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from hma.assembly import Setup
-from hma.commands.check import resolve
 from hma.health import HealthModel
 from hma.model import Finding, ProbeRun, Severity, Transition, Verdict
 from hma.reporters import Alert, Reporter, start_reporters
@@ -106,14 +105,14 @@ class Pipeline:
             run.status,
             run.started,
             run.duration_s,
-            tuple(resolve(run.findings, self.model.catalogue)),
+            tuple(self.model.catalogue.resolve_all(run.findings)),
             run.error,
         )
         return self.apply(self.model.observe_run(resolved, now))
 
     def event(self, finding: Finding, now: float) -> list[Applied]:
         """A finding outside a probe run (event sources, the agent's own)."""
-        found = resolve([finding.with_(ts=finding.ts or now)], self.model.catalogue)
+        found = self.model.catalogue.resolve_all([finding.with_(ts=finding.ts or now)])
         return [self.apply(self.model.observe_event(f, now)) for f in found]
 
     def ack(self, code: str, component: Optional[str], who: str, now: float) -> Applied:

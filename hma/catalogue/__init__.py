@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from hma import tomlcompat
 from hma.model import Action, Clears, Finding, Severity
@@ -239,6 +239,21 @@ class Catalogue:
         if action is None or "action" in fields:
             action = entry.action
         return finding.with_(severity=severity, action=action)
+
+    def resolve_all(self, findings: Sequence[Finding]) -> list[Finding]:
+        """Each finding resolved, codes the operator disabled dropped, and a code outside the
+        catalogue reported as ``HMA_UNCATALOGUED`` (its code kept in the details)."""
+        out = []
+        for finding in findings:
+            if self.entry(finding.code).enabled:
+                resolved = self.resolve(finding)
+                if finding.code not in self:
+                    resolved = resolved.with_(
+                        details={**resolved.details, "uncatalogued_code": finding.code},
+                        code="HMA_UNCATALOGUED",
+                    )
+                out.append(resolved)
+        return out
 
 
 def _overridden(entry: Entry, raw: Optional[Mapping[str, Any]]) -> Entry:

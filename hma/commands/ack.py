@@ -15,6 +15,7 @@ import sys
 import time
 from typing import Optional
 
+from hma import statusfile
 from hma.assembly import Setup
 from hma.catalogue import Entry, clears_text
 from hma.commands import status
@@ -33,7 +34,7 @@ def operator() -> str:
 
 def daemon_pid(run_dir: str, procfs: str) -> Optional[int]:
     """PID of the running daemon (from a trustworthy status.json), else None."""
-    doc, problem = status.read(run_dir, boot_id=status.boot_id(procfs))
+    doc, problem = status.read(run_dir, boot_id=statusfile.boot_id(procfs))
     return int(doc["pid"]) if doc is not None and not problem else None
 
 
@@ -60,7 +61,7 @@ def main(setup: Setup, code: str, component: Optional[str]) -> int:
     try:
         procfs = setup.config.section("paths")["procfs"]
         alert = reporter_alerts(setup, "hma ack")
-        pipeline = Pipeline(setup, store, status.boot_id(procfs), alert)
+        pipeline = Pipeline(setup, store, statusfile.boot_id(procfs), alert)
         matching = [
             r
             for r in pipeline.model.records()

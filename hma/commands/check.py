@@ -7,24 +7,8 @@ import time
 from typing import Any, Optional, Sequence
 
 from hma.assembly import Setup
-from hma.catalogue import Catalogue
 from hma.model import Finding, ProbeRun, RunStatus, Severity, worst
 from hma.runner import make_slot, run_probe
-
-
-def resolve(findings: Sequence[Finding], cat: Catalogue) -> list[Finding]:
-    """Fill severity/action from the catalogue and drop codes the operator disabled."""
-    out = []
-    for finding in findings:
-        if cat.entry(finding.code).enabled:
-            resolved = cat.resolve(finding)
-            if finding.code not in cat:
-                resolved = resolved.with_(
-                    details={**resolved.details, "uncatalogued_code": finding.code},
-                    code="HMA_UNCATALOGUED",
-                )
-            out.append(resolved)
-    return out
 
 
 def run_once(setup: Setup, names: Sequence[str], boot_id: str = "") -> list[ProbeRun]:
@@ -48,7 +32,7 @@ def run_once(setup: Setup, names: Sequence[str], boot_id: str = "") -> list[Prob
             run.status,
             run.started,
             run.duration_s,
-            tuple(resolve(run.findings, setup.catalogue)),
+            tuple(setup.catalogue.resolve_all(run.findings)),
             run.error,
         )
 

@@ -92,10 +92,10 @@ def run(config_file: Optional[str] = None, quiet: bool = False) -> int:
 def _standalone(setup: Any, now: float, quiet: bool) -> int:
     """No daemon: probes once, health model from the state database, remediation applied."""
     from hma.commands import check
-    from hma.commands.status import boot_id as read_boot_id
     from hma.pipeline import Pipeline, reporter_alerts
     from hma.remediation.engine import Remediator
     from hma.state import Store
+    from hma.statusfile import boot_id as read_boot_id
 
     agent = setup.config.section("agent")
     store = Store(os.path.join(agent["state_dir"], "state.db"))

@@ -173,11 +173,10 @@ def scan(paths: Sequence[str], rules: RuleSet) -> tuple[list[Hit], list[str]]:
 
 def document(hits: Sequence[Hit], errors: Sequence[str], cat: Catalogue) -> dict[str, Any]:
     """The ``--json`` document: worst severity and one entry per fault."""
-    from hma.commands.check import resolve
 
     findings = []
     for hit in hits:
-        resolved = resolve([hit.finding], cat)
+        resolved = cat.resolve_all([hit.finding])
         if not resolved:
             continue  # code disabled by the operator
         data = resolved[0].to_json()

@@ -1,164 +1,23 @@
-"""``hma status``: read and judge ``status.json`` (docs/status.md), render it; write it atomically.
+"""``hma status``: read and judge ``status.json`` (docs/status.md), render it.
 
-The daemon offers every new document to a ``StatusWriter`` (written when it changed, at most four
-times a second, bounded in size, atomically); ``hma status`` calls ``read``, ``render`` and
+The daemon writes the file (hma.statusfile); ``hma status`` calls ``read``, ``render`` and
 ``exit_code``. Reading never raises: every problem (no file, no daemon, stale file, garbage) comes
 back as a plain sentence, and the exit code is then 3 (unknown).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Mapping, Optional, Union
 
+from hma import statusfile
 from hma.severity import Severity, worst
 
-SCHEMA = 1
-FILENAME = "status.json"
 STALE_FACTOR = 3.0  # the file is stale when older than this many heartbeats
 _FAILED_PROBE = ("failed", "timed_out")
-
-
-def status_path(run_dir: Union[str, Path]) -> Path:
-    """``<run_dir>/status.json``."""
-    return Path(run_dir) / FILENAME
-
-
-def write_atomic(path: Union[str, Path], doc: Mapping[str, Any]) -> None:
-    """Write ``doc`` as JSON: temp file in the same folder, fsync, rename (readers see the old or
-    the new document, never a mix). Mode 0644: any user may run ``hma status``."""
-    _write_text(Path(path), json.dumps(doc, separators=(",", ":"), allow_nan=False) + "\n")
-
-
-def _write_text(target: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as stream:
-            stream.write(text)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    with contextlib.suppress(OSError):  # make the rename itself durable (no-op on tmpfs)
-        dirfd = os.open(target.parent, os.O_RDONLY)
-        try:
-            os.fsync(dirfd)
-        finally:
-            os.close(dirfd)
-
-
-MAX_FAULTS = 200
-"""Faults listed in status.json at most (active first); the rest are counted in faults_omitted."""
-MAX_DETAILS = 8192
-"""Characters of one fault's ``details`` (or one probe's ``summary``) as JSON, at most."""
-MAX_SUMMARY = 65536
-
-
-def _capped(value: Any, limit: int) -> Any:
-    text = json.dumps(value, separators=(",", ":"), default=str)
-    if len(text) <= limit:
-        return value
-    keys = sorted(value)[:50] if isinstance(value, dict) else []
-    return {"truncated": True, "size": len(text), "keys": keys}
-
-
-def bounded(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """``doc`` with a size that no number of findings can grow past: at most MAX_FAULTS faults
-    (the order given; ``faults_omitted`` counts the rest), each fault's ``details`` and each
-    probe's ``summary`` replaced by ``{"truncated": true, "size": N, "keys": [...]}`` when too
-    large."""
-    out = dict(doc)
-    faults = list(doc.get("faults") or [])
-    if len(faults) > MAX_FAULTS:
-        out["faults_omitted"] = len(faults) - MAX_FAULTS
-        faults = faults[:MAX_FAULTS]
-    out["faults"] = [{**f, "details": _capped(f.get("details") or {}, MAX_DETAILS)} for f in faults]
-    out["probes"] = [
-        {**p, "summary": _capped(p.get("summary"), MAX_SUMMARY)} for p in doc.get("probes") or []
-    ]
-    return out
-
-
-class StatusWriter:
-    """Writes status.json when its content changes or a heartbeat is due, at most once every
-    ``min_interval_s``. A change offered sooner sets ``pending``: the caller offers a fresh
-    document again once ``wait`` is 0."""
-
-    def __init__(
-        self, path: Union[str, Path], heartbeat_s: float, min_interval_s: float = 0.25
-    ) -> None:
-        self.path = Path(path)
-        self.heartbeat_s = heartbeat_s
-        self.min_interval_s = min_interval_s
-        self._last_body = ""
-        self.last_write = -1e18  # monotonic time of the last write
-        self.pending = False
-        self.writes = 0
-
-    def wait(self, mono: float) -> float:
-        """Seconds until a pending document may be written (inf when none is pending)."""
-        if not self.pending:
-            return float("inf")
-        return max(0.0, self.last_write + self.min_interval_s - mono)
-
-    def offer(self, doc: Mapping[str, Any], mono: float) -> bool:
-        """Write ``doc`` (bounded) if it differs from the last one written, apart from
-        ``generated``, or the heartbeat is due; returns whether it was written. Raises OSError."""
-        doc = bounded(doc)
-        body = json.dumps({k: v for k, v in doc.items() if k != "generated"}, sort_keys=True)
-        if body == self._last_body and mono - self.last_write < self.heartbeat_s:
-            self.pending = False
-            return False
-        if mono - self.last_write < self.min_interval_s:
-            self.pending = True
-            return False
-        self.pending = False
-        self.last_write = mono  # a failed write is retried at the next change or heartbeat
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(self.path, doc)
-        self._last_body = body
-        self.writes += 1
-        return True
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether a process exists (a zombie counts as gone; another user's process counts)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # exists, owned by someone else
-    except (OverflowError, ValueError):
-        return False
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
-
-
-def boot_id(procfs: str = "/proc") -> str:
-    """The kernel's boot id under a procfs root ("" when unreadable)."""
-    try:
-        return (Path(procfs) / "sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return ""
-
-
-def current_boot_id() -> str:
-    """This boot's id without dashes ("" when unreadable)."""
-    return boot_id().replace("-", "")
 
 
 def read(
@@ -168,7 +27,7 @@ def read(
 ) -> tuple[Optional[dict[str, Any]], str]:
     """(document, problem): the document when one could be read, and "" or why it cannot be
     trusted (no daemon, daemon gone, stale file, newer schema). Never raises."""
-    path = status_path(run_dir)
+    path = statusfile.status_path(run_dir)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -182,17 +41,17 @@ def read(
     if not isinstance(doc, dict):
         return None, f"cannot parse {path}: not a JSON object"
     schema = doc.get("schema")
-    if schema != SCHEMA:
-        return None, f"{path} has schema {schema!r}; this hma reads schema {SCHEMA}"
+    if schema != statusfile.SCHEMA:
+        return None, f"{path} has schema {schema!r}; this hma reads schema {statusfile.SCHEMA}"
     now = time.time() if now is None else now
     age = now - float(doc.get("generated") or 0.0)
     when = f"last written {_duration(age)} ago"
     pid = doc.get("pid")
-    booted = current_boot_id() if boot_id is None else boot_id.replace("-", "")
+    booted = statusfile.current_boot_id() if boot_id is None else boot_id.replace("-", "")
     doc_boot = str(doc.get("boot_id") or "").replace("-", "")
     if booted and doc_boot and booted != doc_boot:
         return doc, f"no daemon: {path} is from an earlier boot ({when})"
-    if not isinstance(pid, int) or not pid_alive(pid):
+    if not isinstance(pid, int) or not statusfile.pid_alive(pid):
         return doc, f"no daemon: the hma daemon (pid {pid}) is not running; {path} was {when}"
     heartbeat = float(doc.get("heartbeat_s") or 0.0)
     if heartbeat > 0 and age > STALE_FACTOR * heartbeat:
@@ -440,7 +299,7 @@ def boot_id_of(config_file: Optional[str]) -> Optional[str]:
     procfs = paths.get("procfs") if isinstance(paths, dict) else None
     if not isinstance(procfs, str) or not procfs.startswith("/") or procfs.rstrip("/") == "/proc":
         return None
-    return boot_id(procfs)
+    return statusfile.boot_id(procfs)
 
 
 def run_dir_of(config_file: Optional[str]) -> tuple[str, list[str]]:

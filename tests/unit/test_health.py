@@ -7,7 +7,6 @@ from typing import Optional
 import pytest
 
 from hma.catalogue import Catalogue, load_builtin
-from hma.commands.check import resolve
 from hma.health import HealthModel
 from hma.model import Action, Finding, ProbeRun, RunStatus, Severity
 
@@ -16,7 +15,7 @@ CAT = load_builtin()
 
 def run(probe: str, *findings: Finding, status: RunStatus = RunStatus.RAN) -> ProbeRun:
     return ProbeRun(
-        probe, status, 0.0, 0.0, tuple(resolve([f.with_(probe=probe) for f in findings], CAT))
+        probe, status, 0.0, 0.0, tuple(CAT.resolve_all([f.with_(probe=probe) for f in findings]))
     )
 
 
@@ -119,7 +118,7 @@ def test_operator_and_window_clears() -> None:
 def test_operator_overrides_win() -> None:
     cat = CAT.with_overrides({"SYS_FS_FULL": {"severity": "warning", "fail_after": 1}})
     model = HealthModel(cat, "b")
-    finding = resolve([Finding("SYS_FS_FULL", "node", "f", probe="system")], cat)[0]
+    finding = cat.resolve_all([Finding("SYS_FS_FULL", "node", "f", probe="system")])[0]
     verdict = model.observe_run(ProbeRun("system", RunStatus.RAN, 0, 0, (finding,)), 1)
     assert verdict.faults[0].severity is Severity.WARNING
     assert verdict.draining == ()
@@ -127,11 +126,11 @@ def test_operator_overrides_win() -> None:
 
 def test_disabled_code_is_dropped() -> None:
     cat: Catalogue = CAT.with_overrides({"SYS_FS_FULL": {"enabled": False}})
-    assert resolve([Finding("SYS_FS_FULL", "node", "f")], cat) == []
+    assert cat.resolve_all([Finding("SYS_FS_FULL", "node", "f")]) == []
 
 
 def test_uncatalogued_code_becomes_unknown() -> None:
-    [f] = resolve([Finding("SYS_NOT_A_CODE", "node", "x")], CAT)
+    [f] = CAT.resolve_all([Finding("SYS_NOT_A_CODE", "node", "x")])
     assert f.code == "HMA_UNCATALOGUED" and f.severity is Severity.UNKNOWN
     assert f.details["uncatalogued_code"] == "SYS_NOT_A_CODE"
 

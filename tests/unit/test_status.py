@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from hma import cli
+from hma import cli, statusfile
 from hma.commands import status
 
 pytestmark = pytest.mark.timeout(30)
@@ -28,7 +28,7 @@ def sample() -> dict:
 def live(doc: dict) -> dict:
     """The sample as if this test process were a healthy daemon writing it now."""
     doc = copy.deepcopy(doc)
-    doc.update(pid=os.getpid(), boot_id=status.current_boot_id() or BOOT, generated=time.time())
+    doc.update(pid=os.getpid(), boot_id=statusfile.current_boot_id() or BOOT, generated=time.time())
     return doc
 
 
@@ -49,9 +49,9 @@ def dead_pid() -> int:
 
 def test_write_atomic_round_trips(tmp_path: Path) -> None:
     doc = live(sample())
-    path = status.status_path(tmp_path)
-    status.write_atomic(path, doc)
-    status.write_atomic(path, doc)  # replaces
+    path = statusfile.status_path(tmp_path)
+    statusfile.write_atomic(path, doc)
+    statusfile.write_atomic(path, doc)  # replaces
     assert json.loads(path.read_text()) == doc
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
     assert os.listdir(tmp_path) == ["status.json"]
@@ -60,18 +60,18 @@ def test_write_atomic_round_trips(tmp_path: Path) -> None:
 
 def test_write_atomic_failure_leaves_nothing(tmp_path: Path) -> None:
     with pytest.raises(TypeError):
-        status.write_atomic(tmp_path / "status.json", {"bad": object()})
+        statusfile.write_atomic(tmp_path / "status.json", {"bad": object()})
     assert os.listdir(tmp_path) == []
     with pytest.raises(FileNotFoundError):
-        status.write_atomic(tmp_path / "missing" / "status.json", {})
+        statusfile.write_atomic(tmp_path / "missing" / "status.json", {})
 
 
 @pytest.mark.parametrize("number", [float("inf"), float("nan")])
 def test_write_atomic_never_writes_non_json_numbers(tmp_path: Path, number: float) -> None:
-    path = status.status_path(tmp_path)
-    status.write_atomic(path, {"interval": 1.0})
+    path = statusfile.status_path(tmp_path)
+    statusfile.write_atomic(path, {"interval": 1.0})
     with pytest.raises(ValueError):
-        status.write_atomic(path, {"interval": number})
+        statusfile.write_atomic(path, {"interval": number})
     assert json.loads(path.read_text()) == {"interval": 1.0}  # the previous document stays
     assert os.listdir(tmp_path) == ["status.json"]
 
@@ -96,7 +96,7 @@ def test_unusable_file(tmp_path: Path, text: str, expect: str) -> None:
 def test_dead_pid_means_no_daemon(tmp_path: Path) -> None:
     doc = live(sample())
     doc["pid"] = dead_pid()
-    status.write_atomic(status.status_path(tmp_path), doc)
+    statusfile.write_atomic(statusfile.status_path(tmp_path), doc)
     got, problem = status.read(tmp_path)
     assert got == doc
     assert f"the hma daemon (pid {doc['pid']}) is not running" in problem
@@ -104,14 +104,14 @@ def test_dead_pid_means_no_daemon(tmp_path: Path) -> None:
 
 
 def test_earlier_boot_means_no_daemon(tmp_path: Path) -> None:
-    status.write_atomic(status.status_path(tmp_path), live(sample()))
+    statusfile.write_atomic(statusfile.status_path(tmp_path), live(sample()))
     _doc, problem = status.read(tmp_path, boot_id="00000000-0000-0000-0000-000000000000")
     assert "from an earlier boot" in problem
 
 
 def test_stale_file(tmp_path: Path) -> None:
     doc = live(sample())
-    status.write_atomic(status.status_path(tmp_path), doc)
+    statusfile.write_atomic(statusfile.status_path(tmp_path), doc)
     fresh = doc["generated"] + 3 * doc["heartbeat_s"] - 1
     assert status.read(tmp_path, now=fresh)[1] == ""
     got, problem = status.read(tmp_path, now=doc["generated"] + 3 * doc["heartbeat_s"] + 1)
@@ -190,7 +190,7 @@ def test_cli_status_summary_and_json(tmp_path: Path, capsys: pytest.CaptureFixtu
     run = tmp_path / "run"
     run.mkdir()
     doc = live(sample())
-    status.write_atomic(status.status_path(run), doc)
+    statusfile.write_atomic(statusfile.status_path(run), doc)
     cfg = _config(tmp_path, run)
     assert cli.main(["--config", cfg, "status"]) == 2
     out = capsys.readouterr().out
@@ -230,7 +230,7 @@ def test_boot_id_comes_from_the_configured_procfs(tmp_path: Path) -> None:
     assert status.boot_id_of(str(cfg)) == "11111111-2222-3333-4444-555555555555"
     doc = live(sample())
     doc["boot_id"] = "11111111-2222-3333-4444-555555555555"
-    status.write_atomic(status.status_path(tmp_path), doc)
+    statusfile.write_atomic(statusfile.status_path(tmp_path), doc)
     assert status.read(tmp_path, boot_id=status.boot_id_of(str(cfg)))[1] == ""
     (procfs / "sys/kernel/random/boot_id").write_text("99999999-2222-3333-4444-555555555555\n")
     _doc, problem = status.read(tmp_path, boot_id=status.boot_id_of(str(cfg)))
@@ -256,8 +256,8 @@ def test_done_action_shows_its_result_not_an_error() -> None:
 
 
 def test_writer_writes_changes_and_heartbeats_only(tmp_path: Path) -> None:
-    path = status.status_path(tmp_path)
-    writer = status.StatusWriter(path, heartbeat_s=15.0, min_interval_s=0.25)
+    path = statusfile.status_path(tmp_path)
+    writer = statusfile.StatusWriter(path, heartbeat_s=15.0, min_interval_s=0.25)
     doc = live(sample())
     assert writer.offer(doc, mono=100.0)
     assert not writer.offer({**doc, "generated": doc["generated"] + 1}, mono=101.0)  # unchanged
@@ -280,14 +280,16 @@ def test_status_size_is_bounded_whatever_the_findings(tmp_path: Path) -> None:
         {**fault, "component": f"c{i}", "details": {"blob": "x" * 50_000}} for i in range(5000)
     ]
     doc["probes"][0]["summary"] = {"matrix": {f"a{i}": "ok" * 1000 for i in range(100)}}
-    path = status.status_path(tmp_path)
-    assert status.StatusWriter(path, heartbeat_s=15.0).offer(doc, mono=0.0)
+    path = statusfile.status_path(tmp_path)
+    assert statusfile.StatusWriter(path, heartbeat_s=15.0).offer(doc, mono=0.0)
     size = path.stat().st_size
-    assert size < status.MAX_FAULTS * (status.MAX_DETAILS + 2000) + status.MAX_SUMMARY * 2
+    assert (
+        size < statusfile.MAX_FAULTS * (statusfile.MAX_DETAILS + 2000) + statusfile.MAX_SUMMARY * 2
+    )
     written, problem = status.read(tmp_path)
     assert problem == "" and written is not None
-    assert written["faults_omitted"] == 5000 - status.MAX_FAULTS
+    assert written["faults_omitted"] == 5000 - statusfile.MAX_FAULTS
     assert written["faults"][0]["details"]["truncated"] is True
     assert written["faults"][0]["details"]["keys"] == ["blob"]
     assert written["probes"][0]["summary"]["truncated"] is True
-    assert f"and {5000 - status.MAX_FAULTS} more" in status.render(written)
+    assert f"and {5000 - statusfile.MAX_FAULTS} more" in status.render(written)

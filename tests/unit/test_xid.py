@@ -137,7 +137,6 @@ def test_dedup_counts_repeats_within_the_window() -> None:
 
 
 def test_one_xid_through_nvml_and_the_kernel_log_is_one_fault_in_the_health_model() -> None:
-    from hma.commands.check import resolve
     from hma.health import HealthModel
 
     cat = load_builtin()
@@ -146,8 +145,8 @@ def test_one_xid_through_nvml_and_the_kernel_log_is_one_fault_in_the_health_mode
     assert line is not None
     from_log = xid.line_finding(line, {"line": "..."}, "kernel_log", 1.0)
     from_nvml = xid.xid_finding(48, "00000000:3B:00.0", {"event_type": 8}, "nvml", 1.1)
-    model.observe_event(resolve([from_log], cat)[0], 1.0)
-    verdict = model.observe_event(resolve([from_nvml], cat)[0], 1.1)
+    model.observe_event(cat.resolve_all([from_log])[0], 1.0)
+    verdict = model.observe_event(cat.resolve_all([from_nvml])[0], 1.1)
     (fault,) = verdict.faults
     assert (fault.code, fault.component, fault.count) == ("GPU_XID_48", "gpu:0000:3b:00", 2)
     assert fault.draining and fault.action is Action.REBOOT
