@@ -22,36 +22,22 @@ def _load(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Run probes once and print the result."""
-    if args.help_text:
-        from hma.commands import check
+    from hma.commands import check
 
+    if args.help_text:
         print(args.help_text + "\n" + check.probes_help(args.config))
         return 0
     return check_main(args.config, args.probes, args.json)
 
 
 def check_main(config: Optional[str], probes: Sequence[str], as_json: bool) -> int:
-    """``hma check [PROBE...] [--json]``: the exit code (Nagios) of the probes' findings."""
-    from hma import assembly
+    """``hma check [PROBE...] [--json]`` (hma.commands.check); 3 on a configuration error."""
     from hma.commands import check
 
-    try:  # only the named probes are imported (and their sections checked)
-        setup = assembly.load(config, only=list(probes) or None)
+    try:
+        return check.main(config, probes, as_json)
     except ConfigError as exc:
         return _config_failed(exc, 3)
-    names, error = check.select(setup, probes)
-    if error:
-        print(f"hma check: {error}", file=sys.stderr)
-        return 3
-    runs = check.run_once(setup, names)
-    doc = check.document(setup.node_name, runs, setup.catalogue.resolve_all(setup.load_findings()))
-    if as_json:
-        import json
-
-        print(json.dumps(doc, indent=2, allow_nan=False))
-    else:
-        print(check.render_text(doc))
-    return check.exit_code(doc)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -83,31 +69,9 @@ def cmd_config_defaults(args: argparse.Namespace) -> int:
 
 def cmd_explain(args: argparse.Namespace) -> int:
     """Print a catalogue entry (or list them all with ``--list``)."""
-    from hma import catalogue
+    from hma.commands import explain
 
-    cat = catalogue.load_builtin()
-    if args.list:
-        for entry in cat:
-            print(f"{entry.code:<28} {entry.severity!s:<9} {entry.action!s:<8} {entry.summary}")
-        return 0
-    if not args.code:
-        print(
-            "usage: hma explain CODE   (one finding code, e.g. GPU_XID_79)\n"
-            "       hma explain --list (every code with its severity, action and summary)",
-            file=sys.stderr,
-        )
-        return 2
-    entry = cat.get(args.code.upper())
-    if entry is None:
-        close = catalogue.suggest(cat, args.code)
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
-        print(
-            f"hma explain: unknown code {args.code!r}{hint} (`hma explain --list` lists them)",
-            file=sys.stderr,
-        )
-        return 2
-    print(catalogue.explain(entry))
-    return 0
+    return explain.main(args.code, args.list)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -165,35 +129,12 @@ def cmd_healthcheck(args: argparse.Namespace) -> int:
 def cmd_fleet(args: argparse.Namespace) -> int:
     """Cluster health from Slurm alone: nodes labelled/drained by hma, breaker per partition."""
     from hma.commands import fleet
-    from hma.remediation.slurm import SlurmClient, SlurmError
 
     try:
         setup = _load(args)
     except ConfigError as exc:
         return _config_failed(exc, 3)
-    sl, rec = setup.config.section("slurm"), setup.config.section("recovery")
-    client = SlurmClient(
-        list(sl["scontrol"]),
-        list(sl["sinfo"]),
-        list(sl["squeue"]),
-        sl["conf"],
-        float(sl["timeout"]),
-        str(sl["path"] or ""),
-    )
-    try:
-        doc = fleet.collect(
-            client, rec["label_field"], float(rec["max_drained_percent"]), rec["max_drained_nodes"]
-        )
-    except SlurmError as exc:
-        print(f"hma fleet: {exc}", file=sys.stderr)
-        return 3
-    if args.json:
-        import json
-
-        print(json.dumps(doc, indent=2, allow_nan=False))
-    else:
-        print(fleet.render_text(doc))
-    return 0
+    return fleet.main(setup, args.json)
 
 
 CONFIG_HELP = "main configuration file (default $HMA_CONFIG or /etc/hma/hma.toml)"

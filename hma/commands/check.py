@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from typing import Any, Optional, Sequence
@@ -142,3 +143,24 @@ def probes_help(config_file: Optional[str]) -> str:
     lines.append("event sources (followed by `hma run`; `hma check` does not run them):")
     lines += [f"  {n:<12} {cls.description}" for n, cls in sorted(sources.items())]
     return "\n".join(lines)
+
+
+def main(config: Optional[str], probes: Sequence[str], as_json: bool) -> int:
+    """``hma check [PROBE...] [--json]``: the exit code (Nagios) of the probes' findings.
+    Raises ConfigError."""
+    from hma import assembly
+
+    setup = assembly.load(config, only=list(probes) or None)  # only the named probes' sections
+    names, error = select(setup, probes)
+    if error:
+        print(f"hma check: {error}", file=sys.stderr)
+        return 3
+    runs = run_once(setup, names)
+    doc = document(setup.node_name, runs, setup.catalogue.resolve_all(setup.load_findings()))
+    if as_json:
+        import json
+
+        print(json.dumps(doc, indent=2, allow_nan=False))
+    else:
+        print(render_text(doc))
+    return exit_code(doc)

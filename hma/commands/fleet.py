@@ -7,12 +7,14 @@ node: it only reads what the agents wrote into Slurm (reasons and the ``hma=`` l
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any, Optional
 
+from hma.assembly import Setup
 from hma.remediation import breaker
 from hma.remediation import label as label_mod
-from hma.remediation.slurm import OWNED_PREFIX, NodeState, SlurmClient
+from hma.remediation.slurm import OWNED_PREFIX, NodeState, SlurmClient, SlurmError
 
 
 def _from_reason(reason: str) -> tuple[str, str]:
@@ -102,3 +104,30 @@ def render_text(doc: dict[str, Any]) -> str:
             f"{p['breaker']}"
         )
     return "\n".join(lines)
+
+
+def main(setup: Setup, as_json: bool) -> int:
+    """``hma fleet [--json]`` with the configuration's Slurm client; 3 when Slurm cannot say."""
+    sl, rec = setup.config.section("slurm"), setup.config.section("recovery")
+    client = SlurmClient(
+        list(sl["scontrol"]),
+        list(sl["sinfo"]),
+        list(sl["squeue"]),
+        sl["conf"],
+        float(sl["timeout"]),
+        str(sl["path"] or ""),
+    )
+    try:
+        doc = collect(
+            client, rec["label_field"], float(rec["max_drained_percent"]), rec["max_drained_nodes"]
+        )
+    except SlurmError as exc:
+        print(f"hma fleet: {exc}", file=sys.stderr)
+        return 3
+    if as_json:
+        import json
+
+        print(json.dumps(doc, indent=2, allow_nan=False))
+    else:
+        print(render_text(doc))
+    return 0
