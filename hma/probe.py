@@ -9,7 +9,7 @@ does I/O, so tests feed it snapshots directly.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, ClassVar, Mapping, Optional
 
 from hma.adapters.command import CommandRunner
@@ -52,7 +52,47 @@ class ProbeContext:
     # Device (udev) events seen so far for this probe's triggers: a probe that caches discovery
     # keys the cache on it, so an added or removed device is discovered again.
     device_events: int = 0
-    clock: Callable[[], float] = time.time
+    clock: Callable[[], float] = time.time  # not sent to a worker process: it uses time.time
+
+    def to_wire(self, previous_keys: Optional[tuple[str, ...]] = None) -> dict[str, Any]:
+        """This context as JSON for a worker process (``from_wire`` reads it back). With
+        ``previous_keys``, only those keys of a mapping ``previous`` are sent."""
+        previous = self.previous
+        if previous_keys is not None and isinstance(previous, Mapping):
+            previous = {k: previous[k] for k in previous_keys if k in previous}
+        return {
+            "options": dict(self.options),
+            "sysfs": str(self.sysfs.root),
+            "procfs": str(self.procfs.root),
+            "output_cap": self.runner.output_cap,
+            "instance_type": self.instance_type,
+            "facts": asdict(self.facts),
+            "previous": previous,
+            "previous_ts": self.previous_ts,
+            "oneshot": self.oneshot,
+            "boot_id": self.boot_id,
+            "device_events": self.device_events,
+        }
+
+    @classmethod
+    def from_wire(cls, wire: Mapping[str, Any]) -> ProbeContext:
+        """The context ``to_wire`` wrote. Raises KeyError, TypeError or ValueError on a bad one."""
+        facts: dict[str, Any] = {
+            k: tuple(v) if isinstance(v, list) else v for k, v in dict(wire["facts"]).items()
+        }
+        return cls(
+            options=dict(wire["options"]),
+            sysfs=RootReader(str(wire["sysfs"])),
+            procfs=RootReader(str(wire["procfs"])),
+            runner=CommandRunner(int(wire["output_cap"])),
+            instance_type=wire["instance_type"],
+            facts=NodeFacts(**facts),
+            previous=wire["previous"],
+            previous_ts=float(wire["previous_ts"]),
+            oneshot=bool(wire["oneshot"]),
+            boot_id=str(wire["boot_id"]),
+            device_events=int(wire["device_events"]),
+        )
 
 
 class Probe:
@@ -69,6 +109,9 @@ class Probe:
     # "thread" for pure-Python probes; "process" for probes that call into C (a hung driver call
     # cannot be interrupted in a thread, but a worker process can be killed).
     isolation: ClassVar[str] = "thread"
+    # The keys of the previous snapshot that ``collect`` reads: a worker process is sent only
+    # these. None: the whole snapshot (``evaluate`` always gets all of it, in the agent).
+    previous_keys: ClassVar[Optional[tuple[str, ...]]] = None
 
     def applies(self, ctx: ProbeContext) -> Optional[str]:
         """None when the probe applies to this node, else why not (reported as ``unsupported``)."""

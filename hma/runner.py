@@ -149,7 +149,7 @@ class ProcessSlot:
             return Collected(RunStatus.FAILED, error=f"cannot start worker: {exc}")
         import json  # here and below: a thread-isolated probe (`hma check system`) needs none
 
-        request = json.dumps(_request(self.probe.name, ctx)) + "\n"
+        request = json.dumps(ctx.to_wire(self.probe.previous_keys)) + "\n"
         assert proc.stdin is not None and proc.stdout is not None
         try:
             proc.stdin.write(request.encode())
@@ -227,26 +227,6 @@ def _readline(stream: Any, timeout: float) -> Optional[bytes]:
             return buf  # EOF
         buf += chunk
     return buf
-
-
-def _request(name: str, ctx: ProbeContext) -> dict[str, Any]:
-    return {
-        "probe": name,
-        "options": dict(ctx.options),
-        "sysfs": str(ctx.sysfs.root),
-        "procfs": str(ctx.procfs.root),
-        "instance_type": ctx.instance_type,
-        "oneshot": ctx.oneshot,
-        "boot_id": ctx.boot_id,
-        "previous": ctx.previous,
-        "device_events": ctx.device_events,
-        "facts": {
-            "node_name": ctx.facts.node_name,
-            "job_running": ctx.facts.job_running,
-            "job_ids": list(ctx.facts.job_ids),
-            "slurm_configured": ctx.facts.slurm_configured,
-        },
-    }
 
 
 def encode_answer(collected: Collected) -> str:

@@ -10,10 +10,8 @@ from __future__ import annotations
 import json
 import sys
 
-from hma.adapters.command import CommandRunner
-from hma.adapters.files import RootReader
 from hma.model import RunStatus
-from hma.probe import NodeFacts, ProbeContext
+from hma.probe import ProbeContext
 from hma.registry import discover
 from hma.runner import Collected, collect_guarded, encode_answer
 
@@ -30,25 +28,7 @@ def main(argv: list[str]) -> int:
             answer = Collected(RunStatus.FAILED, error=why)
         else:
             try:
-                req = json.loads(line)
-                facts = req.get("facts") or {}
-                ctx = ProbeContext(
-                    options=req["options"],
-                    sysfs=RootReader(req["sysfs"]),
-                    procfs=RootReader(req["procfs"]),
-                    runner=CommandRunner(),
-                    instance_type=req.get("instance_type"),
-                    facts=NodeFacts(
-                        node_name=facts.get("node_name", ""),
-                        job_running=facts.get("job_running"),
-                        job_ids=tuple(facts.get("job_ids", ())),
-                        slurm_configured=bool(facts.get("slurm_configured")),
-                    ),
-                    oneshot=bool(req.get("oneshot")),
-                    boot_id=req.get("boot_id", ""),
-                    previous=req.get("previous"),
-                    device_events=int(req.get("device_events", 0)),
-                )
+                ctx = ProbeContext.from_wire(json.loads(line))
                 answer = collect_guarded(cls(), ctx)
             except (ValueError, KeyError, TypeError) as exc:
                 answer = Collected(RunStatus.FAILED, error=f"bad request: {exc}")

@@ -49,6 +49,7 @@ class GpuProbe(Probe):
     default_interval = 60.0
     default_timeout = 30.0
     isolation = "process"
+    previous_keys = ("pcie_baseline",)  # collect reads only the baseline of the previous run
     subsystems = ("pci",)
     options: ClassVar[Mapping[str, Option]] = {
         "library": Option(

@@ -72,3 +72,18 @@ class GarbageProbe(Probe):
 
     def evaluate(self, snapshot: Any, ctx: ProbeContext) -> list[Finding]:
         return ["not a finding"]  # type: ignore[list-item]
+
+
+class ContextProcessProbe(Probe):
+    """Collects in a worker process and returns the context the worker rebuilt, as sent."""
+
+    name = "ctxproc"
+    default_enabled = False
+    isolation = "process"
+    previous_keys = ("kept",)
+
+    def collect(self, ctx: ProbeContext) -> Any:
+        return ctx.to_wire()
+
+    def evaluate(self, snapshot: Any, ctx: ProbeContext) -> list[Finding]:
+        return []
