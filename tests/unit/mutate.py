@@ -69,7 +69,8 @@ GARBAGE_TEXT: tuple[str, ...] = (
 # Raw file contents that are not UTF-8 text, or hold NUL bytes.
 GARBAGE_BYTES: tuple[bytes, ...] = (b"\xff\xfe", b"\x80", b"1\x00", b"\x00\x00\x00", b"7\xc3")
 
-# File shapes that replace a regular file and cannot be read as a value.
+# File shapes that replace a regular file and cannot be read as a value (``apply_file`` also
+# takes "missing": the path removed).
 SHAPES: tuple[str, ...] = ("fifo", "folder", "loop", "dangling")
 
 Mutation = tuple[str, Union[str, bytes]]
@@ -122,6 +123,8 @@ def _remove(path: Path) -> None:
 
 
 def _shape(path: Path, shape: str) -> None:
+    if shape == "missing":
+        return  # removed, nothing in its place
     if shape == "fifo":
         os.mkfifo(path)
     elif shape == "folder":

@@ -9,8 +9,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from mutate import apply_file, budget
 from trn_support import codes, gen_sysfs, make_ctx
 
 from hma.catalogue import load_builtin
@@ -362,7 +363,7 @@ CONTENT = st.one_of(
 MUTATION = st.tuples(
     st.integers(0, N_PROPERTY - 1),
     st.sampled_from(TARGETS),
-    st.sampled_from(["write", "delete", "folder", "loop", "dangling"]),
+    st.sampled_from(["write", "missing", "folder", "loop", "dangling"]),
     CONTENT,
 )
 
@@ -375,41 +376,22 @@ def small_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _mutate(root: Path, name: str, target: str, op: str, content: bytes) -> bool:
-    """Apply one mutation; False when an earlier one left no place for it."""
+    """Replace the adapter's ``target`` by ``content`` (op "write") or a shape; False when an
+    earlier mutation left no place for it."""
     path = root / IB / name / target if target else root / IB / name
     try:
-        _apply(path, op, content)
+        apply_file(path, ("bytes", content) if op == "write" else ("shape", op))
     except OSError:
         return False
     return True
 
 
-def _apply(path: Path, op: str, content: bytes) -> None:
-    """Replace ``path`` (file, folder or link) by content, a folder, a link loop or a dangling
-    link, or delete it."""
-    if path.is_file() and not path.is_symlink() and op == "write":
-        path.write_bytes(content)  # in place, as a driver would change an attribute
-        return
-    if path.is_symlink() or path.is_file():
-        path.unlink()
-    elif path.is_dir():
-        shutil.rmtree(path)
-    if op == "write":
-        path.write_bytes(content)
-    elif op == "folder":
-        path.mkdir()
-    elif op == "loop":
-        path.symlink_to(path.name)
-    elif op == "dangling":
-        path.symlink_to("nowhere")
-
-
 def _signalled(target: str, op: str, content: bytes) -> set[str]:
     """Critical codes that the mutation itself is a catalogued fault signal for."""
-    if (target, op) in (("", "delete"), ("", "folder"), ("device", "delete")):
+    if (target, op) in (("", "missing"), ("", "folder"), ("device", "missing")):
         # the adapter is positively gone: unlisted, or listed without a PCI function (as rxe)
         return {"EFA_ADAPTER_COUNT"}
-    if (target, op) in (("ports", "delete"), ("ports", "folder"), ("ports/1", "delete")):
+    if (target, op) in (("ports", "missing"), ("ports", "folder"), ("ports/1", "missing")):
         return {"EFA_PORT_DOWN"}  # no ports listed
     if target == "device/vendor" and op == "write" and b"\0" not in content:
         try:
@@ -435,13 +417,7 @@ def _signalled(target: str, op: str, content: bytes) -> set[str]:
     return set()
 
 
-@settings(
-    max_examples=50,
-    deadline=None,
-    print_blob=True,
-    phases=[Phase.explicit, Phase.reuse, Phase.generate],  # no shrinking: CI time is bounded
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@budget(50)
 @given(mutations=st.lists(MUTATION, min_size=1, max_size=3))
 def test_mutated_tree_gives_no_unsignalled_critical(
     small_tree: Path, tmp_path: Path, mutations: list
