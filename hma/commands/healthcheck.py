@@ -16,39 +16,25 @@ Exit code: the node's worst severity (0..3), like ``hma check``.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
-from pathlib import Path
 from typing import Any, Optional
 
+from hma import statusfile
 from hma.configfile import ConfigError
 from hma.model import Severity
 
-FRESH_FACTOR = 3.0
 
+def daemon_status(
+    run_dir: str, now: float, boot_id: Optional[str] = None
+) -> Optional[dict[str, Any]]:
+    """The daemon's status document when it is running and fresh (``hma status`` would trust it:
+    hma.commands.status.read), else None."""
+    from hma.commands import status
 
-def daemon_status(run_dir: str, now: float) -> Optional[dict[str, Any]]:
-    """The daemon's status document when it is running and fresh, else None."""
-    path = Path(run_dir) / "status.json"
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(doc, dict):
-        return None
-    try:
-        pid = int(doc.get("pid", 0))
-        os.kill(pid, 0)
-    except (ValueError, TypeError, ProcessLookupError):
-        return None
-    except PermissionError:
-        pass
-    generated = float(doc.get("generated") or 0)
-    if now - generated > FRESH_FACTOR * float(doc.get("heartbeat_s") or 15.0):
-        return None
-    return doc
+    doc, problem = status.read(run_dir, now=now, boot_id=boot_id)
+    return None if problem else doc
 
 
 def _prepare_environment(slurm: dict[str, Any]) -> None:
@@ -71,7 +57,8 @@ def run(config_file: Optional[str] = None, quiet: bool = False) -> int:
         return int(Severity.UNKNOWN)
     _prepare_environment(setup.config.section("slurm"))
     now = time.time()
-    doc = daemon_status(setup.config.section("agent")["run_dir"], now)
+    procfs = setup.config.section("paths")["procfs"]
+    doc = daemon_status(setup.config.section("agent")["run_dir"], now, statusfile.boot_id(procfs))
     if doc is not None:
         severity = str(doc.get("severity", "unknown"))
         faults = [f for f in doc.get("faults", []) if f.get("active")]
@@ -95,12 +82,11 @@ def _standalone(setup: Any, now: float, quiet: bool) -> int:
     from hma.pipeline import Pipeline, reporter_alerts
     from hma.remediation.engine import Remediator
     from hma.state import Store
-    from hma.statusfile import boot_id as read_boot_id
 
     agent = setup.config.section("agent")
     store = Store(os.path.join(agent["state_dir"], "state.db"))
     try:
-        boot_id = read_boot_id(setup.config.section("paths")["procfs"])
+        boot_id = statusfile.boot_id(setup.config.section("paths")["procfs"])
         pipeline = Pipeline(setup, store, boot_id, reporter_alerts(setup, "hma healthcheck"))
         pipeline.start(now)
         for probe_run in check.run_once(setup, setup.enabled(), boot_id=boot_id):

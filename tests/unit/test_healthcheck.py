@@ -14,6 +14,7 @@ from hma.commands.healthcheck import daemon_status, run
 
 def write(folder: Path, **fields: object) -> None:
     doc = {
+        "schema": 1,
         "pid": os.getpid(),
         "generated": time.time(),
         "heartbeat_s": 15.0,
@@ -37,6 +38,24 @@ def test_stale_or_dead_daemon_is_ignored(tmp_path: Path) -> None:
     assert daemon_status(str(tmp_path), time.time()) is None
     (tmp_path / "status.json").write_text("{not json")
     assert daemon_status(str(tmp_path), time.time()) is None
+
+
+def test_a_status_file_of_an_earlier_boot_or_schema_is_ignored(tmp_path: Path) -> None:
+    """The healthcheck trusts status.json exactly when ``hma status`` does."""
+    write(tmp_path, boot_id="11111111-2222-3333-4444-555555555555")
+    assert daemon_status(str(tmp_path), time.time(), "11111111-2222-3333-4444-555555555555")
+    assert daemon_status(str(tmp_path), time.time(), "99999999-2222-3333-4444-555555555555") is None
+    write(tmp_path, schema=2)
+    assert daemon_status(str(tmp_path), time.time()) is None
+
+
+def test_the_console_script_is_this_module() -> None:
+    from importlib.metadata import distribution
+
+    from hma.commands import healthcheck
+
+    (script,) = [ep for ep in distribution("hma").entry_points if ep.name == "hma-healthcheck"]
+    assert script.load() is healthcheck.main
 
 
 def test_exit_code_is_the_daemons_severity(tmp_path: Path, capsys: object) -> None:
