@@ -7,7 +7,7 @@ import threading
 import time
 from typing import Any, Optional, Sequence
 
-from hma.assembly import Setup
+from hma.assembly import Setup, load
 from hma.model import Finding, ProbeRun, RunStatus, Severity, worst
 from hma.runner import make_slot, run_probe
 
@@ -148,9 +148,7 @@ def probes_help(config_file: Optional[str]) -> str:
 def main(config: Optional[str], probes: Sequence[str], as_json: bool) -> int:
     """``hma check [PROBE...] [--json]``: the exit code (Nagios) of the probes' findings.
     Raises ConfigError."""
-    from hma import assembly
-
-    setup = assembly.load(config, only=list(probes) or None)  # only the named probes' sections
+    setup = load(config, only=list(probes) or None)  # only the named probes' sections
     names, error = select(setup, probes)
     if error:
         print(f"hma check: {error}", file=sys.stderr)
