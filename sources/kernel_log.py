@@ -1,12 +1,13 @@
 """``kernel_log`` event source: kernel messages through the rules of hma/rules, as they arrive.
 
-Reads /dev/kmsg with blocking reads (poll with a short timeout, so ``ctx.stop`` is seen at once):
+Reads /dev/kmsg in a poll that blocks on the device and the stop's descriptor (no idle wake-ups):
 a line is matched the moment the kernel prints it. Each record carries a sequence number; the last
 one handled is kept in the state store with the boot id, so after a restart in the same boot the
 ring buffer is read again but records up to the stored one are skipped (nothing missed, nothing
 repeated), and after a reboot everything in the buffer is new. Where /dev/kmsg cannot be read,
 journald (systemd-python's ``journal.Reader``, optional) serves the kernel messages instead, with
-its own cursor. The path is configurable: tests feed a FIFO of kmsg records.
+its own cursor, blocking the same way on the journal's inotify descriptor. The path is
+configurable: tests feed a FIFO of kmsg records.
 
 Only kernel records are trusted: every /dev/kmsg record (only root may write the device, as
 ``hma inject`` does), and journald entries with ``_TRANSPORT=kernel`` (journald sets that field
@@ -36,7 +37,7 @@ from hma.source import EventSource, SourceContext
 
 CURSOR_KEY = "kernel_log.cursor"
 JOURNAL_CURSOR_KEY = "kernel_log.journal_cursor"
-POLL_S = 1.0  # idle wake-ups when ctx.stop has no fileno (and of the journald backend)
+POLL_S = 1.0  # idle wake-ups when ctx.stop has no fileno
 CURSOR_EVERY_S = 5.0  # a line that raised a finding saves the cursor at once
 READ_SIZE = 65536
 
@@ -132,11 +133,7 @@ class KernelLogSource(EventSource):
             last_seq = int(stored.get("seq", -1))
         saved_seq = last_seq
         saved_at = time.monotonic()
-        poller = select.poll()
-        poller.register(fd, select.POLLIN)
-        stop_fd = getattr(ctx.stop, "fileno", None)  # the daemon's StopEvent: no idle polling
-        if stop_fd is not None:
-            poller.register(stop_fd(), select.POLLIN)
+        poller, stoppable = _poller(ctx, fd, select.POLLIN)
         buf = b""
         cut: Optional[bytes] = None  # head of an over-long line whose end is still to come
 
@@ -177,11 +174,7 @@ class KernelLogSource(EventSource):
             while not ctx.stop.is_set():
                 if time.monotonic() - saved_at >= CURSOR_EVERY_S:
                     save()
-                if stop_fd is None:
-                    wait: Optional[float] = POLL_S
-                else:  # block; with a cursor to save, until it is due
-                    wait = CURSOR_EVERY_S if last_seq != saved_seq else None
-                ready = poller.poll(None if wait is None else int(wait * 1000))
+                ready = poller.poll(_idle_wait_ms(stoppable, last_seq != saved_seq))
                 if not any(ready_fd == fd for ready_fd, _ in ready):
                     continue
                 try:
@@ -237,15 +230,25 @@ class KernelLogSource(EventSource):
                 reader.get_next()  # the stored entry itself was handled
             else:
                 reader.seek_head()
-            cursor = None
+            poller, stoppable = _poller(ctx, reader.fileno(), reader.get_events())
+            cursor = saved = None
             saved_at = time.monotonic()
+
+            def save() -> None:
+                nonlocal saved, saved_at
+                if cursor != saved:
+                    ctx.kv.set(JOURNAL_CURSOR_KEY, {"boot_id": ctx.boot_id, "cursor": cursor})
+                    saved = cursor
+                saved_at = time.monotonic()
+
             while not ctx.stop.is_set():
                 entry = reader.get_next()
                 if not entry:
-                    if cursor is not None and time.monotonic() - saved_at >= CURSOR_EVERY_S:
-                        ctx.kv.set(JOURNAL_CURSOR_KEY, {"boot_id": ctx.boot_id, "cursor": cursor})
-                        saved_at = time.monotonic()
-                    reader.wait(POLL_S)
+                    if time.monotonic() - saved_at >= CURSOR_EVERY_S:
+                        save()
+                    # block on the journal's inotify descriptor (and the stop), not a timer
+                    poller.poll(_idle_wait_ms(stoppable, cursor != saved, reader.get_timeout_ms()))
+                    reader.process()  # consume the wake-up: the descriptor turns quiet again
                     continue
                 cursor = entry.get("__CURSOR", cursor)
                 if entry.get("_TRANSPORT") != "kernel":  # the match does this; never trust less
@@ -263,9 +266,32 @@ class KernelLogSource(EventSource):
                 if admitted is not None:
                     self.stats["findings"] += 1
                     emit(admitted)
-                    ctx.kv.set(JOURNAL_CURSOR_KEY, {"boot_id": ctx.boot_id, "cursor": cursor})
+                    save()  # after emitting: a crash in between repeats, never misses
         finally:
             reader.close()
+
+
+def _poller(ctx: SourceContext, fd: int, events: int) -> tuple[select.poll, bool]:
+    """A poll object on ``fd`` and, where ``ctx.stop`` has one (the daemon's StopEvent), the
+    stop's descriptor; and whether it has (else the caller must wake to look at the stop)."""
+    poller = select.poll()
+    poller.register(fd, events)
+    stop_fd = getattr(ctx.stop, "fileno", None)
+    if stop_fd is not None:
+        poller.register(stop_fd(), select.POLLIN)
+    return poller, stop_fd is not None
+
+
+def _idle_wait_ms(stoppable: bool, cursor_pending: bool, limit_ms: int = -1) -> int:
+    """poll() timeout of an idle reader: block (-1) until input or the stop, except to look at
+    a stop without a descriptor (every POLL_S), to save a pending cursor (after CURSOR_EVERY_S),
+    or within ``limit_ms`` (a journal that cannot be watched reliably says when to look again)."""
+    waits = [limit_ms] if limit_ms >= 0 else []
+    if not stoppable:
+        waits.append(int(POLL_S * 1000))
+    if cursor_pending:
+        waits.append(int(CURSOR_EVERY_S * 1000))
+    return min(waits, default=-1)
 
 
 def _open(path: str) -> int:
