@@ -4,14 +4,17 @@
 The node: a generated sysfs tree (tests/fixtures/gen_sysfs.py: DMI product name, 32 or 8 EFA
 adapters, 16 Neuron devices on trn1), the stand-in NVML with 8 H100 on p5 (none on trn1), the
 stand-in nvidia-smi serving a captured H100 document, the /dev/kmsg stand-in for kernel_log,
-Slurm off, default probe intervals. efa_mesh is off here (it needs fi_pingpong between adapters:
-bench/bench_efa_mesh.py gives its cost per screen and per tournament).
+Slurm off (``[slurm] enabled = false``), default probe intervals. efa_mesh is off here (it needs
+fi_pingpong between adapters: bench/bench_efa_mesh.py gives its cost per screen and per
+tournament).
 
 After a warm-up (every probe has run once), for ``--duration`` seconds: the CPU share of the whole
 process tree (the agent, its workers, and children it reaped: /proc/PID/stat utime+stime+cutime+
-cstime), runs per probe (status.json), then PSS per process (smaps_rollup). Then, in this process,
-CPU per run of each probe (its collect+evaluate, a worker's CPU included). Needs root only for the
-stand-in kmsg FIFOs under /tmp; prints the machine and its load, which matter on a shared host.
+cstime), runs per probe (status.json), the children started (nvidia-smi is the only command run
+between meshes: its stand-in logs each run), then PSS per process (smaps_rollup). Then, in this
+process, CPU per run of each probe (its collect+evaluate, a worker's CPU included). Needs root
+only for the stand-in kmsg FIFOs under /tmp; prints the machine and its load, which matter on a
+shared host.
 
     .venv/bin/python bench/bench_node_cost.py [--instances p5.48xlarge,trn1.32xlarge]
         [--duration 600] [--runs 10]
@@ -78,7 +81,10 @@ def build(base: Path, instance: str) -> tuple[Path, dict[str, str], KmsgStandIn]
     smi: dict[str, Any] = {}  # trn1: no nvidia-smi there (unsupported)
     if instance.startswith("p5"):
         env["HMA_SMI_DOCUMENT"] = str(nvmlstub.SMI_FIXTURES / "h100-v13.xml")
-        smi = {"command": [str(nvmlstub.NVIDIA_SMI), "-q", "-x"]}
+        env["HMA_SMI_ARGS_LOG"] = str(base / "nvidia-smi.log")  # one line a run: the count
+        # The stand-in (a Python script) through this interpreter: its `#!/usr/bin/env python3`
+        # may find a pyenv shim, two dozen bash processes per run that no real node has.
+        smi = {"command": [sys.executable, str(nvmlstub.NVIDIA_SMI), "-q", "-x"]}
     kmsg = KmsgStandIn(base / "dev-kmsg", base / "kmsg")
     (base / "probes.d").mkdir(mode=0o755)
     sections: dict[str, dict[str, Any]] = {
@@ -96,6 +102,7 @@ def build(base: Path, instance: str) -> tuple[Path, dict[str, str], KmsgStandIn]
         "sources.kernel_log": {"path": str(base / "kmsg"), "backend": "kmsg"},
         "sources.nvml_events": {"library": gpu["library"]},
         "reporters.journald": {"enabled": False},
+        "slurm": {"enabled": False},  # else sinfo retries an absent controller with backoff
     }
     text = "".join(
         f"[{name}]\n" + "".join(f"{k} = {_toml(v)}\n" for k, v in values.items()) + "\n"
@@ -183,6 +190,8 @@ def measure_agent(base: Path, env: dict[str, str], config: Path, duration: float
                 raise SystemExit(f"the agent did not start; see {base / 'agent.log'}")
             time.sleep(0.2)
         time.sleep(2.0)  # the first runs' workers settle
+        smi_log = base / "nvidia-smi.log"
+        smi0 = len(smi_log.read_text().splitlines()) if smi_log.exists() else 0
         cpu0, t0 = split_cpu(agent.pid), time.monotonic()
         runs: dict[str, int] = {}
         last: dict[str, Any] = {}
@@ -202,6 +211,9 @@ def measure_agent(base: Path, env: dict[str, str], config: Path, duration: float
             f"({sum(used.values()):.2f} CPU s: {parts})"
         )
         print("  runs:    " + ", ".join(f"{n} {c}" for n, c in sorted(runs.items())))
+        smi_log = base / "nvidia-smi.log"
+        smi_runs = len(smi_log.read_text().splitlines()) - smi0 if smi_log.exists() else 0
+        print(f"  children started: nvidia-smi {smi_runs} (the only command run between meshes)")
         total = 0
         for pid in tree(agent.pid):
             try:
