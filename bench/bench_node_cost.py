@@ -39,13 +39,11 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
-from common import machine, stop  # noqa: E402
+from common import machine, pss_kib, split_cpu, stop, tree, tree_cpu  # noqa: E402
 
 from tests.fixtures import gen_sysfs  # noqa: E402
 from tests.standin import nvmlstub  # noqa: E402
 from tests.standin.kmsg import KmsgStandIn  # noqa: E402
-
-TICK = os.sysconf("SC_CLK_TCK")
 
 
 def _toml(value: Any) -> str:
@@ -112,55 +110,6 @@ def build(base: Path, instance: str) -> tuple[Path, dict[str, str], KmsgStandIn]
     config.write_text(text)
     env["HMA_CONFIG"] = str(config)
     return config, env, kmsg
-
-
-def _stat(pid: int) -> list[str]:
-    with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-        return fh.read().rsplit(")", 1)[1].split()
-
-
-def tree(pid: int) -> list[int]:
-    """``pid`` and its live descendants."""
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                parents[int(entry)] = int(_stat(int(entry))[1])
-            except (OSError, IndexError, ValueError):
-                continue
-    out, todo = [], [pid]
-    while todo:
-        cur = todo.pop()
-        out.append(cur)
-        todo += [p for p, parent in parents.items() if parent == cur]
-    return out
-
-
-def tree_cpu(pid: int) -> float:
-    """CPU seconds of the tree: each live process's own time and that of children it reaped."""
-    return sum(split_cpu(pid).values())
-
-
-def split_cpu(pid: int) -> dict[str, float]:
-    """CPU seconds of the tree: the agent itself, its live workers, and reaped children."""
-    out = {"agent": 0.0, "workers": 0.0, "reaped": 0.0}
-    for proc in tree(pid):
-        try:
-            fields = [int(x) / TICK for x in _stat(proc)[11:15]]  # utime stime cutime cstime
-        except OSError:
-            continue
-        out["agent" if proc == pid else "workers"] += fields[0] + fields[1]
-        out["reaped"] += fields[2] + fields[3]
-    return out
-
-
-def pss_kib(pid: int) -> int:
-    """Proportional set size of one process (KiB)."""
-    with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as fh:
-        for line in fh:
-            if line.startswith("Pss:"):
-                return int(line.split()[1])
-    return 0
 
 
 def status(run_dir: Path) -> dict[str, Any]:
