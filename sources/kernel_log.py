@@ -131,28 +131,19 @@ class KernelLogSource(EventSource):
         last_seq = -1
         if isinstance(stored, dict) and stored.get("boot_id") == ctx.boot_id:
             last_seq = int(stored.get("seq", -1))
-        saved_seq = last_seq
-        saved_at = time.monotonic()
+        cursor = _Cursor(ctx, CURSOR_KEY, "seq", last_seq)
         poller, stoppable = _poller(ctx, fd, select.POLLIN)
         buf = b""
         cut: Optional[bytes] = None  # head of an over-long line whose end is still to come
 
-        def save() -> None:
-            nonlocal saved_seq, saved_at
-            if last_seq != saved_seq:
-                ctx.kv.set(CURSOR_KEY, {"boot_id": ctx.boot_id, "seq": last_seq})
-                saved_seq = last_seq
-            saved_at = time.monotonic()
-
         def handle(raw: bytes) -> None:
-            nonlocal last_seq
             if raw.startswith(b" ") or not raw:  # continuation (KEY=value dictionary) lines
                 return
             record = parse_record(raw)
             if record is None:
                 self.stats["malformed"] += 1
                 return
-            if record.seq <= last_seq:
+            if record.seq <= cursor.value:
                 self.stats["skipped"] += 1
                 return
             self.stats["records"] += 1
@@ -165,16 +156,15 @@ class KernelLogSource(EventSource):
                 if admitted is not None:
                     self.stats["findings"] += 1
                     emit(admitted)
-                    last_seq = record.seq
-                    save()  # after emitting: a crash in between repeats, never misses
+                    cursor.value = record.seq
+                    cursor.save()  # after emitting: a crash in between repeats, never misses
                     return
-            last_seq = record.seq
+            cursor.value = record.seq
 
         try:
             while not ctx.stop.is_set():
-                if time.monotonic() - saved_at >= CURSOR_EVERY_S:
-                    save()
-                ready = poller.poll(_idle_wait_ms(stoppable, last_seq != saved_seq))
+                cursor.save_when_due()
+                ready = poller.poll(_idle_wait_ms(stoppable, cursor.pending))
                 if not any(ready_fd == fd for ready_fd, _ in ready):
                     continue
                 try:
@@ -207,7 +197,7 @@ class KernelLogSource(EventSource):
                         self.stats["truncated"] += 1
                     buf = b""
         finally:
-            save()
+            cursor.save()
 
     # --- journald -------------------------------------------------------------------------------
 
@@ -231,26 +221,16 @@ class KernelLogSource(EventSource):
             else:
                 reader.seek_head()
             poller, stoppable = _poller(ctx, reader.fileno(), reader.get_events())
-            cursor = saved = None
-            saved_at = time.monotonic()
-
-            def save() -> None:
-                nonlocal saved, saved_at
-                if cursor != saved:
-                    ctx.kv.set(JOURNAL_CURSOR_KEY, {"boot_id": ctx.boot_id, "cursor": cursor})
-                    saved = cursor
-                saved_at = time.monotonic()
-
+            cursor = _Cursor(ctx, JOURNAL_CURSOR_KEY, "cursor", None)
             while not ctx.stop.is_set():
                 entry = reader.get_next()
                 if not entry:
-                    if time.monotonic() - saved_at >= CURSOR_EVERY_S:
-                        save()
+                    cursor.save_when_due()
                     # block on the journal's inotify descriptor (and the stop), not a timer
-                    poller.poll(_idle_wait_ms(stoppable, cursor != saved, reader.get_timeout_ms()))
+                    poller.poll(_idle_wait_ms(stoppable, cursor.pending, reader.get_timeout_ms()))
                     reader.process()  # consume the wake-up: the descriptor turns quiet again
                     continue
-                cursor = entry.get("__CURSOR", cursor)
+                cursor.value = entry.get("__CURSOR", cursor.value)
                 if entry.get("_TRANSPORT") != "kernel":  # the match does this; never trust less
                     self.stats["skipped"] += 1
                     continue
@@ -259,16 +239,43 @@ class KernelLogSource(EventSource):
                 if isinstance(message, bytes):
                     message = message.decode("utf-8", "replace")
                 text = from_identifier(str(entry.get("SYSLOG_IDENTIFIER", "kernel")), str(message))
-                finding = matcher.feed(text, time.time(), {"journal_cursor": cursor})
+                finding = matcher.feed(text, time.time(), {"journal_cursor": cursor.value})
                 if finding is None:
                     continue
                 admitted = dedup.admit(finding, time.monotonic())
                 if admitted is not None:
                     self.stats["findings"] += 1
                     emit(admitted)
-                    save()  # after emitting: a crash in between repeats, never misses
+                    cursor.save()  # after emitting: a crash in between repeats, never misses
         finally:
             reader.close()
+
+
+class _Cursor:
+    """The last record handled, kept in the state store (``key``: the boot id and ``field``)
+    when it moved: at once after a finding, else at most every CURSOR_EVERY_S."""
+
+    def __init__(self, ctx: SourceContext, key: str, field: str, value: Any) -> None:
+        self._ctx, self._key, self._field = ctx, key, field
+        self.value = self._saved = value
+        self._saved_at = time.monotonic()
+
+    @property
+    def pending(self) -> bool:
+        """Whether the cursor moved since it was last saved."""
+        return bool(self.value != self._saved)
+
+    def save(self) -> None:
+        """Store the cursor if it moved."""
+        if self.pending:
+            self._ctx.kv.set(self._key, {"boot_id": self._ctx.boot_id, self._field: self.value})
+            self._saved = self.value
+        self._saved_at = time.monotonic()
+
+    def save_when_due(self) -> None:
+        """``save`` once CURSOR_EVERY_S have passed since the last one."""
+        if time.monotonic() - self._saved_at >= CURSOR_EVERY_S:
+            self.save()
 
 
 def _poller(ctx: SourceContext, fd: int, events: int) -> tuple[select.poll, bool]:
