@@ -211,6 +211,7 @@ class KernelLogSource(EventSource):
         dedup = xid.Dedup(float(ctx.options.get("dedupe_s", 10.0)))
         matcher = rules.matcher(self.name)
         reader = journal.Reader()
+        cursor = _Cursor(ctx, JOURNAL_CURSOR_KEY, "cursor", None)
         try:
             reader.this_boot()
             reader.add_match(_TRANSPORT="kernel")  # not syslog: any user can write that
@@ -221,7 +222,6 @@ class KernelLogSource(EventSource):
             else:
                 reader.seek_head()
             poller, stoppable = _poller(ctx, reader.fileno(), reader.get_events())
-            cursor = _Cursor(ctx, JOURNAL_CURSOR_KEY, "cursor", None)
             while not ctx.stop.is_set():
                 entry = reader.get_next()
                 if not entry:
@@ -248,6 +248,7 @@ class KernelLogSource(EventSource):
                     emit(admitted)
                     cursor.save()  # after emitting: a crash in between repeats, never misses
         finally:
+            cursor.save()
             reader.close()
 
 

@@ -165,6 +165,14 @@ def test_journal_cursor_resumes_after_the_stored_entry(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(20)
+def test_journal_cursor_is_saved_at_stop_without_a_finding(tmp_path: Path) -> None:
+    kv = MemoryKV()
+    found, _fake = run(tmp_path, kv, ENTRIES[:1])  # "eth0: link up": no finding
+    assert found == []
+    assert kv.get(JOURNAL_CURSOR_KEY) == {"boot_id": "b1", "cursor": "c1"}  # not read again
+
+
+@pytest.mark.timeout(20)
 def test_journal_reader_blocks_until_journald_writes(tmp_path: Path) -> None:
     """Idle, the source waits on the journal's descriptor; a new entry wakes it at once."""
     options = {k: o.default for k, o in KernelLogSource.options.items()}
