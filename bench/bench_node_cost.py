@@ -81,7 +81,7 @@ def build(base: Path, instance: str) -> tuple[Path, dict[str, str], KmsgStandIn]
         env["HMA_SMI_DOCUMENT"] = str(nvmlstub.SMI_FIXTURES / "h100-v13.xml")
         env["HMA_SMI_ARGS_LOG"] = str(base / "nvidia-smi.log")  # one line a run: the count
         # The stand-in (a Python script) through this interpreter: its `#!/usr/bin/env python3`
-        # may find a pyenv shim, two dozen bash processes per run that no real node has.
+        # may find a pyenv shim: about 40 processes a run (bash, pyenv scripts) no real node has.
         smi = {"command": [sys.executable, str(nvmlstub.NVIDIA_SMI), "-q", "-x"]}
     kmsg = KmsgStandIn(base / "dev-kmsg", base / "kmsg")
     (base / "probes.d").mkdir(mode=0o755)
