@@ -29,6 +29,9 @@ from hma.registry import (
     exec_probes,
     rescan,
 )
+from hma.remediation import options as remediation_options
+from hma.remediation.backend import GROUP as BACKEND_GROUP
+from hma.remediation.backend import Backend
 from hma.source import GROUP as SOURCE_GROUP
 from hma.source import EventSource, KeyValue, MemoryKV, SourceContext
 
@@ -128,8 +131,15 @@ def schema_for(
     }
     for item in broken:  # a broken plugin's section must not make the config invalid
         probes.setdefault(item.name, dict(config_mod.PROBE_COMMON))
+    backends = discover(BACKEND_GROUP, Backend)[0]
     return Schema(
-        sections=CORE_SECTIONS,
+        sections={
+            **CORE_SECTIONS,
+            "cluster": remediation_options.cluster_options(backends),
+            "recovery": remediation_options.RECOVERY,
+            **{name: dict(cls.options) for name, cls in sorted(backends.items())},
+        },
+        checks={"recovery": remediation_options.problems},
         probes=probes,
         reporters=reporters.schemas(reporter_names),
         catalogue=cat,

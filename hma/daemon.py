@@ -29,7 +29,7 @@ from hma.devices import DeviceWatcher
 from hma.model import Clears, Finding, ProbeRun, RunStatus, Severity
 from hma.pipeline import Applied, Pipeline
 from hma.probe import NodeFacts
-from hma.remediation import Remediator
+from hma.remediation.engine import Remediator
 from hma.reporters import Alert, Reporter, start_reporters
 from hma.runner import make_slot, run_probe
 from hma.source import StopEvent

@@ -16,7 +16,7 @@ import pytest
 from hma import assembly
 from hma.model import Action, Clears, Fault, Severity, Verdict
 from hma.remediation.engine import Remediator
-from hma.remediation.slurm import Job, NodeState, SlurmClient, SlurmError
+from hma.remediation.slurm import Job, NodeState, SlurmBackend, SlurmClient, SlurmError
 from hma.state import Store
 
 pytestmark = pytest.mark.timeout(30)
@@ -102,7 +102,10 @@ def make(
         )
     (tmp / "hma.toml").write_text("\n".join(lines) + "\n")
     setup = assembly.load(str(tmp / "hma.toml"))
-    return Remediator(setup, Store(str(tmp / "state" / "state.db")), client=fake, start=start)
+    backend = SlurmBackend(
+        setup.config.section("slurm"), setup.config.section("recovery")["label_field"], fake
+    )
+    return Remediator(setup, Store(str(tmp / "state" / "state.db")), start=start, backend=backend)
 
 
 def fault(action: Action = Action.REBOOT, code: str = "GPU_XID_79") -> Fault:
@@ -125,7 +128,8 @@ def fault(action: Action = Action.REBOOT, code: str = "GPU_XID_79") -> Fault:
 
 
 def run(rem: Remediator, faults: tuple[Fault, ...], boot: str = "b1") -> None:
-    fake = rem.client
+    assert isinstance(rem.backend, SlurmBackend)
+    fake = rem.backend.client
     assert isinstance(fake, FakeSlurm)
     if boot != getattr(fake, "boot", "b1"):  # the node came back from a reboot
         for name, n in fake.state.items():
@@ -267,7 +271,7 @@ def test_drain_that_raced_past_the_recount_undoes_itself(tmp_path: Path) -> None
         reason="HMA: GPU_XID_79 gpu:0000:3b:00",
         extra="hma=unhealthy:GPU_XID_79:none,d=1.000",
     )
-    rem._recheck_breaker()  # what the worker does every recheck_interval
+    rem.applier.recheck()  # what the worker does every recheck_interval
     rem.flush(5)
     assert "DRAIN" not in fake.state["n1"].flags and "h=breaker" in fake.state["n1"].extra
     assert rem.status()["held"].startswith("breaker")
@@ -303,7 +307,7 @@ def test_stale_facts_after_the_resume_are_not_taken_up(tmp_path: Path) -> None:
     assert writes(fake) == ["DRAIN"]
     drained = fake.state["n1"]
     rem.update(Verdict(time.time(), "b1", ()), "b1")  # healthy: the resume is planned
-    while rem._process_due():  # ... and applied, the episode closed
+    while rem.process_due():  # ... and applied, the episode closed
         pass
     assert writes(fake)[-1] == "RESUME" and "DRAIN" not in fake.state["n1"].flags
     # Slurm facts fetched just before the resume arrive after it: still drained by hma
