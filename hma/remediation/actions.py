@@ -33,6 +33,10 @@ from hma.remediation.shared import Shared
 
 log = logging.getLogger("hma.remediation")
 
+# Oldest read ahead (seconds since it started) that may stand for a drain's own state read: the
+# drain then follows the read as closely as when it reads itself (docs/remediation.md).
+FRESH_S = 0.5
+
 
 class Applier:
     """Applies outbox actions for one engine (see module doc)."""
@@ -124,8 +128,14 @@ class Applier:
     # --- applying ---------------------------------------------------------------------------------
 
     def apply(self, row: Row) -> tuple[str, str]:
-        """Carry out one action; returns (outcome, note). Raises ``BackendError`` to retry."""
-        node = self.backend.node(row.node)
+        """Carry out one action; returns (outcome, note). Raises ``BackendError`` to retry.
+
+        The node's state is read first; a first drain attempt takes the engine's read ahead
+        instead when it started at most ``FRESH_S`` ago (after the fault's event arrived)."""
+        fresh = None
+        if row.kind == "drain" and row.attempts == 0:
+            fresh = self.shared.take_fresh(row.node, FRESH_S)
+        node = fresh or self.backend.node(row.node)
         with self.shared.lock:
             self.shared.node = node
             self.seed_reboots(node)

@@ -82,6 +82,8 @@ class Remediator:
         self._wake = threading.Event()
         self._reread = threading.Event()  # an action was applied: read the node's state again
         self._stop = threading.Event()
+        self._read_ahead = threading.Event()  # a drain may come: read the node's state now
+        self._read_ahead_asked = float("-inf")  # monotonic time of the last read ahead asked
         self._stale_checked = False
         self._threads: list[threading.Thread] = []
         self._autoresume = AutoResume(clock)  # hma srun --auto-resume jobs (autoresume.py)
@@ -126,6 +128,18 @@ class Remediator:
             self.shared.boot_id = boot_id
             if self.enabled:
                 self._plan()
+        self._wake.set()
+
+    def read_ahead(self) -> None:
+        """A fault that drains at once is on its way (any thread; returns at once): the worker
+        reads the node's state now, so that the drain finds a fresh read (``Applier.apply``)
+        instead of making its own. At most once per ``facts_interval``, never during an
+        episode (its state is read every ``facts_interval`` anyway)."""
+        now = time.monotonic()
+        if not self.enabled or now - self._read_ahead_asked < self.backend.facts_interval:
+            return
+        self._read_ahead_asked = now
+        self._read_ahead.set()
         self._wake.set()
 
     def status(self) -> dict[str, Any]:
@@ -245,6 +259,9 @@ class Remediator:
     def _worker_loop(self) -> None:
         while not self._stop.is_set():
             try:
+                if self._read_ahead.is_set():
+                    self._read_ahead.clear()
+                    self._read_node_ahead()
                 with self.shared.lock:
                     self._plan()
                 self.process_due()
@@ -259,6 +276,22 @@ class Remediator:
                 wait = max(0.0, min(wait, nxt - self.clock()))
             self._wake.wait(wait)
             self._wake.clear()
+
+    def _read_node_ahead(self) -> None:
+        """The node's state for a drain about to be decided (``read_ahead``)."""
+        with self.shared.lock:
+            name = self.shared.node_name
+            if name is None or self.applier.episode() is not None:
+                return
+        started = time.monotonic()
+        try:
+            node = self.backend.node(name)
+        except BackendError as exc:
+            log.info("read ahead failed (the drain reads again): %s", exc)
+            return
+        with self.shared.lock:
+            self.shared.node = node
+            self.shared.fresh = (started, node)
 
     def process_due(self) -> bool:
         """Apply due actions in order; returns whether any was attempted."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -33,9 +34,20 @@ class Shared:
     verdict: Optional[Verdict] = None
     boot_id: str = ""
     boot_since: float = 0.0  # when the engine first heard of the current boot id
+    # A read ahead of the node's state (monotonic start time, state) a drain may use once
+    fresh: Optional[tuple[float, NodeState]] = None
     lock: threading.RLock = field(default_factory=threading.RLock)
     alerts: list[Alert] = field(default_factory=list)
     on_alert: Callable[[], None] = lambda: None  # told when ``alerts`` has more
+
+    def take_fresh(self, name: str, max_age: float) -> Optional[NodeState]:
+        """The read ahead of node ``name`` if it started at most ``max_age`` seconds ago
+        (used once, then forgotten)."""
+        with self.lock:
+            fresh, self.fresh = self.fresh, None
+        if fresh is None or fresh[1].name != name or time.monotonic() - fresh[0] > max_age:
+            return None
+        return fresh[1]
 
     def add_alert(self, alert: Alert) -> None:
         """Queue an alert for the daemon."""

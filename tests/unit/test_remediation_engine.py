@@ -361,3 +361,48 @@ def wait_for(predicate: Any, what: str, timeout: float = 10.0) -> None:
     while not predicate():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.01)
+
+
+class Timeline(FakeSlurm):
+    """FakeSlurm that records node reads and writes in one order."""
+
+    def __init__(self, *names: str) -> None:
+        super().__init__(*names)
+        self.timeline: list[str] = []
+
+    def nodes(self, names: Any = (), partitions: Any = (), states: Any = ()) -> list[NodeState]:
+        self.timeline.append("read " + ("held" if states else ",".join(names) or "all"))
+        return super().nodes(names, partitions, states)
+
+    def update(self, node: str, **fields: str) -> None:
+        self.timeline.append(f"update {fields.get('State', 'label')}")
+        super().update(node, **fields)
+
+
+@pytest.mark.parametrize(
+    "ahead, fresh_s, first",
+    [(True, 30.0, "update DRAIN"), (False, 30.0, "read n1"), (True, 0.0, "read n1")],
+)
+def test_read_ahead_stands_for_the_drains_own_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ahead: bool, fresh_s: float, first: str
+) -> None:
+    """A read ahead (the daemon asks when a fault that drains at once arrives) saves the
+    drain its own read, only while it is fresh."""
+    from hma.remediation import actions
+
+    monkeypatch.setattr(actions, "FRESH_S", fresh_s)
+    fake = Timeline("n1", "n2", "n3", "n4")
+    rem = make(tmp_path, fake, slurm={"heartbeat": 3600.0, "facts_interval": 60.0}, start=True)
+    try:
+        wait_for(lambda: rem.facts().job_running is not None, "facts at start")
+        if ahead:
+            rem.read_ahead()
+            wait_for(lambda: rem.shared.fresh is not None, "read ahead")
+            rem.read_ahead()  # at most once per facts_interval
+        reads = len(fake.timeline)
+        rem.update(Verdict(time.time(), "b1", (fault(Action.NONE),)), "b1")
+        wait_for(lambda: "DRAIN" in fake.state["n1"].flags, "drain")
+        assert fake.timeline[reads] == first
+        assert fake.timeline[:reads].count("read n1") == (2 if ahead else 1)
+    finally:
+        rem.close()
