@@ -115,3 +115,15 @@ def test_slurm_is_the_default_backend(tmp_path: Path) -> None:
         assert type(rem.backend).__name__ == "SlurmBackend" and rem.facts().node_name == "n9"
     finally:
         rem.close()
+
+
+def test_one_probe_load_checks_only_the_backends_the_config_names(
+    tmp_path: Path, plugins: None
+) -> None:
+    """`hma check NAME` loads the backends the configuration names, not every installed one."""
+    path = config(tmp_path, "[cluster]", 'backend = "memory"', "[memory]", 'me = "m3"')
+    setup = assembly.load(str(path), only=["system"])
+    assert setup.config.section("memory")["me"] == "m3" and "slurm" not in setup.config.sections
+    with pytest.raises(ConfigError) as err:
+        assembly.load(str(config(tmp_path, "[memroy]", 'me = "m3"')), only=["system"])
+    assert "memroy: unknown section" in str(err.value)
