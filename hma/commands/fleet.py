@@ -14,7 +14,8 @@ from typing import Any, Optional
 from hma.assembly import Setup
 from hma.remediation import breaker
 from hma.remediation import label as label_mod
-from hma.remediation.slurm import OWNED_PREFIX, NodeState, SlurmClient, SlurmError
+from hma.remediation.backend import OWNED_PREFIX, NodeState
+from hma.remediation.slurm import SlurmClient, SlurmError
 
 
 def _from_reason(reason: str) -> tuple[str, str]:
@@ -108,15 +109,8 @@ def render_text(doc: dict[str, Any]) -> str:
 
 def main(setup: Setup, as_json: bool) -> int:
     """``hma fleet [--json]`` with the configuration's Slurm client; 3 when Slurm cannot say."""
-    sl, rec = setup.config.section("slurm"), setup.config.section("recovery")
-    client = SlurmClient(
-        list(sl["scontrol"]),
-        list(sl["sinfo"]),
-        list(sl["squeue"]),
-        sl["conf"],
-        float(sl["timeout"]),
-        str(sl["path"] or ""),
-    )
+    rec = setup.config.section("recovery")
+    client = SlurmClient.from_options(setup.config.section("slurm"))
     try:
         doc = collect(
             client, rec["label_field"], float(rec["max_drained_percent"]), rec["max_drained_nodes"]

@@ -17,8 +17,8 @@ from typing import Iterator
 
 import pytest
 
-from hma.remediation import Remediator
 from hma.remediation import label as label_mod
+from hma.remediation.engine import Remediator
 from hma.remediation.requeue import find_marker
 from tests.integration.autoresume_helpers import (
     ROOT,
