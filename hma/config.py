@@ -24,6 +24,7 @@ from hma.configfile import (
 )
 from hma.options import FLOAT_LIMIT, Option, positive
 from hma.remediation import options as remediation_options
+from hma.topology import options as topology_options
 
 EX_CONFIG = 78
 
@@ -55,6 +56,7 @@ CORE_SECTIONS: dict[str, dict[str, Option]] = {
     },
     "recovery": remediation_options.RECOVERY,
     "slurm": remediation_options.SLURM,
+    "topology": topology_options.TOPOLOGY,
 }
 # Checks across the keys of one section (section values -> "key.path: problem" lines).
 SECTION_CHECKS: dict[str, Callable[[Mapping[str, Any]], list[str]]] = {

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import socket
 from dataclasses import dataclass, field, replace
-from typing import Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from hma.adapters.command import CommandResult, CommandRunner
 
@@ -352,6 +352,18 @@ class SlurmClient:
     # jobs() cache: job id -> (its steps when last asked, the job then; None: over)
     jobs_seen: dict[str, tuple[tuple[str, ...], Optional[Job]]] = field(default_factory=dict)
 
+    @classmethod
+    def from_options(cls, sl: Mapping[str, Any]) -> SlurmClient:
+        """A client from the ``[slurm]`` section's values."""
+        return cls(
+            scontrol=list(sl["scontrol"]),
+            sinfo=list(sl["sinfo"]),
+            squeue=list(sl["squeue"]),
+            conf=sl["conf"],
+            timeout=float(sl["timeout"]),
+            path=str(sl["path"] or ""),
+        )
+
     def env(self) -> dict[str, str]:
         """Environment of every call: ours plus SLURM_CONF and PATH when configured."""
         env = dict(os.environ)
@@ -514,6 +526,10 @@ class SlurmClient:
         argv = [*self.scontrol, "update", f"NodeName={node}"]
         argv += [f"{key}={value}" for key, value in fields.items()]
         self._run(argv)
+
+    def reconfigure(self) -> None:
+        """``scontrol reconfigure`` (slurmctld reads its configuration files again)."""
+        self._run([*self.scontrol, "reconfigure"])
 
     def reboot(self, node: str, reason: str) -> None:
         """``scontrol reboot reason=<reason> <node>`` (no nextstate: the node stays drained)."""
