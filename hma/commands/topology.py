@@ -36,10 +36,11 @@ def target(topo: Mapping[str, Any], slurm: Mapping[str, Any], fmt: str) -> Path:
 
 def render(
     nodes: Sequence[NodeState], fmt: str, domain_size: Optional[int], per_domain: int
-) -> tuple[str, list[str]]:
-    """The file's text for these nodes, and the nodes that publish no domain."""
+) -> tuple[str, list[str], int]:
+    """The file's text for these nodes, the nodes that publish no domain, the base block size."""
     found, lonely = conf.blocks({n.name: spares.node_domain(n) for n in nodes})
-    return conf.render(found, fmt, conf.block_size(found, domain_size, per_domain)), lonely
+    size = conf.block_size(found, domain_size, per_domain)
+    return conf.render(found, fmt, size), lonely, size
 
 
 def _read(path: Path) -> str:
@@ -62,9 +63,11 @@ def run(
     nodes = client.nodes()
     per_domain = int(topo["spares_per_domain"])
     mark, release = spares.plan(nodes, per_domain) if per_domain else ([], [])
-    text, lonely = render(nodes, fmt, topo["domain_size"], per_domain)
+    text, lonely, size = render(nodes, fmt, topo["domain_size"], per_domain)
     for name in lonely:
         print(f"hma topology: warning: {name} publishes no domain; in a block of its own", file=err)
+    if fmt != "tree" and lonely:
+        print(f"hma topology: warning: BlockSizes lowered to {size} by those blocks", file=err)
     old = _read(path)
     changed = text != old
     if check:

@@ -7,7 +7,8 @@
   domain under one top switch, so that a job fills one domain before it spans two.
 
 A node with no known domain gets a block (leaf switch) of its own: on Slurm 24.x only nodes in a
-block can be scheduled.
+block can be scheduled. No block may be smaller than the base block size, so such a block (or a
+domain not yet full) lowers ``BlockSizes`` to its size.
 """
 
 from __future__ import annotations
@@ -88,10 +89,13 @@ def blocks(domains: Mapping[str, str]) -> tuple[list[Block], list[str]]:
 
 
 def block_size(found: Sequence[Block], domain_size: Optional[int], spares: int) -> int:
-    """BlockSizes' base: the domain size (configured, else the largest domain) minus spares."""
+    """BlockSizes' base: the domain size (configured, else the largest domain) minus spares, but
+    never above the smallest block: slurmctld 24.11 stops (``fatal: Block configuration ...
+    children count lower than bblock_node_cnt``) on a block smaller than the base size, and
+    ``scontrol reconfigure`` restarts it."""
     largest = max((len(b.nodes) for b in found if b.domain), default=1)
-    size = domain_size if domain_size else largest
-    return max(1, size - spares)
+    size = (domain_size if domain_size else largest) - spares
+    return max(1, min([size, *(len(b.nodes) for b in found)]))
 
 
 def render(found: Sequence[Block], fmt: str, size: int) -> str:

@@ -32,9 +32,12 @@ def test_block_form() -> None:
         "BlockName=dom0 Nodes=node[1-18]",
         "BlockName=dom1 Nodes=node[19-36]",
         "BlockName=nodomain-node37 Nodes=node37",
-        "BlockSizes=17",
+        "BlockSizes=1",  # slurmctld refuses a block smaller than the base size
     ]
+    found, _ = conf.blocks(two_domains())
+    assert conf.block_size(found, None, 1) == 17
     assert conf.block_size(found, 18, 0) == 18
+    assert conf.block_size(found, 20, 0) == 18  # a domain not full yet: its size
 
 
 def test_tree_and_yaml_forms() -> None:
@@ -155,11 +158,11 @@ def test_command_check_then_write(tmp_path: Path) -> None:
     out, err = _Stream(), _Stream()
     assert command.run(client, topo, path, "block", True, out, err) == command.EX_CHANGES
     assert "+BlockName=a Nodes=node[1-3]" in out.text and "would make node3 a spare" in out.text
-    assert "node4 publishes no domain" in err.text
+    assert "node4 publishes no domain" in err.text and "BlockSizes lowered to 1" in err.text
     assert not path.exists() and client.updates == [] and client.reconfigured == 0
     assert command.run(client, topo, path, "block", False, out, err) == 0
     assert client.updates == [("node3", {"State": "DRAIN", "Reason": "hma-spare"})]
-    assert "BlockSizes=2\n" in path.read_text() and client.reconfigured == 1
+    assert "BlockSizes=1\n" in path.read_text() and client.reconfigured == 1
     assert command.run(client, topo, path, "block", False, out, err) == 0  # unchanged
     assert client.reconfigured == 1
 

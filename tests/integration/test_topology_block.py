@@ -1,0 +1,103 @@
+"""NVLink-domain placement on a real Slurm 24.11 (topology/block): 36 slurmd on loopback in two
+18-node domains whose nodes learn their domain from the stand-in NVML and publish it;
+``hma topology`` writes topology.conf with one spare per domain; placement is read from
+``sbatch --test-only`` (no job runs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from hma.topology import spares
+from tests.integration.topology_helpers import (
+    DOMAINS,
+    NODES,
+    Fabric,
+    client,
+    hma_topology,
+    per_domain,
+    placed,
+    publish,
+    reason,
+    start,
+)
+from tests.slurmcluster import SlurmCluster
+
+pytestmark = pytest.mark.timeout(300)
+ALL = [f"node{i}" for i in range(1, NODES + 1)]
+BOOT = "BlockName=all Nodes=node[1-36]\n"  # what the controller starts with
+EXPECTED = (
+    f"BlockName={DOMAINS[1]} Nodes=node[1-18]\nBlockName={DOMAINS[2]} Nodes=node[19-36]\n"
+    "BlockSizes=17\n"
+)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[SlurmCluster]:
+    yield from start("24.11", "topology/block", BOOT)
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("topology")
+
+
+@pytest.fixture(scope="module")
+def written(cluster: SlurmCluster, work: Path) -> SlurmCluster:
+    """Every node published its domain, hma topology wrote the file and reconfigured."""
+    fabric = Fabric(work)
+    assert publish(cluster, fabric, ALL[:-1]) == NODES - 1
+    check = hma_topology(cluster, work, "--check")  # node36 has not published yet
+    assert check.returncode == 1, check.stderr
+    assert "+BlockName=nodomain-node36 Nodes=node36" in check.stdout
+    assert "node36 publishes no domain" in check.stderr
+    assert "would make node35 a spare" in check.stdout  # node36 is in no domain yet
+    assert (cluster.base / "etc" / "topology.conf").read_text() == BOOT  # nothing changed
+    assert reason(cluster, "node35") == ""
+    assert publish(cluster, fabric, ALL) == 1  # only node36 had something to write
+    run = hma_topology(cluster, work)
+    assert run.returncode == 0, run.stderr
+    cluster.wait(lambda: cluster.run("scontrol", "ping").returncode == 0, 60, "slurmctld back")
+    return cluster
+
+
+def test_domains_and_spares_in_topology_conf(written: SlurmCluster, work: Path) -> None:
+    text = (written.base / "etc" / "topology.conf").read_text()
+    assert text.split("\n", 1)[1] == EXPECTED
+    shown = written.scontrol("show", "topology")
+    assert f"BlockName={DOMAINS[1]} BlockIndex=0 Nodes=node[1-18] BlockSize=17" in shown
+    assert f"BlockName={DOMAINS[2]} BlockIndex=1 Nodes=node[19-36] BlockSize=17" in shown
+    for node in ("node18", "node36"):  # the last idle node of each domain
+        assert reason(written, node) == spares.SPARE_REASON
+        assert "DRAIN" in written.state(node)
+    written.rpc_counts(reset=True)
+    again = hma_topology(written, work)  # nothing changed: no write, no reconfigure
+    assert again.returncode == 0 and "unchanged" in again.stdout and "spares" not in again.stdout
+    rpcs = written.rpc_counts()
+    assert rpcs["REQUEST_NODE_INFO"][0] == 1  # every node's domain in one query
+    assert "REQUEST_UPDATE_NODE" not in rpcs and "REQUEST_RECONFIGURE" not in rpcs
+    assert hma_topology(written, work, "--check").returncode == 0
+
+
+def test_a_job_of_14_lands_in_one_domain(written: SlurmCluster) -> None:
+    assert per_domain(placed(written, "-N14")) == [14]
+
+
+def test_a_job_of_20_lands_17_plus_3(written: SlurmCluster) -> None:
+    nodes = placed(written, "-N20")
+    assert per_domain(nodes) == [17, 3]
+    assert "node18" not in nodes and "node36" not in nodes  # the spares stay out
+
+
+def test_segments_stay_in_one_domain(written: SlurmCluster) -> None:
+    assert per_domain(placed(written, "-N20", "--segment=10")) == [10, 10]
+    assert per_domain(placed(written, "-N8", "--segment=4")) == [8]
+
+
+def test_the_spare_of_the_faulty_nodes_domain_is_chosen(written: SlurmCluster) -> None:
+    slurm = client(written)
+    nodes = slurm.nodes()
+    assert spares.choose_spare(nodes, DOMAINS[1], "node5").name == "node18"  # type: ignore[union-attr]
+    assert spares.choose_spare(nodes, DOMAINS[2], "node20").name == "node36"  # type: ignore[union-attr]
