@@ -16,6 +16,7 @@ from tests.integration.topology_helpers import (
     NODES,
     Fabric,
     client,
+    controller_back,
     hma_topology,
     per_domain,
     placed,
@@ -59,7 +60,7 @@ def written(cluster: SlurmCluster, work: Path) -> SlurmCluster:
     assert publish(cluster, fabric, ALL) == 1  # only node36 had something to write
     run = hma_topology(cluster, work)
     assert run.returncode == 0, run.stderr
-    cluster.wait(lambda: cluster.run("scontrol", "ping").returncode == 0, 60, "slurmctld back")
+    controller_back(cluster)
     return cluster
 
 

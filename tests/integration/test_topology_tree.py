@@ -4,7 +4,6 @@ it spans two (best effort, as with blocks); placement from ``sbatch --test-only`
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -13,6 +12,7 @@ from tests.integration.topology_helpers import (
     DOMAINS,
     NODES,
     Fabric,
+    controller_back,
     hma_topology,
     per_domain,
     placed,
@@ -34,7 +34,7 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
         assert publish(cluster, Fabric(work), ALL) == NODES
         run = hma_topology(cluster, work, fmt="tree")
         assert run.returncode == 0, run.stderr
-        cluster.wait(lambda: cluster.run("scontrol", "ping").returncode == 0, 60, "slurmctld")
+        controller_back(cluster)
         yield cluster
 
 

@@ -125,6 +125,11 @@ def hma_topology(
     )
 
 
+def controller_back(cluster: SlurmCluster) -> None:
+    """Wait until slurmctld answers (24.11's reconfigure restarts it)."""
+    cluster.wait(lambda: cluster.run("scontrol", "ping").returncode == 0, 60, "slurmctld back")
+
+
 def placed(cluster: SlurmCluster, *args: str) -> list[str]:
     """The nodes ``sbatch --test-only ARGS`` says the job would start on (no job is queued)."""
     proc = cluster.run("sbatch", "--test-only", *args, "--wrap=true")
