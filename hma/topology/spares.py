@@ -9,7 +9,7 @@ topology`` run makes up the count again from the domain's idle nodes.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from hma.remediation import label
 from hma.remediation.slurm import NodeState
@@ -80,3 +80,13 @@ def plan(nodes: Sequence[NodeState], per_domain: int) -> tuple[list[str], list[s
         want = per_domain - len(spares)
         mark += [n.name for n in idle[max(0, len(idle) - want) :]] if want > 0 else []
     return mark, release
+
+
+def take_spare(client: Any, faulty: str, domain: str) -> Optional[str]:
+    """Resume the spare that takes ``faulty``'s place in ``domain`` (one read of the node table,
+    at replace time only); returns its name, None when the domain has no healthy spare."""
+    spare = choose_spare(client.nodes(), domain, faulty)
+    if spare is None:
+        return None
+    client.update(spare.name, State="RESUME")
+    return spare.name

@@ -97,8 +97,15 @@ def test_segments_stay_in_one_domain(written: SlurmCluster) -> None:
     assert per_domain(placed(written, "-N8", "--segment=4")) == [8]
 
 
-def test_the_spare_of_the_faulty_nodes_domain_is_chosen(written: SlurmCluster) -> None:
+def test_replace_puts_the_domains_spare_in_service(written: SlurmCluster, work: Path) -> None:
     slurm = client(written)
-    nodes = slurm.nodes()
-    assert spares.choose_spare(nodes, DOMAINS[1], "node5").name == "node18"  # type: ignore[union-attr]
-    assert spares.choose_spare(nodes, DOMAINS[2], "node20").name == "node36"  # type: ignore[union-attr]
+    written.scontrol("update", "NodeName=node5", "State=DRAIN", "Reason=HMA: GPU_LOST gpu:0")
+    assert spares.take_spare(slurm, "node5", DOMAINS[2]) == "node36"  # the domain asked for
+    assert spares.take_spare(slurm, "node5", DOMAINS[1]) == "node18"
+    written.wait(lambda: written.state("node18") == "IDLE", 30, "node18 in service")
+    assert spares.take_spare(slurm, "node5", DOMAINS[1]) is None  # no spare left in it
+    nodes = placed(written, "-N17")  # a domain-sized job still fits one domain
+    assert per_domain(nodes) == [17] and "node5" not in nodes
+    written.scontrol("update", "NodeName=node5", "State=RESUME")  # the replaced node is back
+    run = hma_topology(written, work)  # and the next run makes up the spare count
+    assert run.returncode == 0 and "spares: node[18,36] drained" in run.stdout, run.stdout
