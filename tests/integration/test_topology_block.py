@@ -1,5 +1,5 @@
 """NVLink-domain placement on a real Slurm 24.11 (topology/block): 36 slurmd on loopback in two
-18-node domains whose nodes learn their domain from the stand-in NVML and publish it;
+18-node domains whose nodes learn their domain from the stand-in NVML and th.publish it;
 ``hma topology`` writes topology.conf with one spare per domain; placement is read from
 ``sbatch --test-only`` (no job runs)."""
 
@@ -11,33 +11,21 @@ from typing import Iterator
 import pytest
 
 from hma.topology import spares
-from tests.integration.topology_helpers import (
-    DOMAINS,
-    NODES,
-    Fabric,
-    client,
-    controller_back,
-    hma_topology,
-    per_domain,
-    placed,
-    publish,
-    reason,
-    start,
-)
+from tests.integration import topology_helpers as th
 from tests.slurmcluster import SlurmCluster
 
 pytestmark = pytest.mark.timeout(300)
-ALL = [f"node{i}" for i in range(1, NODES + 1)]
+ALL = [f"node{i}" for i in range(1, th.NODES + 1)]
 BOOT = "BlockName=all Nodes=node[1-36]\n"  # what the controller starts with
 EXPECTED = (
-    f"BlockName={DOMAINS[1]} Nodes=node[1-18]\nBlockName={DOMAINS[2]} Nodes=node[19-36]\n"
+    f"BlockName={th.DOMAINS[1]} Nodes=node[1-18]\nBlockName={th.DOMAINS[2]} Nodes=node[19-36]\n"
     "BlockSizes=17\n"
 )
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[SlurmCluster]:
-    yield from start("24.11", "topology/block", BOOT)
+    yield from th.start("24.11", "topology/block", BOOT)
 
 
 @pytest.fixture(scope="module")
@@ -48,19 +36,19 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def written(cluster: SlurmCluster, work: Path) -> SlurmCluster:
     """Every node published its domain, hma topology wrote the file and reconfigured."""
-    fabric = Fabric(work)
-    assert publish(cluster, fabric, ALL[:-1]) == NODES - 1
-    check = hma_topology(cluster, work, "--check")  # node36 has not published yet
+    fabric = th.Fabric(work)
+    assert th.publish(cluster, fabric, ALL[:-1]) == th.NODES - 1
+    check = th.hma_topology(cluster, work, "--check")  # node36 has not published yet
     assert check.returncode == 1, check.stderr
     assert "+BlockName=nodomain-node36 Nodes=node36" in check.stdout
     assert "node36 publishes no domain" in check.stderr
     assert "would make node35 a spare" in check.stdout  # node36 is in no domain yet
     assert (cluster.base / "etc" / "topology.conf").read_text() == BOOT  # nothing changed
-    assert reason(cluster, "node35") == ""
-    assert publish(cluster, fabric, ALL) == 1  # only node36 had something to write
-    run = hma_topology(cluster, work)
+    assert th.reason(cluster, "node35") == ""
+    assert th.publish(cluster, fabric, ALL) == 1  # only node36 had something to write
+    run = th.hma_topology(cluster, work)
     assert run.returncode == 0, run.stderr
-    controller_back(cluster)
+    th.controller_back(cluster)
     return cluster
 
 
@@ -68,44 +56,44 @@ def test_domains_and_spares_in_topology_conf(written: SlurmCluster, work: Path) 
     text = (written.base / "etc" / "topology.conf").read_text()
     assert text.split("\n", 1)[1] == EXPECTED
     shown = written.scontrol("show", "topology")
-    assert f"BlockName={DOMAINS[1]} BlockIndex=0 Nodes=node[1-18] BlockSize=17" in shown
-    assert f"BlockName={DOMAINS[2]} BlockIndex=1 Nodes=node[19-36] BlockSize=17" in shown
+    assert f"BlockName={th.DOMAINS[1]} BlockIndex=0 Nodes=node[1-18] BlockSize=17" in shown
+    assert f"BlockName={th.DOMAINS[2]} BlockIndex=1 Nodes=node[19-36] BlockSize=17" in shown
     for node in ("node18", "node36"):  # the last idle node of each domain
-        assert reason(written, node) == spares.SPARE_REASON
+        assert th.reason(written, node) == spares.SPARE_REASON
         assert "DRAIN" in written.state(node)
     written.rpc_counts(reset=True)
-    again = hma_topology(written, work)  # nothing changed: no write, no reconfigure
+    again = th.hma_topology(written, work)  # nothing changed: no write, no reconfigure
     assert again.returncode == 0 and "unchanged" in again.stdout and "spares" not in again.stdout
     rpcs = written.rpc_counts()
     assert rpcs["REQUEST_NODE_INFO"][0] == 1  # every node's domain in one query
     assert "REQUEST_UPDATE_NODE" not in rpcs and "REQUEST_RECONFIGURE" not in rpcs
-    assert hma_topology(written, work, "--check").returncode == 0
+    assert th.hma_topology(written, work, "--check").returncode == 0
 
 
 def test_a_job_of_14_lands_in_one_domain(written: SlurmCluster) -> None:
-    assert per_domain(placed(written, "-N14")) == [14]
+    assert th.per_domain(th.placed(written, "-N14")) == [14]
 
 
 def test_a_job_of_20_lands_17_plus_3(written: SlurmCluster) -> None:
-    nodes = placed(written, "-N20")
-    assert per_domain(nodes) == [17, 3]
+    nodes = th.placed(written, "-N20")
+    assert th.per_domain(nodes) == [17, 3]
     assert "node18" not in nodes and "node36" not in nodes  # the spares stay out
 
 
 def test_segments_stay_in_one_domain(written: SlurmCluster) -> None:
-    assert per_domain(placed(written, "-N20", "--segment=10")) == [10, 10]
-    assert per_domain(placed(written, "-N8", "--segment=4")) == [8]
+    assert th.per_domain(th.placed(written, "-N20", "--segment=10")) == [10, 10]
+    assert th.per_domain(th.placed(written, "-N8", "--segment=4")) == [8]
 
 
 def test_replace_puts_the_domains_spare_in_service(written: SlurmCluster, work: Path) -> None:
-    slurm = client(written)
+    slurm = th.client(written)
     written.scontrol("update", "NodeName=node5", "State=DRAIN", "Reason=HMA: GPU_LOST gpu:0")
-    assert spares.take_spare(slurm, "node5", DOMAINS[2]) == "node36"  # the domain asked for
-    assert spares.take_spare(slurm, "node5", DOMAINS[1]) == "node18"
+    assert spares.take_spare(slurm, "node5", th.DOMAINS[2]) == "node36"  # the domain asked for
+    assert spares.take_spare(slurm, "node5", th.DOMAINS[1]) == "node18"
     written.wait(lambda: written.state("node18") == "IDLE", 30, "node18 in service")
-    assert spares.take_spare(slurm, "node5", DOMAINS[1]) is None  # no spare left in it
-    nodes = placed(written, "-N17")  # a domain-sized job still fits one domain
-    assert per_domain(nodes) == [17] and "node5" not in nodes
+    assert spares.take_spare(slurm, "node5", th.DOMAINS[1]) is None  # no spare left in it
+    nodes = th.placed(written, "-N17")  # a domain-sized job still fits one domain
+    assert th.per_domain(nodes) == [17] and "node5" not in nodes
     written.scontrol("update", "NodeName=node5", "State=RESUME")  # the replaced node is back
-    run = hma_topology(written, work)  # and the next run makes up the spare count
+    run = th.hma_topology(written, work)  # and the next run makes up the spare count
     assert run.returncode == 0 and "spares: node[18,36] drained" in run.stdout, run.stdout
