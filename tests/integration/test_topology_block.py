@@ -12,6 +12,7 @@ import pytest
 
 from hma.topology import spares
 from tests.integration import topology_helpers as th
+from tests.simnode import SimNode
 from tests.slurmcluster import SlurmCluster
 
 pytestmark = pytest.mark.timeout(300)
@@ -97,3 +98,23 @@ def test_replace_puts_the_domains_spare_in_service(written: SlurmCluster, work: 
     written.scontrol("update", "NodeName=node5", "State=RESUME")  # the replaced node is back
     run = th.hma_topology(written, work)  # and the next run makes up the spare count
     assert run.returncode == 0 and "spares: node[18,36] drained" in run.stdout, run.stdout
+
+
+def test_the_agent_finds_its_domain(written: SlurmCluster) -> None:
+    """A real `hma run` on node7 (stand-in NVML whose GPUs report clique 1): status shows it."""
+    sim = SimNode(written, "node7").build()
+    assert sim.scenario is not None
+    cluster_uuid, _, clique = th.DOMAINS[1].partition(".")
+    for index in sim.scenario.devices:
+        sim.scenario.devices[index]["fabric_domain"] = f"{cluster_uuid} {clique}"
+    sim.scenario.write()
+    try:
+        sim.start_agent()
+        sim.wait(
+            lambda: sim.status().get("topology") == {"domain": th.DOMAINS[1], "source": "nvml"},
+            30,
+            "the domain in status.json",
+        )
+        assert f"NVLink domain {th.DOMAINS[1]} (nvml)" in sim.hma("status").stdout
+    finally:
+        sim.close()
