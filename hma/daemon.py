@@ -216,6 +216,7 @@ class Daemon:
             _quietly(self.remediator.close)
         remediator = Remediator(self.setup, self.store, self.clock)
         remediator.on_alert = lambda: self.inputs.put(AlertsQueued())
+        remediator.set_domain(self.topology()["domain"])
         self.inputs.put(AlertsQueued())  # any queued before on_alert was set
         return remediator
 
@@ -427,6 +428,8 @@ class Daemon:
             self.store.kv_set(
                 f"probe.{state.name}.previous", {"ts": run.started, "snapshot": run.snapshot}
             )
+            if self.remediator is not None:
+                self.remediator.set_domain(self.topology()["domain"])
         return True
 
     def _observe(self, run: ProbeRun) -> None:

@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
-from hma.remediation.slurm import NodeState, SlurmClient, SlurmError
+from hma.remediation.backend import NodeState
+from hma.remediation.slurm import SlurmClient, SlurmError
 from hma.status import write_text
 from hma.topology import conf, spares
 

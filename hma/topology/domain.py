@@ -49,11 +49,12 @@ def update_for(text: str, domain: str) -> Optional[str]:
     return edit(text, domain)
 
 
-def publish(client: Any, node: Any, field: str, domain: str) -> bool:
-    """Write ``domain`` into the node's label field (``field``: extra or comment) when the
-    field last read (``node``, a ``NodeState``) does not publish it; returns whether it wrote."""
-    new = update_for(node.field(field), domain)
-    if new is None:
-        return False
-    client.update(node.name, **{"Comment" if field == "comment" else "Extra": new})
-    return True
+def publish(backend: Any, node: Any, domain: str) -> Optional[str]:
+    """Write ``domain`` into the node's label field through ``backend`` (a remediation
+    ``Backend``: its ``label_field`` and ``label``) when the field last read (``node``, a
+    ``NodeState``) does not publish it; returns the field's new text, None when nothing was
+    written."""
+    new = update_for(node.field(backend.label_field), domain)
+    if new is not None:
+        backend.label(node.name, new)
+    return new

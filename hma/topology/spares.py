@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 from hma.remediation import label
-from hma.remediation.slurm import NodeState
+from hma.remediation.backend import NodeState
 from hma.topology import conf
 from hma.topology import domain as domain_mod
 

@@ -5,13 +5,20 @@
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
+from hma import assembly
+from hma.model import Action
+from hma.remediation.engine import Remediator
+from hma.state import Store
 from hma.topology import spares
 from tests.integration import topology_helpers as th
+from tests.integration.remediation_helpers import FAST, fault, verdict, wait, write_config
 from tests.simnode import SimNode
 from tests.slurmcluster import SlurmCluster
 
@@ -100,8 +107,10 @@ def test_replace_puts_the_domains_spare_in_service(written: SlurmCluster, work: 
     assert run.returncode == 0 and "spares: node[18,36] drained" in run.stdout, run.stdout
 
 
-def test_the_agent_finds_its_domain(written: SlurmCluster) -> None:
-    """A real `hma run` on node7 (stand-in NVML whose GPUs report clique 1): status shows it."""
+def test_the_agent_finds_and_publishes_its_domain(written: SlurmCluster) -> None:
+    """A real `hma run` on node7 (stand-in NVML whose GPUs report clique 1): status shows the
+    domain and the agent publishes it in Slurm once."""
+    written.scontrol("update", "NodeName=node7", "Extra=rack=4")
     sim = SimNode(written, "node7").build()
     assert sim.scenario is not None
     cluster_uuid, _, clique = th.DOMAINS[1].partition(".")
@@ -116,5 +125,51 @@ def test_the_agent_finds_its_domain(written: SlurmCluster) -> None:
             "the domain in status.json",
         )
         assert f"NVLink domain {th.DOMAINS[1]} (nvml)" in sim.hma("status").stdout
+        want = f"rack=4 hma-domain={th.DOMAINS[1]}"
+        sim.wait(lambda: written.node("node7")["extra"] == want, 30, "the domain published")
+        written.rpc_counts(reset=True)  # published: no more writes while it stays the same
+        runs = {p["name"]: p["last_run"] for p in sim.status()["probes"]}
+        sim.wait(
+            lambda: any(
+                p["name"] == "gpu" and p["last_run"] > runs["gpu"] for p in sim.status()["probes"]
+            ),
+            30,
+            "another gpu probe run",
+        )
+        assert "REQUEST_UPDATE_NODE" not in written.rpc_counts()
     finally:
         sim.close()
+
+
+def test_remediation_replace_resumes_the_spare_and_tells_the_hook(
+    written: SlurmCluster, work: Path
+) -> None:
+    """The engine replacing node3 (a replace hook) resumes node18, its domain's spare, first."""
+    assert th.hma_topology(written, work).returncode == 0  # the spares are in place
+    assert "DRAIN" in written.state("node18")
+    out = work / "hook.json"
+    hook = work / "hook.py"
+    hook.write_text(
+        f"#!{sys.executable}\nimport json, os\n"
+        "env = {k: v for k, v in os.environ.items() if k.startswith('HMA_')}\n"
+        "findings = json.load(open(os.environ['HMA_FINDINGS_FILE']))\n"
+        f"json.dump({{'env': env, 'findings': findings}}, open({str(out)!r} + '.tmp', 'w'))\n"
+        f"os.replace({str(out)!r} + '.tmp', {str(out)!r})\n"
+    )
+    hook.chmod(0o755)
+    recovery = {**FAST, "replace_mode": "command", "replace_command": [str(hook)]}
+    cfg = write_config(
+        work / "hma-node3.toml", written, "node3", recovery, extra=th.topology_section(1)
+    )
+    rem = Remediator(assembly.load(str(cfg)), Store(str(work / "state-node3" / "state.db")))
+    rem.set_domain(th.DOMAINS[1])
+    try:
+        rem.update(verdict(fault(action=Action.REPLACE)), "boot-1")
+        wait(out.exists, what="replace hook run")
+        env = json.loads(out.read_text())["env"]
+        assert (env["HMA_NODE"], env["HMA_ACTION"]) == ("node3", "replace")
+        assert (env["HMA_DOMAIN"], env["HMA_SPARE"]) == (th.DOMAINS[1], "node18")
+        written.wait(lambda: written.state("node18") == "IDLE", 30, "node18 in node3's place")
+        assert "DRAIN" in written.state("node3") and "DRAIN" in written.state("node36")
+    finally:
+        rem.close()

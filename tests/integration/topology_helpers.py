@@ -16,7 +16,7 @@ from hma.adapters.command import CommandRunner
 from hma.adapters.files import RootReader
 from hma.probe import ProbeContext
 from hma.probes.gpu import GpuProbe
-from hma.remediation.slurm import SlurmClient
+from hma.remediation.slurm import SlurmBackend, SlurmClient
 from hma.topology import domain
 from tests.integration.remediation_helpers import write_config
 from tests.slurmcluster import SlurmCluster, available
@@ -102,17 +102,23 @@ def client(cluster: SlurmCluster) -> SlurmClient:
 def publish(cluster: SlurmCluster, fabric: Fabric, nodes: list[str]) -> int:
     """Each node finds its domain and publishes it as its agent does; returns the writes."""
     slurm = client(cluster)
-    return sum(domain.publish(slurm, slurm.node(n), "extra", fabric.read(n)) for n in nodes)
+    backend = SlurmBackend({}, "extra", client=slurm)
+    return sum(domain.publish(backend, slurm.node(n), fabric.read(n)) is not None for n in nodes)
+
+
+def topology_section(spares: int, fmt: str = "block", path: Optional[Path] = None) -> str:
+    """A ``[topology]`` section of hma.toml."""
+    lines = ["[topology]", f"spares_per_domain = {spares}", f'format = "{fmt}"']
+    if path is not None:
+        lines.append(f'file = "{path}"')
+    return "\n".join(lines) + "\n"
 
 
 def hma_topology(
     cluster: SlurmCluster, folder: Path, *args: str, spares: int = 1, fmt: str = "block"
 ) -> subprocess.CompletedProcess:
     """``hma topology ARGS`` with a config for this cluster (``[topology]`` given here)."""
-    extra = (
-        f'[topology]\nspares_per_domain = {spares}\nformat = "{fmt}"\n'
-        f'file = "{cluster.base / "etc" / "topology.conf"}"\n'
-    )
+    extra = topology_section(spares, fmt, cluster.base / "etc" / "topology.conf")
     cfg = write_config(folder / "hma-topology.toml", cluster, "node1", extra=extra)
     return subprocess.run(
         [sys.executable, "-m", "hma", "topology", "--config", str(cfg), *args],

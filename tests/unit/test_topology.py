@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from hma.commands import topology as command
-from hma.remediation.slurm import NodeState
+from hma.remediation.backend import NodeState
+from hma.remediation.slurm import SlurmBackend
 from hma.topology import conf, domain, options, spares
 
 
@@ -99,14 +100,17 @@ class Recorder:
 
 def test_publish_only_when_changed() -> None:
     client = Recorder()
+    backend = SlurmBackend({}, "extra", client=client)  # type: ignore[arg-type]
     node = NodeState("node1", "idle", extra="x=1")
-    assert domain.publish(client, node, "extra", "d.1")
+    assert domain.publish(backend, node, "d.1") == "x=1 hma-domain=d.1"
     assert client.updates == [("node1", {"Extra": "x=1 hma-domain=d.1"})]
-    assert not domain.publish(
-        client, NodeState("node1", "idle", extra="hma-domain=d.1"), "extra", "d.1"
+    assert (
+        domain.publish(backend, NodeState("node1", "idle", extra="hma-domain=d.1"), "d.1") is None
     )
-    assert domain.publish(client, NodeState("node1", "idle"), "comment", "d.1")
+    backend = SlurmBackend({}, "comment", client=client)  # type: ignore[arg-type]
+    assert domain.publish(backend, NodeState("node1", "idle", extra="x"), "d.1") == "hma-domain=d.1"
     assert client.updates[-1] == ("node1", {"Comment": "hma-domain=d.1"})
+    assert len(client.updates) == 2
 
 
 def test_domain_option_check() -> None:
