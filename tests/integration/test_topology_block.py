@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Iterator
 
@@ -18,7 +17,14 @@ from hma.remediation.engine import Remediator
 from hma.state import Store
 from hma.topology import spares
 from tests.integration import topology_helpers as th
-from tests.integration.remediation_helpers import FAST, fault, verdict, wait, write_config
+from tests.integration.remediation_helpers import (
+    FAST,
+    fault,
+    verdict,
+    wait,
+    write_config,
+    write_hook,
+)
 from tests.simnode import SimNode
 from tests.slurmcluster import SlurmCluster
 
@@ -148,15 +154,7 @@ def test_remediation_replace_resumes_the_spare_and_tells_the_hook(
     assert th.hma_topology(written, work).returncode == 0  # the spares are in place
     assert "DRAIN" in written.state("node18")
     out = work / "hook.json"
-    hook = work / "hook.py"
-    hook.write_text(
-        f"#!{sys.executable}\nimport json, os\n"
-        "env = {k: v for k, v in os.environ.items() if k.startswith('HMA_')}\n"
-        "findings = json.load(open(os.environ['HMA_FINDINGS_FILE']))\n"
-        f"json.dump({{'env': env, 'findings': findings}}, open({str(out)!r} + '.tmp', 'w'))\n"
-        f"os.replace({str(out)!r} + '.tmp', {str(out)!r})\n"
-    )
-    hook.chmod(0o755)
+    hook = write_hook(work / "hook.py", out)
     recovery = {**FAST, "replace_mode": "command", "replace_command": [str(hook)]}
     cfg = write_config(
         work / "hma-node3.toml", written, "node3", recovery, extra=th.topology_section(1)
