@@ -23,6 +23,7 @@ from hma.configfile import (
     read_layers,
 )
 from hma.options import FLOAT_LIMIT, Option, positive
+from hma.topology import options as topology_options
 
 EX_CONFIG = 78
 
@@ -52,6 +53,7 @@ CORE_SECTIONS: dict[str, dict[str, Option]] = {
         "sysfs": Option("path", "/sys", "Root of sysfs (tests and containers point it elsewhere)."),
         "procfs": Option("path", "/proc", "Root of procfs."),
     },
+    "topology": topology_options.TOPOLOGY,
 }
 # The sections of remediation and of the cluster backends are added by ``hma.assembly``, which
 # finds them (this module sits below remediation and imports none of it).

@@ -206,6 +206,9 @@ def render(doc: Optional[Mapping[str, Any]], problem: str = "", now: Optional[fl
     about.append(f"status written {_when(doc.get('generated'), now)}")
     if doc.get("instance_type"):
         about.append(f"instance {_clean(doc['instance_type'])}")
+    topo = doc.get("topology")
+    if isinstance(topo, Mapping) and topo.get("domain"):
+        about.append(f"NVLink domain {_clean(topo['domain'])} ({_clean(topo.get('source'))})")
     lines += ["  " + ", ".join(about), ""]
 
     probes = sorted(doc.get("probes") or [], key=lambda p: str(p.get("name")))
