@@ -191,7 +191,7 @@ def test_target_file_next_to_slurm_conf(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_status_shows_the_domain() -> None:
-    from hma import status
+    from hma.commands import status
 
     doc = {"node": "node1", "severity": "ok", "topology": {"domain": "d.7", "source": "nvml"}}
     assert "NVLink domain d.7 (nvml)" in status.render(doc, now=0.0)
