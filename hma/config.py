@@ -22,6 +22,7 @@ from hma.configfile import (
     origins,
     read_layers,
 )
+from hma.deepcheck import options as deepcheck_options
 from hma.options import FLOAT_LIMIT, Option, positive
 from hma.remediation import options as remediation_options
 
@@ -55,6 +56,7 @@ CORE_SECTIONS: dict[str, dict[str, Option]] = {
     },
     "recovery": remediation_options.RECOVERY,
     "slurm": remediation_options.SLURM,
+    "deep_check": deepcheck_options.DEEP_CHECK,
 }
 # Checks across the keys of one section (section values -> "key.path: problem" lines).
 SECTION_CHECKS: dict[str, Callable[[Mapping[str, Any]], list[str]]] = {

@@ -25,6 +25,7 @@ from hma import __version__, assembly
 from hma.adapters.notify import Notifier
 from hma.config import EX_CONFIG, ConfigError
 from hma.configfile import empty_files
+from hma.deepcheck import record as deepcheck_record
 from hma.devices import DeviceWatcher
 from hma.model import Clears, Finding, ProbeRun, RunStatus, Severity
 from hma.pipeline import Applied, Pipeline
@@ -488,6 +489,9 @@ class Daemon:
             if req["kind"] == "ack":
                 payload = req["payload"]
                 self._ack(payload.get("code", ""), payload.get("component"), req["who"])
+            elif req["kind"] == deepcheck_record.REQUEST_KIND:  # hma deep-check results
+                for run in deepcheck_record.from_payload(req["payload"]):
+                    self._react(self.pipeline.observe_run(run, self.clock()))
 
     def _ack(self, code: str, component: Optional[str], who: str) -> None:
         self._react(self.pipeline.ack(code, component, who, self.clock()))

@@ -1,0 +1,1 @@
+"""The hma subcommands: one module per verb of the command line."""
