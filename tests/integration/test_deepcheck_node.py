@@ -137,3 +137,20 @@ def test_efa_loopback_real_fi_pingpong_in_namespaces(tmp_path: Path) -> None:
         assert bad == {"efa:a01": "DEEP_EFA_LOOPBACK_FAILED"}, stage
         assert stage["details"]["adapters"]["a00"]["status"] == "ok"
         assert ("DEEP_EFA_LOOPBACK_FAILED", "efa:a01") in faults(tmp_path)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
+def test_gate_resumes_only_when_the_chosen_stages_pass(tmp_path: Path) -> None:
+    from hma import assembly
+    from hma.deepcheck.gate import gate
+
+    none = assembly.load(str(config(tmp_path)))
+    assert gate(none)[0] is True  # no after_recovery stages: resume at once
+    cfg = config(tmp_path, 'after_recovery = ["stress", "dcgm", "connectivity"]\n')
+    standin(tmp_path, "dcgmi", f"cat {FIX / 'dcgmi-diag-sm-stress-fail.json'}")
+    ok, why, results = gate(assembly.load(str(cfg)))
+    assert ok is False and "dcgm fail" in why
+    assert [r.stage for r in results] == ["stress", "dcgm"]  # connectivity needs other nodes
+    (tmp_path / "bin" / "dcgmi").unlink()
+    ok, why, _ = gate(assembly.load(str(cfg)))
+    assert ok is False and "dcgm skipped" in why  # a missing tool holds the node
