@@ -78,37 +78,64 @@ class Outcome:
 
 
 def judge(nodes: Sequence[str], minimum_gbps: float, measure: Measure) -> Outcome:
-    """The whole group first; when it falls short, pairs, then each suspect with a good node.
+    """The whole group first; when it falls short, disjoint pairs, then each suspect with a
+    node that passed (or, while none has, with another suspect it was not tested with).
 
-    A pair that reaches the minimum clears both nodes. A suspect is blamed only when it also
-    falls short with a node that passed (so a single slow node is found with about N/2 + 2
-    jobs). With no good node, or no reading, nobody is blamed and the nodes are unjudged."""
+    A pair that reaches the minimum clears both nodes; a suspect is blamed only when it falls
+    short with a node that passed, so a single slow node costs about N/2 + 2 jobs. Without a
+    reading, or when no pair passes, nobody is blamed and the nodes are unjudged."""
     out = Outcome(measure(list(nodes)), minimum_gbps)
     if out.group_gbps is None or out.group_gbps >= minimum_gbps:
         out.unjudged = list(nodes) if out.group_gbps is None else []
         return out
     good: list[str] = []
-    suspects: list[str] = []
+    pending: list[str] = []
+    tested: set[frozenset[str]] = set()
     ordered = list(nodes)
-    pairs = [ordered[i : i + 2] for i in range(0, len(ordered) - 1, 2)]
-    for pair in pairs:
-        reading = _pair(out, pair, measure)
-        if reading is not None and reading >= minimum_gbps:
+    for i in range(0, len(ordered) - 1, 2):
+        pair = ordered[i : i + 2]
+        tested.add(frozenset(pair))
+        if _passes(out, pair, measure):
             good += pair
         else:
-            suspects += pair
+            pending += pair
     if len(ordered) % 2:
-        suspects.append(ordered[-1])  # the odd one out is tested with a good node below
-    if not good:
-        out.unjudged = suspects
-        return out
-    for node in suspects:
-        reading = _pair(out, [node, good[0]], measure)
-        if reading is None:
-            out.unjudged.append(node)
-        elif reading < minimum_gbps:
-            out.blamed.append(node)
+        pending.append(ordered[-1])
+    progress = True
+    while pending and progress:
+        progress = False
+        for node in list(pending):
+            if node not in pending:
+                continue
+            if good:
+                reading = _pair(out, [node, good[0]], measure)
+                pending.remove(node)
+                if reading is None:
+                    out.unjudged.append(node)
+                elif reading < minimum_gbps:
+                    out.blamed.append(node)
+                else:
+                    good.append(node)
+                progress = True
+                continue
+            partner = next(
+                (p for p in pending if p != node and frozenset((node, p)) not in tested), None
+            )
+            if partner is None:
+                continue
+            tested.add(frozenset((node, partner)))
+            if _passes(out, [node, partner], measure):
+                good += [node, partner]
+                pending.remove(node)
+                pending.remove(partner)
+            progress = True
+    out.unjudged += pending
     return out
+
+
+def _passes(out: Outcome, pair: Sequence[str], measure: Measure) -> bool:
+    reading = _pair(out, pair, measure)
+    return reading is not None and reading >= out.minimum_gbps
 
 
 def _pair(out: Outcome, pair: Sequence[str], measure: Measure) -> Optional[float]:

@@ -82,9 +82,16 @@ def run_stages(
     return results
 
 
-def document(node: str, results: Sequence[StageResult]) -> dict[str, Any]:
-    """``hma deep-check --json``: the node, its overall verdict and each stage."""
-    return {"node": node, "verdict": overall(results), "stages": [r.to_json() for r in results]}
+def document(
+    node: str, results: Sequence[StageResult], instance_type: Optional[str] = None
+) -> dict[str, Any]:
+    """``hma deep-check --json``: the node, its instance type, overall verdict and each stage."""
+    return {
+        "node": node,
+        "instance_type": instance_type,
+        "verdict": overall(results),
+        "stages": [r.to_json() for r in results],
+    }
 
 
 def overall(results: Sequence[StageResult]) -> str:

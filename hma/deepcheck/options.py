@@ -60,7 +60,11 @@ DEEP_CHECK: dict[str, Option] = {
     "neuron_hw_check_command": Option(
         "argv", ["neuron-hw-check"], "Neuron hardware check command (exit 0 = healthy)."
     ),
-    "all_reduce_command": Option("argv", ["all_reduce_perf"], "nccl-tests all_reduce_perf."),
+    "all_reduce_command": Option(
+        "argv",
+        ["all_reduce_perf", "-b", "8", "-e", "8G", "-f", "2", "-g", "1"],
+        "nccl-tests all_reduce_perf as srun runs it across the nodes (one task per node).",
+    ),
     "busbw_min_gbps": Option(
         "table",
         {},
@@ -77,4 +81,17 @@ DEEP_CHECK: dict[str, Option] = {
         "float", 600.0, "Seconds `run` waits for a busy node before skipping it.", check=positive
     ),
     "partition": Option("str", None, "Partition of the deep-check jobs; unset: the default."),
+    "srun_command": Option("argv", ["srun"], "srun command (`hma deep-check run`)."),
+    "node_command": Option(
+        "argv",
+        ["hma", "deep-check", "--json"],
+        "What each node job runs (`run` adds --stages, or --connectivity-result).",
+    ),
+    "collective": Option(
+        "choice",
+        "auto",
+        "Collective of the connectivity stage: nccl (all_reduce_command), nccom (nccom_command "
+        "allr), auto: nccom on trn*/inf* instance types, else nccl.",
+        choices=("auto", "nccl", "nccom"),
+    ),
 }

@@ -58,3 +58,9 @@ def test_minimum_configured_over_builtin() -> None:
     assert conn.minimum("p5.48xlarge", {}) == 200.0
     assert conn.minimum("p5.48xlarge", {"p5.48xlarge": 350}) == 350.0
     assert conn.minimum("m7i.large", {}) is None and conn.minimum(None, {}) is None
+
+
+def test_odd_node_out_and_no_passing_pair_still_finds_the_slow_one() -> None:
+    # pairs: (a, b) fails because b is slow; c is the odd one: a and c pass together
+    out = conn.judge(["a", "b", "c"], 200.0, fabric({"b": 50.0}, []))
+    assert out.blamed == ["b"] and out.unjudged == []
