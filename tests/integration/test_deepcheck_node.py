@@ -15,6 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from netns_fabric import Fabric, ip, sweep, usable  # noqa: E402
+from test_daemon import agent_factory  # noqa: E402,F401 (fixture)
 
 from hma.state import Store  # noqa: E402
 
@@ -154,3 +155,17 @@ def test_gate_resumes_only_when_the_chosen_stages_pass(tmp_path: Path) -> None:
     (tmp_path / "bin" / "dcgmi").unlink()
     ok, why, _ = gate(assembly.load(str(cfg)))
     assert ok is False and "dcgm skipped" in why  # a missing tool holds the node
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
+def test_running_agent_takes_the_results_and_shows_them_in_status(hma_env, agent_factory) -> None:  # type: ignore[no-untyped-def]
+    standin(hma_env.base, "dcgmi", f"cat {FIX / 'dcgmi-diag-sm-stress-fail.json'}")
+    hma_env.write(f'[deep_check]\ndcgmi_command = ["{hma_env.base}/bin/dcgmi"]\n')
+    agent = agent_factory()
+    agent.wait_for(lambda: bool(agent.sent("READY=1")))
+    proc = hma_env.hma("deep-check", "--stages", "dcgm", "--json")
+    doc = json.loads(proc.stdout)
+    assert doc["verdict"] == "fail" and "handed to the agent" in doc["recorded"]
+    agent.wait_for(lambda: "DEEP_DCGM_FAIL" in agent.faults())
+    fault = agent.faults()["DEEP_DCGM_FAIL"]
+    assert fault["action"] == "replace" and fault["probe"] == "deep_check.dcgm"
