@@ -104,30 +104,28 @@ def _node(setup: Setup, args: argparse.Namespace) -> int:
 
 def _connectivity_result(setup: Setup, text: str) -> int:
     """Record the connectivity verdict ``run`` judged for this node (its findings, if any)."""
+    from hma.deepcheck.record import finding_from_json
     from hma.deepcheck.stages import StageResult, finish
-    from hma.model import Finding
 
+    probe, now = "deep_check.connectivity", time.time()
     try:
-        items = json.loads(text)["findings"]
-        findings = [
-            Finding(str(f["code"]), str(f["component"]), str(f["message"]), dict(f["details"]))
-            for f in items
-            if str(f["code"]) == "DEEP_BUSBW_LOW"
-        ]
-    except (ValueError, KeyError, TypeError) as exc:
+        findings = [finding_from_json(f, probe, now) for f in json.loads(text)["findings"]]
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         print(f"hma deep-check: --connectivity-result: {exc}", file=sys.stderr)
         return EX_USAGE
-    result = StageResult("connectivity", "pass", "", started=time.time())
-    result.findings = [f.with_(probe="deep_check.connectivity") for f in findings]
-    finish(result, result.findings, "judged by `hma deep-check run`")
+    findings = [f for f in findings if f.code == "DEEP_BUSBW_LOW"]
+    result = StageResult("connectivity", "pass", "", started=now)
+    finish(result, findings, "judged by `hma deep-check run`")
     print(_record(setup, [result]))
     return 0
 
 
 def _run(setup: Setup, args: argparse.Namespace) -> int:
+    from hma.autoresume import from_config
     from hma.deepcheck import orchestrate
+    from hma.deepcheck.node import overall
     from hma.deepcheck.options import STAGES
-    from hma.remediation.slurm import SlurmClient, SlurmError
+    from hma.remediation.slurm import SlurmError
 
     opts = setup.config.section("deep_check")
     try:
@@ -135,15 +133,7 @@ def _run(setup: Setup, args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"hma deep-check: {exc}", file=sys.stderr)
         return EX_USAGE
-    sl = setup.config.section("slurm")
-    client = SlurmClient(
-        list(sl["scontrol"]),
-        list(sl["sinfo"]),
-        list(sl["squeue"]),
-        sl["conf"],
-        float(sl["timeout"]),
-        str(sl["path"] or ""),
-    )
+    client, _journal = from_config(args.config)  # [slurm], as hma srun reads it
     try:
         names = [n for word in args.words[1:] for n in client.hostnames(word)]
     except SlurmError as exc:
@@ -159,7 +149,7 @@ def _run(setup: Setup, args: argparse.Namespace) -> int:
     except orchestrate.RunRefused as exc:
         print(f"hma deep-check: {exc}", file=sys.stderr)
         return EX_TEMPFAIL
-    verdict = orchestrate.overall(reports)
+    verdict = overall(r.verdict for r in reports)
     if args.json:
         doc = {
             "verdict": verdict,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from contextlib import contextmanager
-from typing import IO, Any, Iterator, Mapping, Optional, Sequence
+from typing import IO, Any, Iterable, Iterator, Mapping, Optional, Sequence
 
 from hma.adapters.command import CommandRunner
 from hma.assembly import Setup
@@ -89,14 +89,14 @@ def document(
     return {
         "node": node,
         "instance_type": instance_type,
-        "verdict": overall(results),
+        "verdict": overall(r.verdict for r in results),
         "stages": [r.to_json() for r in results],
     }
 
 
-def overall(results: Sequence[StageResult]) -> str:
-    """fail > unknown > warn > pass; only skipped stages (or none) is ``skipped``."""
-    verdicts = {r.verdict for r in results}
+def overall(verdicts: Iterable[str]) -> str:
+    """fail > unknown > warn > pass; only skipped ones (or none) is ``skipped``."""
+    verdicts = set(verdicts)
     for v in ("fail", "unknown", "warn", "pass"):
         if v in verdicts:
             return v

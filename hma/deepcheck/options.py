@@ -21,6 +21,14 @@ def _limits(value: Any) -> Optional[str]:
     return None
 
 
+def _stage_limits(value: Any) -> Optional[str]:
+    """Seconds per stage: known stage names, positive numbers."""
+    unknown = sorted(set(value) - set(STAGES))
+    if unknown:
+        return f"unknown stage(s) {', '.join(unknown)}; stages: {', '.join(STAGES)}"
+    return _limits(value)
+
+
 DEEP_CHECK: dict[str, Option] = {
     "stages": Option(
         "strlist", list(NODE_STAGES), "Node stages `hma deep-check` runs.", choices=NODE_STAGES
@@ -75,7 +83,7 @@ DEEP_CHECK: dict[str, Option] = {
         "table",
         {},
         "Seconds per stage, e.g. { dcgm = 5400 }, over the defaults (docs/deep-check.md).",
-        check=_limits,
+        check=_stage_limits,
     ),
     "busy_wait": Option(
         "float", 600.0, "Seconds `run` waits for a busy node before skipping it.", check=positive

@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from hma.deepcheck import connectivity, parse
 from hma.deepcheck.options import NODE_STAGES
+from hma.deepcheck.record import finding_json
 from hma.deepcheck.stages import stage_timeout
 from hma.remediation.slurm import NodeState, SlurmClient, SlurmError
 
@@ -257,7 +258,7 @@ class Orchestrator:
             report.connectivity = "fail" if finding else "pass"
             if finding:
                 report.verdict = "fail"
-            payload = {"findings": [_finding_json(finding)] if finding else []}
+            payload = {"findings": [finding_json(finding)] if finding else []}
             self._srun(
                 [name],
                 [*self.opts["node_command"], "--connectivity-result", json.dumps(payload)],
@@ -300,24 +301,6 @@ def _unavailable(state: Optional[NodeState]) -> str:
     if state.down or state.fail or state.drain:
         return f"not in service ({state.label_text}{': ' + state.reason if state.reason else ''})"
     return ""
-
-
-def _finding_json(finding: Any) -> dict[str, Any]:
-    return {
-        "code": finding.code,
-        "component": finding.component,
-        "message": finding.message,
-        "details": dict(finding.details),
-    }
-
-
-def overall(reports: Sequence[NodeReport]) -> str:
-    """fail > unknown > warn > pass, skipped when no node was tested."""
-    verdicts = {r.verdict for r in reports}
-    for v in ("fail", "unknown", "warn", "pass"):
-        if v in verdicts:
-            return v
-    return "skipped"
 
 
 def render_table(reports: Sequence[NodeReport], detail: Mapping[str, Any]) -> str:

@@ -18,6 +18,28 @@ PROBE_PREFIX = "deep_check."
 REQUEST_KIND = "deep_check"
 
 
+def finding_json(finding: Finding) -> dict[str, Any]:
+    """A finding as a request carries it (severity and action come from the catalogue)."""
+    return {
+        "code": finding.code,
+        "component": finding.component,
+        "message": finding.message,
+        "details": dict(finding.details),
+    }
+
+
+def finding_from_json(item: Mapping[str, Any], probe: str, ts: float) -> Finding:
+    """The finding of ``finding_json``; ``KeyError``/``TypeError``/``ValueError`` when malformed."""
+    return Finding(
+        str(item["code"]),
+        str(item["component"]),
+        str(item["message"]),
+        dict(item.get("details") or {}),
+        probe=probe,
+        ts=ts,
+    )
+
+
 def to_payload(results: Sequence[Any]) -> dict[str, Any]:
     """The request payload of stage results (skipped stages are not observations)."""
     runs = []
@@ -30,15 +52,7 @@ def to_payload(results: Sequence[Any]) -> dict[str, Any]:
                 "status": r.run_status.value,
                 "started": r.started,
                 "duration_s": r.duration_s,
-                "findings": [
-                    {
-                        "code": f.code,
-                        "component": f.component,
-                        "message": f.message,
-                        "details": dict(f.details),
-                    }
-                    for f in r.findings
-                ],
+                "findings": [finding_json(f) for f in r.findings],
             }
         )
     return {"runs": runs}
@@ -52,17 +66,8 @@ def from_payload(payload: Mapping[str, Any]) -> list[ProbeRun]:
             probe = str(run["probe"])
             if not probe.startswith(PROBE_PREFIX):
                 continue
-            findings = tuple(
-                Finding(
-                    str(f["code"]),
-                    str(f["component"]),
-                    str(f["message"]),
-                    dict(f.get("details") or {}),
-                    probe=probe,
-                    ts=float(run["started"]),
-                )
-                for f in run["findings"]
-            )
+            started = float(run["started"])
+            findings = tuple(finding_from_json(f, probe, started) for f in run["findings"])
             out.append(
                 ProbeRun(
                     probe,
@@ -72,7 +77,7 @@ def from_payload(payload: Mapping[str, Any]) -> list[ProbeRun]:
                     findings,
                 )
             )
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, AttributeError):
             continue
     return out
 

@@ -47,12 +47,13 @@ def standin(tmp: Path, name: str, body: str) -> None:
     script.chmod(0o755)
 
 
-def deep_check(cfg: Path, *args: str) -> tuple[int, dict[str, Any]]:
+def deep_check(cfg: Path, *args: str, timeout: float = 60) -> tuple[int, dict[str, Any]]:
+    """``hma deep-check --json ARGS``: exit status and document."""
     proc = subprocess.run(
         [sys.executable, "-m", "hma", "--config", str(cfg), "deep-check", "--json", *args],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=timeout,
         check=False,
     )
     assert proc.stdout, proc.stderr

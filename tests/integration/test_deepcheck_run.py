@@ -15,7 +15,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from hma.state import Store
+from tests.integration.test_deepcheck_node import deep_check, faults
 from tests.slurmcluster import SlurmCluster, available
 
 pytestmark = [
@@ -91,35 +91,11 @@ def setup_files(tmp: Path, cluster: SlurmCluster, busy_wait: float = 30.0) -> Pa
 
 
 def run(login: Path, *nodes: str, stages: str = "dcgm,connectivity") -> tuple[int, Any]:
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "hma",
-            "--config",
-            str(login),
-            "deep-check",
-            "run",
-            *nodes,
-            "--stages",
-            stages,
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=150,
-        check=False,
-    )
-    assert proc.stdout, proc.stderr
-    return proc.returncode, json.loads(proc.stdout)
+    return deep_check(login, "run", *nodes, "--stages", stages, timeout=150)
 
 
-def faults(tmp: Path, node: str) -> set[tuple[str, str]]:
-    store = Store(str(tmp / node / "state" / "state.db"))
-    try:
-        return {(r.code, r.component) for r in store.load_records()[0]}
-    finally:
-        store.close()
+def node_faults(tmp: Path, node: str) -> set[tuple[str, str]]:
+    return set(faults(tmp / node))
 
 
 def test_run_blames_the_failed_and_the_slow_node_and_releases(
@@ -144,9 +120,9 @@ def test_run_blames_the_failed_and_the_slow_node_and_releases(
     assert conn["blamed"] == ["node3"] and conn["minimum_gbps"] == 200.0
     assert conn["group_gbps"] == 95.0
     # each node's agent got its own verdicts
-    assert ("DEEP_DCGM_FAIL", "gpu:1") in faults(tmp_path, "node2")
-    assert faults(tmp_path, "node3") == {("DEEP_BUSBW_LOW", "node")}
-    assert faults(tmp_path, "node1") == set()
+    assert ("DEEP_DCGM_FAIL", "gpu:1") in node_faults(tmp_path, "node2")
+    assert node_faults(tmp_path, "node3") == {("DEEP_BUSBW_LOW", "node")}
+    assert node_faults(tmp_path, "node1") == set()
     # labels, and the reservation is gone (nodes back in service)
     assert "hma-deep=pass:" in slurm.node("node1")["extra"]
     assert "hma-deep=fail:" in slurm.node("node3")["extra"]

@@ -150,3 +150,19 @@ def test_payload_round_trip_and_malformed_entries() -> None:
     (run,) = record.from_payload(payload)
     assert run.probe == "deep_check.dcgm" and run.status is RunStatus.RAN
     assert run.findings[0].code == "DEEP_DCGM_FAIL" and run.findings[0].probe == run.probe
+
+
+def test_config_refuses_unknown_stages_and_bad_limits(tmp_path: Path) -> None:
+    from hma import assembly
+    from hma.configfile import ConfigError
+
+    cfg = tmp_path / "hma.toml"
+    cfg.write_text(
+        '[deep_check]\nstages = ["stress", "fuzz"]\ntimeouts = { dcgn = 5 }\n'
+        'busbw_min_gbps = { "p5.48xlarge" = -1 }\ndcgm_level = 5\n'
+    )
+    with pytest.raises(ConfigError) as exc:
+        assembly.load(str(cfg))
+    text = "\n".join(exc.value.errors)
+    for key in ("stages", "timeouts: unknown stage(s) dcgn", "busbw_min_gbps", "dcgm_level"):
+        assert f"deep_check.{key}" in text
