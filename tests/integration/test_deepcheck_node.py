@@ -170,3 +170,26 @@ def test_running_agent_takes_the_results_and_shows_them_in_status(hma_env, agent
     agent.wait_for(lambda: "DEEP_DCGM_FAIL" in agent.faults())
     fault = agent.faults()["DEEP_DCGM_FAIL"]
     assert fault["action"] == "replace" and fault["probe"] == "deep_check.dcgm"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
+def test_recovery_gate_runs_once_per_boot_in_the_background(tmp_path: Path) -> None:
+    from hma import assembly
+    from hma.deepcheck.gate import RecoveryGate
+
+    cfg = config(tmp_path, 'after_recovery = ["dcgm"]\n')
+    standin(tmp_path, "dcgmi", f"cat {FIX / 'dcgmi-diag-sm-stress-fail.json'}")
+    recorded: list[list[str]] = []
+    gate = RecoveryGate(assembly.load(str(cfg)), lambda rs: recorded.append([r.stage for r in rs]))
+    assert gate.hold("boot-1").startswith("deep check after recovery running: dcgm")
+    gate.wait(30)
+    assert gate.hold("boot-1") == "deep check holds the node: dcgm fail"
+    assert recorded == [["dcgm"]]  # the failure goes to the agent (a DEEP_DCGM_FAIL fault)
+    passing = tmp_path / "pass.json"
+    passing.write_text((FIX / "dcgmi-diag-sm-stress-fail.json").read_text().replace("FAIL", "PASS"))
+    standin(tmp_path, "dcgmi", f"cat {passing}")
+    assert gate.hold("boot-1") != ""  # same boot: not run again
+    assert "running" in gate.hold("boot-2")  # the next boot (another reboot) runs it again
+    gate.wait(30)
+    assert gate.hold("boot-2") == ""
+    assert recorded == [["dcgm"], ["dcgm"]]
