@@ -4,7 +4,8 @@
 
     .venv/bin/python bench/bench_deep_check.py [--runs 3] [--stress-seconds 5]
 
-Stages: stress runs the real stress-ng for --stress-seconds; dcgm replays DCGM's real JSON
+Stages: stress runs the real stress-ng for --stress-seconds; accelerators runs the gpu probe
+over the real NVML binding and the stand-in library (8 healthy H100s); dcgm replays DCGM's real JSON
 (tests/fixtures/deepcheck); efa runs the real fi_pingpong over tcp between 2 network namespaces;
 neuron replays nccom-test's documented output and a hardware check that exits 0, on a sysfs root
 with a neuron_device class. The run: 4 nodes of tests/slurmcluster.py, stages dcgm and
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -32,6 +34,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 from common import machine  # noqa: E402
 from netns_fabric import Fabric, sweep, usable  # noqa: E402
 from test_deepcheck_node import FIX, config, standin  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "tests" / "standin"))
+import nvmlstub  # noqa: E402
 
 from tests.integration import test_deepcheck_run as run_helpers  # noqa: E402
 from tests.slurmcluster import SlurmCluster, available  # noqa: E402
@@ -68,10 +73,14 @@ def stage_args(tmp: Path, stress_seconds: float, fabric: Fabric) -> dict[str, Pa
         'provider = "tcp"\ndomain_format = ""\niterations = 5\nsize = 64\nbase_port = 48100\n'
         f"adapters = {{ {table} }}\n"
     )
+    scenario = nvmlstub.Scenario(tmp / "scenario.txt").write()
+    os.environ[nvmlstub.ENV] = str(scenario.path)
+    lib = nvmlstub.build(tmp / "nvml")
+    extra += f'[probes.gpu]\nlibrary = "{lib}"\nexpected_gpus = 8\n'
     cfg = config(tmp, extra)
     text = cfg.read_text().replace("stress_seconds = 2", f"stress_seconds = {stress_seconds:g}")
     cfg.write_text(text)
-    return {"stress": cfg, "dcgm": cfg, "efa": cfg, "neuron": cfg}
+    return {"stress": cfg, "accelerators": cfg, "dcgm": cfg, "efa": cfg, "neuron": cfg}
 
 
 def report(name: str, samples: list[float]) -> None:
