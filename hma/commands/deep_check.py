@@ -143,7 +143,8 @@ def _run(setup: Setup, args: argparse.Namespace) -> int:
         print("hma deep-check: run needs node names (e.g. run node[1-4])", file=sys.stderr)
         return EX_USAGE
     label_field = setup.config.section("recovery")["label_field"]
-    runner = orchestrate.Orchestrator(client, opts, label_field)
+    itype = setup.config.section("agent")["instance_type"]
+    runner = orchestrate.Orchestrator(client, opts, label_field, instance_type=itype)
     try:
         reports = runner.run(list(dict.fromkeys(names)), stages)
     except orchestrate.RunRefused as exc:

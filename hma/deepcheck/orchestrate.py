@@ -67,6 +67,7 @@ class Orchestrator:
     client: SlurmClient
     opts: Mapping[str, Any]
     label_field: str = "extra"
+    instance_type: Optional[str] = None  # when the node jobs do not say (no node stages)
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
     connectivity_detail: dict[str, Any] = field(default_factory=dict)
@@ -80,9 +81,9 @@ class Orchestrator:
             node_stages = [s for s in stages if s in NODE_STAGES]
             if node_stages:
                 self._node_jobs(ready, node_stages, reports)
-            else:
+            else:  # connectivity alone: judged by it
                 for name in ready:
-                    reports[name].verdict = "pass"
+                    reports[name].verdict, reports[name].instance_type = "pass", self.instance_type
             if "connectivity" in stages:
                 passed = [n for n in ready if reports[n].verdict in ("pass", "warn")]
                 self._connectivity(passed, reports)
@@ -214,7 +215,7 @@ class Orchestrator:
     def _connectivity(self, nodes: Sequence[str], reports: dict[str, NodeReport]) -> None:
         if len(nodes) < 2:
             for name in nodes:
-                reports[name].connectivity = "skipped"
+                _connected(reports[name], "skipped")
             self.connectivity_detail = {"verdict": "skipped", "why": "needs 2 nodes that passed"}
             return
         types = [reports[n].instance_type for n in nodes if reports[n].instance_type]
@@ -222,7 +223,7 @@ class Orchestrator:
         minimum = connectivity.minimum(itype, dict(self.opts["busbw_min_gbps"]))
         if minimum is None:
             for name in nodes:
-                reports[name].connectivity = "unknown"
+                _connected(reports[name], "unknown")
             self.connectivity_detail = {
                 "verdict": "unknown",
                 "why": f"no bus bandwidth minimum for instance type {itype!r}: set "
@@ -252,12 +253,10 @@ class Orchestrator:
         for name in nodes:
             report = reports[name]
             if name in outcome.unjudged:
-                report.connectivity = "unknown"
+                _connected(report, "unknown")
                 continue
             finding = blamed.get(name)
-            report.connectivity = "fail" if finding else "pass"
-            if finding:
-                report.verdict = "fail"
+            _connected(report, "fail" if finding else "pass")
             payload = {"findings": [finding_json(finding)] if finding else []}
             self._srun(
                 [name],
@@ -287,6 +286,18 @@ class Orchestrator:
             )
         except SlurmError as exc:
             report.note = (report.note + f"; label not written: {exc}").lstrip("; ")
+
+
+def _connected(report: NodeReport, verdict: str) -> None:
+    """The node's connectivity verdict, and what it does to the node's own: a fail fails it,
+    an unknown makes a pass unknown, a skip leaves it (skipped when connectivity was all)."""
+    report.connectivity = verdict
+    if verdict == "fail":
+        report.verdict = "fail"
+    elif verdict == "unknown" and report.verdict in ("pass", "warn"):
+        report.verdict = "unknown"
+    elif verdict == "skipped" and not report.stages:
+        report.verdict = "skipped"
 
 
 def label(text: str, token: str) -> str:

@@ -83,7 +83,7 @@ def setup_files(tmp: Path, cluster: SlurmCluster, busy_wait: float = 30.0) -> Pa
     all_reduce.chmod(0o755)
     login = tmp / "login.toml"
     login.write_text(
-        f'[slurm]\nconf = "{cluster.conf}"\n'
+        f'[agent]\ninstance_type = "p5.48xlarge"\n[slurm]\nconf = "{cluster.conf}"\n'
         f'[deep_check]\nnode_command = ["{node_cmd}"]\nall_reduce_command = ["{all_reduce}"]\n'
         f"busy_wait = {busy_wait}\n"
     )
@@ -156,3 +156,22 @@ def test_second_run_is_refused_while_one_is_active(slurm: SlurmCluster, tmp_path
         assert "another deep check is running" in proc.stderr
     finally:
         slurm.scontrol("delete", "ReservationName=hma-deep-check")
+
+
+def test_connectivity_alone_blames_only_the_slow_node(slurm: SlurmCluster, tmp_path: Path) -> None:
+    slurm.reset()
+    login = setup_files(tmp_path, slurm)
+    rc, doc = run(login, "node1,node3,node4", stages="connectivity")
+    verdicts = {n["node"]: (n["verdict"], n["connectivity"]) for n in doc["nodes"]}
+    assert verdicts == {
+        "node1": ("pass", "pass"),
+        "node3": ("fail", "fail"),
+        "node4": ("pass", "pass"),
+    }
+    assert rc == 2 and doc["connectivity"]["instance_type"] == "p5.48xlarge"
+    assert node_faults(tmp_path, "node3") == {("DEEP_BUSBW_LOW", "node")}
+    # the slow node is fixed: the next run passes and clears its fault
+    (tmp_path / "speeds.json").write_text("{}")
+    rc, doc = run(login, "node1,node3,node4", stages="connectivity")
+    assert rc == 0 and doc["connectivity"]["group_gbps"] == 330.0
+    assert node_faults(tmp_path, "node3") == set()
