@@ -131,7 +131,9 @@ def _tool_problem(result: CommandResult) -> Optional[str]:
 
 
 def finish(result: StageResult, findings: Sequence[Finding], message: str) -> StageResult:
-    """Set findings, verdict and message of a judged stage."""
+    """Set findings, verdict and message of a judged stage. Findings leave severity to the
+    catalogue, so the verdict is final only once ``run_stages`` has resolved them (operator
+    overrides included) and judged again."""
     result.findings = list(findings)
     result.verdict = verdict_of(result.findings)
     result.message = message
