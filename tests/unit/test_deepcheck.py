@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -166,3 +168,16 @@ def test_config_refuses_unknown_stages_and_bad_limits(tmp_path: Path) -> None:
     text = "\n".join(exc.value.errors)
     for key in ("stages", "timeouts: unknown stage(s) dcgn", "busbw_min_gbps", "dcgm_level"):
         assert f"deep_check.{key}" in text
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="install_hma.sh checks for root first")
+def test_install_script_wants_stages_after_deep_check() -> None:
+    script = Path(__file__).resolve().parents[2] / "packaging" / "lifecycle" / "install_hma.sh"
+    proc = subprocess.run(
+        ["bash", str(script), "--deep-check"],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
+    )
+    assert proc.returncode == 1 and "--deep-check needs a comma-separated list" in proc.stderr
