@@ -20,38 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import psutil
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, median_ms, time_command  # noqa: E402
-
-
-def tree(pid: int) -> list[psutil.Process]:
-    root = psutil.Process(pid)
-    return [root, *root.children(recursive=True)]
-
-
-def pss_mib(procs: list[psutil.Process]) -> float:
-    total = 0
-    for proc in procs:
-        try:
-            for line in open(f"/proc/{proc.pid}/smaps_rollup", encoding="utf-8"):
-                if line.startswith("Pss:"):
-                    total += int(line.split()[1])
-        except OSError:
-            continue
-    return total / 1024
-
-
-def cpu_seconds(procs: list[psutil.Process]) -> float:
-    total = 0.0
-    for proc in procs:
-        try:
-            t = proc.cpu_times()
-            total += t.user + t.system + t.children_user + t.children_system
-        except psutil.Error:
-            continue
-    return total
+from common import machine, median_ms, pss_kib, time_command, tree, tree_cpu  # noqa: E402
 
 
 def main() -> int:
@@ -80,15 +50,15 @@ def main() -> int:
             print(f"python3 -c pass      median {median_ms(bare):7.1f} ms  (n={args.runs})")
             print(f"hma check system     median {median_ms(check):7.1f} ms  (n={args.runs})")
             time.sleep(2)
-            procs = tree(daemon.pid)
-            cpu0, t0 = cpu_seconds(procs), time.monotonic()
+            cpu0, t0 = tree_cpu(daemon.pid), time.monotonic()
             time.sleep(args.daemon_seconds)
-            procs = tree(daemon.pid)
-            cpu1, t1 = cpu_seconds(procs), time.monotonic()
+            cpu1, t1 = tree_cpu(daemon.pid), time.monotonic()
             share = 100.0 * (cpu1 - cpu0) / (t1 - t0)
+            procs = tree(daemon.pid)
+            pss = sum(pss_kib(pid) for pid in procs) / 1024
             print(
                 f"daemon over {t1 - t0:.0f} s at default intervals: CPU {share:.3f}% of one core, "
-                f"PSS {pss_mib(procs):.1f} MiB ({len(procs)} processes)"
+                f"PSS {pss:.1f} MiB ({len(procs)} processes)"
             )
         finally:
             daemon.send_signal(signal.SIGTERM)

@@ -6,7 +6,7 @@ fatal Xid inside the storm is still detected.
 
 The source runs in a child process reading a FIFO in the /dev/kmsg record format (as it reads
 /dev/kmsg); this process writes ``--rate`` unrelated lines per minute into it, evenly paced, with
-one Xid 79 line in the middle. The child's CPU time (user + system, from /proc via psutil) over the
+one Xid 79 line in the middle. The child's CPU time (user + system, from /proc) over the
 storm divided by the wall time is the CPU share of one core.
 """
 
@@ -23,10 +23,8 @@ import threading
 import time
 from pathlib import Path
 
-import psutil
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine  # noqa: E402
+from common import machine, tree_cpu  # noqa: E402
 
 NOISE = [
     'audit: type=1400 audit({t}:{i}): apparmor="DENIED" operation="open" profile="snap"',
@@ -91,14 +89,13 @@ def main() -> int:
         reader = threading.Thread(target=collect, daemon=True)
         reader.start()
         fd = os.open(fifo, os.O_WRONLY)
-        ps = psutil.Process(proc.pid)
         total = int(args.rate * args.seconds / 60)
         xid_at = total // 2
         batch_s = 0.01
         per_batch = max(1, round(args.rate / 60 * batch_s))
         seq = 0
         xid_written = 0.0
-        cpu0 = sum(ps.cpu_times()[:2])
+        cpu0 = tree_cpu(proc.pid)
         start = time.monotonic()
         while seq < total:
             chunk = []
@@ -122,7 +119,7 @@ def main() -> int:
                 time.sleep(delay)
         wall = time.monotonic() - start
         time.sleep(0.5)  # let the child drain the FIFO
-        cpu1 = sum(ps.cpu_times()[:2])
+        cpu1 = tree_cpu(proc.pid)
         proc.send_signal(signal.SIGTERM)
         proc.wait(10)
         reader.join(5)

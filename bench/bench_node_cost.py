@@ -4,14 +4,17 @@
 The node: a generated sysfs tree (tests/fixtures/gen_sysfs.py: DMI product name, 32 or 8 EFA
 adapters, 16 Neuron devices on trn1), the stand-in NVML with 8 H100 on p5 (none on trn1), the
 stand-in nvidia-smi serving a captured H100 document, the /dev/kmsg stand-in for kernel_log,
-Slurm off, default probe intervals. efa_mesh is off here (it needs fi_pingpong between adapters:
-bench/bench_efa_mesh.py gives its cost per screen and per tournament).
+Slurm off (``[slurm] enabled = false``), default probe intervals. efa_mesh is off here (it needs
+fi_pingpong between adapters: bench/bench_efa_mesh.py gives its cost per screen and per
+tournament).
 
 After a warm-up (every probe has run once), for ``--duration`` seconds: the CPU share of the whole
 process tree (the agent, its workers, and children it reaped: /proc/PID/stat utime+stime+cutime+
-cstime), runs per probe (status.json), then PSS per process (smaps_rollup). Then, in this process,
-CPU per run of each probe (its collect+evaluate, a worker's CPU included). Needs root only for the
-stand-in kmsg FIFOs under /tmp; prints the machine and its load, which matter on a shared host.
+cstime), runs per probe (status.json), the children started (nvidia-smi is the only command run
+between meshes: its stand-in logs each run), then PSS per process (smaps_rollup). Then, in this
+process, CPU per run of each probe (its collect+evaluate, a worker's CPU included). Needs root
+only for the stand-in kmsg FIFOs under /tmp; prints the machine and its load, which matter on a
+shared host.
 
     .venv/bin/python bench/bench_node_cost.py [--instances p5.48xlarge,trn1.32xlarge]
         [--duration 600] [--runs 10]
@@ -36,13 +39,11 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
-from common import machine, stop  # noqa: E402
+from common import machine, pss_kib, split_cpu, stop, tree, tree_cpu  # noqa: E402
 
 from tests.fixtures import gen_sysfs  # noqa: E402
 from tests.standin import nvmlstub  # noqa: E402
 from tests.standin.kmsg import KmsgStandIn  # noqa: E402
-
-TICK = os.sysconf("SC_CLK_TCK")
 
 
 def _toml(value: Any) -> str:
@@ -78,7 +79,10 @@ def build(base: Path, instance: str) -> tuple[Path, dict[str, str], KmsgStandIn]
     smi: dict[str, Any] = {}  # trn1: no nvidia-smi there (unsupported)
     if instance.startswith("p5"):
         env["HMA_SMI_DOCUMENT"] = str(nvmlstub.SMI_FIXTURES / "h100-v13.xml")
-        smi = {"command": [str(nvmlstub.NVIDIA_SMI), "-q", "-x"]}
+        env["HMA_SMI_ARGS_LOG"] = str(base / "nvidia-smi.log")  # one line a run: the count
+        # The stand-in (a Python script) through this interpreter: its `#!/usr/bin/env python3`
+        # may find a pyenv shim: about 40 processes a run (bash, pyenv scripts) no real node has.
+        smi = {"command": [sys.executable, str(nvmlstub.NVIDIA_SMI), "-q", "-x"]}
     kmsg = KmsgStandIn(base / "dev-kmsg", base / "kmsg")
     (base / "probes.d").mkdir(mode=0o755)
     sections: dict[str, dict[str, Any]] = {
@@ -96,6 +100,7 @@ def build(base: Path, instance: str) -> tuple[Path, dict[str, str], KmsgStandIn]
         "sources.kernel_log": {"path": str(base / "kmsg"), "backend": "kmsg"},
         "sources.nvml_events": {"library": gpu["library"]},
         "reporters.journald": {"enabled": False},
+        "slurm": {"enabled": False},  # else sinfo retries an absent controller with backoff
     }
     text = "".join(
         f"[{name}]\n" + "".join(f"{k} = {_toml(v)}\n" for k, v in values.items()) + "\n"
@@ -105,55 +110,6 @@ def build(base: Path, instance: str) -> tuple[Path, dict[str, str], KmsgStandIn]
     config.write_text(text)
     env["HMA_CONFIG"] = str(config)
     return config, env, kmsg
-
-
-def _stat(pid: int) -> list[str]:
-    with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-        return fh.read().rsplit(")", 1)[1].split()
-
-
-def tree(pid: int) -> list[int]:
-    """``pid`` and its live descendants."""
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                parents[int(entry)] = int(_stat(int(entry))[1])
-            except (OSError, IndexError, ValueError):
-                continue
-    out, todo = [], [pid]
-    while todo:
-        cur = todo.pop()
-        out.append(cur)
-        todo += [p for p, parent in parents.items() if parent == cur]
-    return out
-
-
-def tree_cpu(pid: int) -> float:
-    """CPU seconds of the tree: each live process's own time and that of children it reaped."""
-    return sum(split_cpu(pid).values())
-
-
-def split_cpu(pid: int) -> dict[str, float]:
-    """CPU seconds of the tree: the agent itself, its live workers, and reaped children."""
-    out = {"agent": 0.0, "workers": 0.0, "reaped": 0.0}
-    for proc in tree(pid):
-        try:
-            fields = [int(x) / TICK for x in _stat(proc)[11:15]]  # utime stime cutime cstime
-        except OSError:
-            continue
-        out["agent" if proc == pid else "workers"] += fields[0] + fields[1]
-        out["reaped"] += fields[2] + fields[3]
-    return out
-
-
-def pss_kib(pid: int) -> int:
-    """Proportional set size of one process (KiB)."""
-    with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as fh:
-        for line in fh:
-            if line.startswith("Pss:"):
-                return int(line.split()[1])
-    return 0
 
 
 def status(run_dir: Path) -> dict[str, Any]:
@@ -183,6 +139,8 @@ def measure_agent(base: Path, env: dict[str, str], config: Path, duration: float
                 raise SystemExit(f"the agent did not start; see {base / 'agent.log'}")
             time.sleep(0.2)
         time.sleep(2.0)  # the first runs' workers settle
+        smi_log = base / "nvidia-smi.log"
+        smi0 = len(smi_log.read_text().splitlines()) if smi_log.exists() else 0
         cpu0, t0 = split_cpu(agent.pid), time.monotonic()
         runs: dict[str, int] = {}
         last: dict[str, Any] = {}
@@ -202,6 +160,9 @@ def measure_agent(base: Path, env: dict[str, str], config: Path, duration: float
             f"({sum(used.values()):.2f} CPU s: {parts})"
         )
         print("  runs:    " + ", ".join(f"{n} {c}" for n, c in sorted(runs.items())))
+        smi_log = base / "nvidia-smi.log"
+        smi_runs = len(smi_log.read_text().splitlines()) - smi0 if smi_log.exists() else 0
+        print(f"  children started: nvidia-smi {smi_runs} (the only command run between meshes)")
         total = 0
         for pid in tree(agent.pid):
             try:

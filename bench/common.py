@@ -1,4 +1,5 @@
-"""Shared helpers for the benchmarks: machine description and robust statistics."""
+"""Shared helpers for the benchmarks: machine description, robust statistics, and the CPU and
+memory of a process tree (read from /proc)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import sys
 import threading
 import time
 from typing import Sequence
+
+TICK = os.sysconf("SC_CLK_TCK")  # /proc/PID/stat times are in clock ticks
 
 
 def machine() -> str:
@@ -84,3 +87,53 @@ def stop(proc: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+def _stat(pid: int) -> list[str]:
+    with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+        return fh.read().rsplit(")", 1)[1].split()
+
+
+def tree(pid: int) -> list[int]:
+    """``pid`` and its live descendants."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                parents[int(entry)] = int(_stat(int(entry))[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    out, todo = [], [pid]
+    while todo:
+        cur = todo.pop()
+        out.append(cur)
+        todo += [p for p, parent in parents.items() if parent == cur]
+    return out
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU seconds of the tree: each live process's own time and that of children it reaped."""
+    return sum(split_cpu(pid).values())
+
+
+def split_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds of the tree: the root process (``agent``), its live descendants (``workers``),
+    and the children they reaped (``reaped``)."""
+    out = {"agent": 0.0, "workers": 0.0, "reaped": 0.0}
+    for proc in tree(pid):
+        try:
+            fields = [int(x) / TICK for x in _stat(proc)[11:15]]  # utime stime cutime cstime
+        except OSError:
+            continue
+        out["agent" if proc == pid else "workers"] += fields[0] + fields[1]
+        out["reaped"] += fields[2] + fields[3]
+    return out
+
+
+def pss_kib(pid: int) -> int:
+    """Proportional set size of one process (KiB)."""
+    with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as fh:
+        for line in fh:
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
+    return 0

@@ -10,11 +10,6 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-if sys.version_info >= (3, 11):
-    import tomllib as _toml
-else:  # pragma: no cover - exercised by the 3.9/3.10 unit runs
-    import tomli as _toml
-
 # hma's deepest table is 4 levels ([probes.efa_mesh.adapters.X]); 32 leaves room for site rules.
 MAX_DEPTH = 32
 
@@ -24,7 +19,13 @@ class TOMLDecodeError(ValueError):
 
 
 def loads(text: str) -> dict[str, Any]:
-    """Parse TOML text; raises ``TOMLDecodeError`` (and nothing else) on bad input."""
+    """Parse TOML text; raises ``TOMLDecodeError`` (and nothing else) on bad input.
+
+    The parser is imported here, when there is a file to read: a start without one skips it."""
+    if sys.version_info >= (3, 11):
+        import tomllib as _toml
+    else:  # pragma: no cover - exercised by the 3.9/3.10 unit runs
+        import tomli as _toml
     try:
         data = _toml.loads(text)
     except _toml.TOMLDecodeError as exc:

@@ -1,12 +1,13 @@
 """``kernel_log`` event source: kernel messages through the rules of hma/rules, as they arrive.
 
-Reads /dev/kmsg with blocking reads (poll with a short timeout, so ``ctx.stop`` is seen at once):
+Reads /dev/kmsg in a poll that blocks on the device and the stop's descriptor (no idle wake-ups):
 a line is matched the moment the kernel prints it. Each record carries a sequence number; the last
 one handled is kept in the state store with the boot id, so after a restart in the same boot the
 ring buffer is read again but records up to the stored one are skipped (nothing missed, nothing
 repeated), and after a reboot everything in the buffer is new. Where /dev/kmsg cannot be read,
 journald (systemd-python's ``journal.Reader``, optional) serves the kernel messages instead, with
-its own cursor. The path is configurable: tests feed a FIFO of kmsg records.
+its own cursor, blocking the same way on the journal's inotify descriptor. The path is
+configurable: tests feed a FIFO of kmsg records.
 
 Only kernel records are trusted: every /dev/kmsg record (only root may write the device, as
 ``hma inject`` does), and journald entries with ``_TRANSPORT=kernel`` (journald sets that field
@@ -36,7 +37,7 @@ from hma.source import EventSource, SourceContext
 
 CURSOR_KEY = "kernel_log.cursor"
 JOURNAL_CURSOR_KEY = "kernel_log.journal_cursor"
-POLL_S = 1.0  # idle wake-ups when ctx.stop has no fileno (and of the journald backend)
+POLL_S = 1.0  # idle wake-ups when ctx.stop has no fileno
 CURSOR_EVERY_S = 5.0  # a line that raised a finding saves the cursor at once
 READ_SIZE = 65536
 
@@ -130,32 +131,19 @@ class KernelLogSource(EventSource):
         last_seq = -1
         if isinstance(stored, dict) and stored.get("boot_id") == ctx.boot_id:
             last_seq = int(stored.get("seq", -1))
-        saved_seq = last_seq
-        saved_at = time.monotonic()
-        poller = select.poll()
-        poller.register(fd, select.POLLIN)
-        stop_fd = getattr(ctx.stop, "fileno", None)  # the daemon's StopEvent: no idle polling
-        if stop_fd is not None:
-            poller.register(stop_fd(), select.POLLIN)
+        cursor = _Cursor(ctx, CURSOR_KEY, "seq", last_seq)
+        poller, stoppable = _poller(ctx, fd, select.POLLIN)
         buf = b""
         cut: Optional[bytes] = None  # head of an over-long line whose end is still to come
 
-        def save() -> None:
-            nonlocal saved_seq, saved_at
-            if last_seq != saved_seq:
-                ctx.kv.set(CURSOR_KEY, {"boot_id": ctx.boot_id, "seq": last_seq})
-                saved_seq = last_seq
-            saved_at = time.monotonic()
-
         def handle(raw: bytes) -> None:
-            nonlocal last_seq
             if raw.startswith(b" ") or not raw:  # continuation (KEY=value dictionary) lines
                 return
             record = parse_record(raw)
             if record is None:
                 self.stats["malformed"] += 1
                 return
-            if record.seq <= last_seq:
+            if record.seq <= cursor.value:
                 self.stats["skipped"] += 1
                 return
             self.stats["records"] += 1
@@ -168,20 +156,15 @@ class KernelLogSource(EventSource):
                 if admitted is not None:
                     self.stats["findings"] += 1
                     emit(admitted)
-                    last_seq = record.seq
-                    save()  # after emitting: a crash in between repeats, never misses
+                    cursor.value = record.seq
+                    cursor.save()  # after emitting: a crash in between repeats, never misses
                     return
-            last_seq = record.seq
+            cursor.value = record.seq
 
         try:
             while not ctx.stop.is_set():
-                if time.monotonic() - saved_at >= CURSOR_EVERY_S:
-                    save()
-                if stop_fd is None:
-                    wait: Optional[float] = POLL_S
-                else:  # block; with a cursor to save, until it is due
-                    wait = CURSOR_EVERY_S if last_seq != saved_seq else None
-                ready = poller.poll(None if wait is None else int(wait * 1000))
+                cursor.save_when_due()
+                ready = poller.poll(_idle_wait_ms(stoppable, cursor.pending))
                 if not any(ready_fd == fd for ready_fd, _ in ready):
                     continue
                 try:
@@ -214,7 +197,7 @@ class KernelLogSource(EventSource):
                         self.stats["truncated"] += 1
                     buf = b""
         finally:
-            save()
+            cursor.save()
 
     # --- journald -------------------------------------------------------------------------------
 
@@ -228,6 +211,7 @@ class KernelLogSource(EventSource):
         dedup = xid.Dedup(float(ctx.options.get("dedupe_s", 10.0)))
         matcher = rules.matcher(self.name)
         reader = journal.Reader()
+        cursor = _Cursor(ctx, JOURNAL_CURSOR_KEY, "cursor", None)
         try:
             reader.this_boot()
             reader.add_match(_TRANSPORT="kernel")  # not syslog: any user can write that
@@ -237,17 +221,16 @@ class KernelLogSource(EventSource):
                 reader.get_next()  # the stored entry itself was handled
             else:
                 reader.seek_head()
-            cursor = None
-            saved_at = time.monotonic()
+            poller, stoppable = _poller(ctx, reader.fileno(), reader.get_events())
             while not ctx.stop.is_set():
                 entry = reader.get_next()
                 if not entry:
-                    if cursor is not None and time.monotonic() - saved_at >= CURSOR_EVERY_S:
-                        ctx.kv.set(JOURNAL_CURSOR_KEY, {"boot_id": ctx.boot_id, "cursor": cursor})
-                        saved_at = time.monotonic()
-                    reader.wait(POLL_S)
+                    cursor.save_when_due()
+                    # block on the journal's inotify descriptor (and the stop), not a timer
+                    poller.poll(_idle_wait_ms(stoppable, cursor.pending, reader.get_timeout_ms()))
+                    reader.process()  # consume the wake-up: the descriptor turns quiet again
                     continue
-                cursor = entry.get("__CURSOR", cursor)
+                cursor.value = entry.get("__CURSOR", cursor.value)
                 if entry.get("_TRANSPORT") != "kernel":  # the match does this; never trust less
                     self.stats["skipped"] += 1
                     continue
@@ -256,16 +239,67 @@ class KernelLogSource(EventSource):
                 if isinstance(message, bytes):
                     message = message.decode("utf-8", "replace")
                 text = from_identifier(str(entry.get("SYSLOG_IDENTIFIER", "kernel")), str(message))
-                finding = matcher.feed(text, time.time(), {"journal_cursor": cursor})
+                finding = matcher.feed(text, time.time(), {"journal_cursor": cursor.value})
                 if finding is None:
                     continue
                 admitted = dedup.admit(finding, time.monotonic())
                 if admitted is not None:
                     self.stats["findings"] += 1
                     emit(admitted)
-                    ctx.kv.set(JOURNAL_CURSOR_KEY, {"boot_id": ctx.boot_id, "cursor": cursor})
+                    cursor.save()  # after emitting: a crash in between repeats, never misses
         finally:
+            cursor.save()
             reader.close()
+
+
+class _Cursor:
+    """The last record handled, kept in the state store (``key``: the boot id and ``field``)
+    when it moved: at once after a finding, else at most every CURSOR_EVERY_S."""
+
+    def __init__(self, ctx: SourceContext, key: str, field: str, value: Any) -> None:
+        self._ctx, self._key, self._field = ctx, key, field
+        self.value = self._saved = value
+        self._saved_at = time.monotonic()
+
+    @property
+    def pending(self) -> bool:
+        """Whether the cursor moved since it was last saved."""
+        return bool(self.value != self._saved)
+
+    def save(self) -> None:
+        """Store the cursor if it moved."""
+        if self.pending:
+            self._ctx.kv.set(self._key, {"boot_id": self._ctx.boot_id, self._field: self.value})
+            self._saved = self.value
+        self._saved_at = time.monotonic()
+
+    def save_when_due(self) -> None:
+        """``save`` once CURSOR_EVERY_S have passed since the last one."""
+        if time.monotonic() - self._saved_at >= CURSOR_EVERY_S:
+            self.save()
+
+
+def _poller(ctx: SourceContext, fd: int, events: int) -> tuple[select.poll, bool]:
+    """A poll object on ``fd`` and, where ``ctx.stop`` has one (the daemon's StopEvent), the
+    stop's descriptor; and whether it has (else the caller must wake to look at the stop)."""
+    poller = select.poll()
+    poller.register(fd, events)
+    stop_fd = getattr(ctx.stop, "fileno", None)
+    if stop_fd is not None:
+        poller.register(stop_fd(), select.POLLIN)
+    return poller, stop_fd is not None
+
+
+def _idle_wait_ms(stoppable: bool, cursor_pending: bool, limit_ms: int = -1) -> int:
+    """poll() timeout of an idle reader: block (-1) until input or the stop, except to look at
+    a stop without a descriptor (every POLL_S), to save a pending cursor (after CURSOR_EVERY_S),
+    or within ``limit_ms`` (a journal that cannot be watched reliably says when to look again)."""
+    waits = [limit_ms] if limit_ms >= 0 else []
+    if not stoppable:
+        waits.append(int(POLL_S * 1000))
+    if cursor_pending:
+        waits.append(int(CURSOR_EVERY_S * 1000))
+    return min(waits, default=-1)
 
 
 def _open(path: str) -> int:

@@ -14,6 +14,19 @@ class ReadError(Exception):
     """A file under the root is missing, unreadable or malformed; the message names the path."""
 
 
+class _Absent(ReadError):
+    """The path positively does not exist (not even as a dangling symlink)."""
+
+
+def _read_error(target: str, exc: OSError) -> ReadError:
+    """The ReadError for a failed open or listing: ``_Absent`` when nothing is there at all."""
+    if isinstance(exc, FileNotFoundError):
+        if os.path.lexists(target):
+            return ReadError(f"{target}: dangling symlink")
+        return _Absent(f"{target}: {exc.strerror or exc}")
+    return ReadError(f"{target}: {exc.strerror or exc}")
+
+
 class RootReader:
     """Read small text files below ``root``; paths are given relative to it (``class/net``)."""
 
@@ -35,7 +48,7 @@ class RootReader:
         try:  # non-blocking open: a FIFO in place of an attribute must not hang the probe
             fd = os.open(target, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError as exc:
-            raise ReadError(f"{target}: {exc.strerror or exc}") from None
+            raise _read_error(target, exc) from None
         try:  # fstat, read, close and nothing more: probes read hundreds of attributes a run
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise ReadError(f"{target}: not a regular file")
@@ -57,10 +70,12 @@ class RootReader:
             raise ReadError(f"{target}: not UTF-8 text") from None
 
     def text_or_none(self, rel: str) -> Optional[str]:
-        """Like ``text`` but None when the file does not exist (other errors still raise)."""
-        if not self.path(rel).exists():
+        """Like ``text`` but None when the file positively does not exist (a dangling symlink
+        or a symlink loop in its place still raises: what is there cannot be read)."""
+        try:
+            return self.text(rel)
+        except _Absent:
             return None
-        return self.text(rel)
 
     def integer(self, rel: str) -> int:
         """File content as an unsigned 64-bit int (ASCII decimal or 0x hex; ``hma.strict``)."""
@@ -75,16 +90,11 @@ class RootReader:
         target = self.path(rel)
         try:
             return sorted(os.listdir(target))
-        except FileNotFoundError:
-            if os.path.lexists(target):
-                raise ReadError(f"{target}: dangling symlink") from None
-            return []
         except OSError as exc:
-            raise ReadError(f"{target}: {exc.strerror or exc}") from None
-
-    def exists(self, rel: str) -> bool:
-        """Whether ``rel`` exists under the root."""
-        return self.path(rel).exists()
+            error = _read_error(str(target), exc)
+        if isinstance(error, _Absent):
+            return []
+        raise error
 
     def realname(self, rel: str) -> str:
         """Last component of the resolved symlink target (e.g. the PCI address of a device link)."""

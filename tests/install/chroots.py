@@ -28,7 +28,7 @@ CACHE = Path(os.environ.get("HMA_TEST_CACHE", "/var/cache/hma-test"))
 MAX_AGE_S = 7 * 24 * 3600
 SYSPATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 # What `apt-get install ./hma_*.deb` pulls in (Depends and Recommends), prefetched in the cache.
-PREFETCH = ["python3", "python3-psutil", "python3-pyudev", "python3-systemd"]
+PREFETCH = ["python3", "python3-pyudev", "python3-systemd"]
 RECOMMENDS = ["python3-prometheus-client"]
 CACHE_FORMAT = "1"  # bump to invalidate cached tarballs when what they hold changes
 
@@ -202,7 +202,7 @@ class Chroot:
         run(["tar", "-C", str(self.root), "-xf", str(tarball)], timeout=600)
 
     def mount_proc(self) -> None:
-        """Mount /proc (psutil and apt need it) and a read-only /sys (the system probe reads it)."""
+        """Mount /proc (apt needs it) and a read-only /sys (the system probe reads it)."""
         for fstype, options in (("proc", "rw"), ("sysfs", "ro")):
             target = self.root / ("proc" if fstype == "proc" else "sys")
             target.mkdir(exist_ok=True)

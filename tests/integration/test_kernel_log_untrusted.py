@@ -62,9 +62,9 @@ def test_user_written_nvrm_entries_raise_nothing(
         def __init__(self) -> None:
             super().__init__(namespace=ns)
 
-        def wait(self, timeout: Any = None) -> int:
+        def get_timeout_ms(self) -> int:  # asked when idle, right before the source blocks
             waited.set()
-            return int(super().wait(timeout))
+            return int(super().get_timeout_ms())
 
     class Module:
         pass

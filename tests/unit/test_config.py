@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from hma import assembly, catalogue, registry
@@ -197,3 +201,22 @@ def test_run_refuses_invalid_config_with_78(hma_env) -> None:  # type: ignore[no
     res = hma_env.hma("run", timeout=30)
     assert res.returncode == 78
     assert "probes.system.interval: must be > 0" in res.stderr
+
+
+def test_toml_parser_is_imported_only_for_a_file(tmp_path: Path) -> None:
+    """A start without a configuration file does not pay for importing the TOML parser."""
+    probe = (
+        "import sys; from pathlib import Path; from hma import configfile; "
+        "layers, errors = configfile.read_layers(Path(sys.argv[1])); "
+        "print(len(layers), any(m in sys.modules for m in ('tomllib', 'tomli')))"
+    )
+    (tmp_path / "hma.toml").write_text("[agent]\n")
+    for name, expected in (("absent.toml", "0 False"), ("hma.toml", "1 True")):
+        out = subprocess.run(
+            [sys.executable, "-c", probe, str(tmp_path / name)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        assert out.stdout.split("\n")[0] == expected, out.stderr

@@ -56,3 +56,21 @@ def test_root_reader_bad_files(tmp_path: Path) -> None:
             reader.integer(name)
     (tmp_path / "ok").write_text("0x10\n")
     assert reader.integer("ok") == 16
+
+
+def test_root_reader_absent_or_unreadable(tmp_path: Path) -> None:
+    """Only a path with nothing at all there is absent; a dangling symlink or a real symlink
+    loop in its place cannot be read (a ReadError naming it), for files and folders alike."""
+    reader = RootReader(str(tmp_path))
+    assert reader.text_or_none("missing") is None
+    assert reader.listdir("missing") == []
+    (tmp_path / "present").write_text("1\n")
+    assert reader.text_or_none("present") == "1"
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    (tmp_path / "loop_a").symlink_to(tmp_path / "loop_b")
+    (tmp_path / "loop_b").symlink_to(tmp_path / "loop_a")
+    for name, why in (("dangling", "dangling symlink"), ("loop_a", "symbolic links")):
+        with pytest.raises(ReadError, match=f"{name}: .*{why}"):
+            reader.text_or_none(name)
+        with pytest.raises(ReadError, match=f"{name}: .*{why}"):
+            reader.listdir(name)
