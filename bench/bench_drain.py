@@ -8,6 +8,9 @@
 2. Xid line -> DRAIN (``--xid-runs``, 0 to skip): a real ``hma run`` daemon whose
    ``[sources.kernel_log]`` reads a FIFO (the /dev/kmsg record format); the time from writing an
    Xid 79 line until ``scontrol show node`` shows DRAIN. A fresh daemon (and state) per run.
+   Also timed to the moment slurmctld set the drain (its log's millisecond timestamps), which
+   leaves out the poller; ``--warm`` writes an Xid 13 line first (the daemon's first Xid line
+   loads the catalogue).
 3. The floor: one ``scontrol update State=DRAIN`` call.
 
 The poller runs ``sinfo -n NODE`` back to back (about 7 ms a call), so figures include up to one
@@ -17,6 +20,7 @@ poll of delay. Prints min / median / p99 / max in milliseconds and describes the
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import subprocess
@@ -86,10 +90,28 @@ def bench_remediator(cluster: SlurmCluster, tmp: Path, runs: int) -> list[float]
     return out
 
 
-def bench_xid(cluster: SlurmCluster, tmp: Path, runs: int, node: str = "node2") -> list[float]:
+def applied_at(cluster: SlurmCluster, node: str, after: float) -> float:
+    """When slurmctld set hma's drain reason on ``node`` (its log, millisecond timestamps; the
+    first such line at or after ``after``, a wall-clock time), or NaN when there is none."""
+    marker = f"update_node: node {node} reason set to: HMA:"
+    for line in (cluster.base / "log" / "slurmctld.log").read_text().splitlines():
+        if marker in line and line.startswith("["):
+            when = datetime.datetime.strptime(line[1:24], "%Y-%m-%dT%H:%M:%S.%f").timestamp()
+            if when >= after - 0.0005:  # the log rounds down to the millisecond
+                return when
+    return float("nan")
+
+
+def bench_xid(
+    cluster: SlurmCluster, tmp: Path, runs: int, node: str = "node2", warm: bool = False
+) -> tuple[list[float], list[float]]:
+    """(Xid line -> the poller sees DRAIN, Xid line -> slurmctld sets the drain) per run.
+
+    ``warm``: an Xid 13 line (a warning, no drain) first, so that the measured line is not the
+    daemon's first (the first kernel line that names an Xid loads the catalogue)."""
     from tests.integration.remediation_helpers import write_config
 
-    out = []
+    out, controller = [], []
     for i in range(runs):
         base = tmp / f"xid-{node}-{i}"
         base.mkdir()
@@ -110,18 +132,23 @@ def bench_xid(cluster: SlurmCluster, tmp: Path, runs: int, node: str = "node2") 
         try:
             fd = open_writer(str(fifo), time.monotonic() + 60)
             settled(base / f"run-{node}" / "status.json", 60)
+            if warm:
+                first = "NVRM: Xid (PCI:0000:3c:00): 13, pid=1, name=app, Graphics Exception"
+                os.write(fd, f"4,1,1000,-;{first}\n".encode())
+                time.sleep(1.0)
             line = "NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU off bus"
-            t0 = time.perf_counter()
-            os.write(fd, f"4,{i + 1},{(i + 1) * 1000},-;{line}\n".encode())
+            wall, t0 = time.time(), time.perf_counter()
+            os.write(fd, f"4,{i + 2},{(i + 2) * 1000},-;{line}\n".encode())
             spin(drained(cluster, node), 30)
             out.append(time.perf_counter() - t0)
+            controller.append(applied_at(cluster, node, wall) - wall)
             os.close(fd)
         finally:
             stop(daemon)
             log.close()
         cluster.run("scontrol", "cancel_reboot", node)
         resume(cluster, node)
-    return out
+    return out, controller
 
 
 def settled(status: Path, timeout: float) -> None:
@@ -153,18 +180,20 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=40, help="finding -> DRAIN runs (>= 30)")
     parser.add_argument("--xid-runs", type=int, default=30, help="Xid line -> DRAIN runs")
+    parser.add_argument("--warm", action="store_true", help="an Xid 13 line before each run")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="hma-drain-bench-") as tmp, SlurmCluster(4) as cluster:
         floor = bench_floor(cluster, 20)
         finding = bench_remediator(cluster, Path(tmp), args.runs)
-        xid = bench_xid(cluster, Path(tmp), args.xid_runs) if args.xid_runs else []
+        xid, applied = bench_xid(cluster, Path(tmp), args.xid_runs, warm=args.warm)
         version = cluster.run("sinfo", "-V").stdout.strip()
     print(f"machine: {machine()}")
     print(f"slurm: {version}, 4 slurmd on loopback")
     print(summary("scontrol update State=DRAIN (floor)", floor))
     print(summary("finding -> scontrol show node DRAIN", finding))
     if xid:
-        print(summary("Xid kernel line -> scontrol show node DRAIN (hma run)", xid))
+        print(summary("Xid kernel line -> sinfo shows DRAIN (hma run)", xid))
+        print(summary("Xid kernel line -> slurmctld sets the drain (its log)", applied))
     return 0
 
 

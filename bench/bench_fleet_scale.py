@@ -144,16 +144,20 @@ def main() -> int:
     parser.add_argument("--window-heartbeat", type=float, default=10.0, help="heartbeat run")
     parser.add_argument("--xid-runs", type=int, default=30, help="Xid -> DRAIN runs (0: none)")
     parser.add_argument("--xid-size", type=int, default=2000, help="cluster size for Xid runs")
+    parser.add_argument("--warm", action="store_true", help="an Xid 13 line before each Xid run")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s]
     with tempfile.TemporaryDirectory(prefix="hma-scale-bench-") as tmp:
         rows = [measure(size, args, Path(tmp)) for size in sizes]
         xid: list[float] = []
+        applied: list[float] = []
         if args.xid_runs:
             with SlurmCluster(
                 2, placeholders=args.xid_size - 2, held_jobs=args.held_jobs
             ) as cluster:
-                xid = bench_xid(cluster, Path(tmp), args.xid_runs, node="node2")
+                xid, applied = bench_xid(
+                    cluster, Path(tmp), args.xid_runs, node="node2", warm=args.warm
+                )
     print(f"machine: {machine()}")
     print(
         f"slurm: {rows[0]['version'] if rows else '?'}; 2 slurmd + placeholder nodes, "
@@ -175,6 +179,7 @@ def main() -> int:
         )
     if xid:
         print(summary(f"Xid kernel line -> DRAIN at {args.xid_size} nodes (hma run)", xid))
+        print(summary("Xid kernel line -> slurmctld sets the drain (its log)", applied))
     return 0
 
 

@@ -29,6 +29,9 @@ from hma.registry import (
     exec_probes,
     rescan,
 )
+from hma.remediation import options as remediation_options
+from hma.remediation.backend import GROUP as BACKEND_GROUP
+from hma.remediation.backend import Backend
 from hma.source import GROUP as SOURCE_GROUP
 from hma.source import EventSource, KeyValue, MemoryKV, SourceContext
 
@@ -113,9 +116,10 @@ def schema_for(
     cat: Catalogue,
     sources: Optional[dict[str, type[EventSource]]] = None,
     reporter_names: Optional[Collection[str]] = None,
+    backend_names: Optional[Collection[str]] = None,
 ) -> Schema:
-    """The config schema for this set of probes, event sources and reporters (every installed
-    reporter, or those named)."""
+    """The config schema for this set of probes, event sources, reporters and cluster backends
+    (every installed reporter and backend, or those named)."""
     probes = {
         name: config_mod.probe_options(
             cls.options,
@@ -128,8 +132,15 @@ def schema_for(
     }
     for item in broken:  # a broken plugin's section must not make the config invalid
         probes.setdefault(item.name, dict(config_mod.PROBE_COMMON))
+    backends = discover(BACKEND_GROUP, Backend, backend_names)[0]
     return Schema(
-        sections=CORE_SECTIONS,
+        sections={
+            **CORE_SECTIONS,
+            "cluster": remediation_options.cluster_options(backends),
+            "recovery": remediation_options.RECOVERY,
+            **{name: dict(cls.options) for name, cls in sorted(backends.items())},
+        },
+        checks={"recovery": remediation_options.problems},
         probes=probes,
         reporters=reporters.schemas(reporter_names),
         catalogue=cat,
@@ -177,6 +188,16 @@ def _declared_codes(
 def _site_codes(raw: dict[str, Any], cat: Catalogue) -> bool:
     """Whether ``[codes.X]`` names a code outside the built-in catalogue (declared by a source)."""
     return any(code not in cat for code in _tables(raw, "codes"))
+
+
+def _backend_sections(raw: dict[str, Any]) -> set[str]:
+    """The backends whose sections the raw configuration may hold: the chosen one (``[cluster]
+    backend``, default slurm) and every other top-level table the core does not own."""
+    cluster = raw.get("cluster")
+    chosen = cluster.get("backend") if isinstance(cluster, dict) else None
+    core = {*CORE_SECTIONS, "cluster", "recovery", "probes", "sources", "reporters", "codes"}
+    others = {name for name, table in raw.items() if isinstance(table, dict) and name not in core}
+    return {chosen if isinstance(chosen, str) else "slurm", *others}
 
 
 def _tables(raw: dict[str, Any], group: str) -> set[str]:
@@ -227,7 +248,12 @@ def load(config_file: Optional[str] = None, only: Optional[Sequence[str]] = None
     except catalogue_mod.CatalogueError as exc:
         raise ConfigError([f"site codes: {exc}"]) from None
     schema = schema_for(
-        classes, broken, cat, source_classes, None if only is None else _tables(raw, "reporters")
+        classes,
+        broken,
+        cat,
+        source_classes,
+        None if only is None else _tables(raw, "reporters"),
+        None if only is None else _backend_sections(raw),
     )
     schema = dataclasses.replace(schema, unchecked=frozenset(unchecked))
     cfg = config_mod.load(schema, config_file)

@@ -478,15 +478,7 @@ def from_config(config_file: Optional[str]) -> tuple[SlurmClient, Optional[Repor
     except (ConfigError, OSError) as exc:
         print(f"hma: configuration not usable ({exc}); using defaults", file=sys.stderr)
         return SlurmClient(), JournalReporter({}, stderr=quiet)
-    sl = setup.config.section("slurm")
-    client = SlurmClient(
-        scontrol=list(sl["scontrol"]),
-        sinfo=list(sl["sinfo"]),
-        squeue=list(sl["squeue"]),
-        conf=sl["conf"],
-        timeout=float(sl["timeout"]),
-        path=str(sl["path"] or ""),
-    )
+    client = SlurmClient.from_options(setup.config.section("slurm"))
     journal_opts = setup.config.reporters.get("journald") or {}
     journal = JournalReporter(journal_opts, stderr=quiet) if journal_opts.get("enabled") else None
     return client, journal

@@ -24,7 +24,6 @@ from hma.configfile import (
 )
 from hma.deepcheck import options as deepcheck_options
 from hma.options import FLOAT_LIMIT, Option, positive
-from hma.remediation import options as remediation_options
 
 EX_CONFIG = 78
 
@@ -54,14 +53,10 @@ CORE_SECTIONS: dict[str, dict[str, Option]] = {
         "sysfs": Option("path", "/sys", "Root of sysfs (tests and containers point it elsewhere)."),
         "procfs": Option("path", "/proc", "Root of procfs."),
     },
-    "recovery": remediation_options.RECOVERY,
-    "slurm": remediation_options.SLURM,
     "deep_check": deepcheck_options.DEEP_CHECK,
 }
-# Checks across the keys of one section (section values -> "key.path: problem" lines).
-SECTION_CHECKS: dict[str, Callable[[Mapping[str, Any]], list[str]]] = {
-    "recovery": remediation_options.problems,
-}
+# The sections of remediation and of the cluster backends are added by ``hma.assembly``, which
+# finds them (this module sits below remediation and imports none of it).
 
 # Device subsystems whose add/remove events a probe may be triggered by (besides those a probe
 # class declares itself).
@@ -118,6 +113,8 @@ class Schema:
     # "probes.NAME" / "sources.NAME" sections that exist but are not checked here: `hma check`
     # loads only the probes it runs (`hma config check` and `hma run` check everything).
     unchecked: frozenset[str] = frozenset()
+    # Checks across the keys of one section (section values -> "key.path: problem" lines).
+    checks: Mapping[str, Callable[[Mapping[str, Any]], list[str]]] = field(default_factory=dict)
 
 
 def probe_options(
@@ -197,8 +194,8 @@ def validate(raw: Mapping[str, Any], schema: Schema, files: Sequence[str] = ()) 
     sections: dict[str, dict[str, Any]] = {}
     for name, options in schema.sections.items():
         sections[name] = _fill(name, raw.get(name, {}), options, errors)
-        if name in SECTION_CHECKS and not any(e.startswith(f"{name}.") for e in errors):
-            errors += SECTION_CHECKS[name](sections[name])
+        if name in schema.checks and not any(e.startswith(f"{name}.") for e in errors):
+            errors += schema.checks[name](sections[name])
     probes = _fill_group("probes", raw.get("probes", {}), schema.probes, errors, schema.unchecked)
     reporters = _fill_group("reporters", raw.get("reporters", {}), schema.reporters, errors)
     sources = _fill_group(

@@ -30,7 +30,7 @@ from hma.devices import DeviceWatcher
 from hma.model import Clears, Finding, ProbeRun, RunStatus, Severity
 from hma.pipeline import Applied, Pipeline
 from hma.probe import NodeFacts
-from hma.remediation import Remediator
+from hma.remediation.engine import Remediator
 from hma.reporters import Alert, Reporter, start_reporters
 from hma.runner import make_slot, run_probe
 from hma.source import StopEvent
@@ -258,6 +258,7 @@ class Daemon:
             self.inputs.put(RunReport(ProbeRun(label, RunStatus.RAN, self.clock(), 0.0)))
 
             def emit(finding: Finding, _name: str = name) -> None:
+                self._read_ahead(finding)
                 self.inputs.put(EventFound(finding.with_(probe=finding.probe or _name)))
 
             try:
@@ -546,6 +547,18 @@ class Daemon:
             for path, error in failures.items()
         )
         self.inputs.put(RunReport(ProbeRun(STATE_PROBE, RunStatus.RAN, now, 0.0, findings)))
+
+    def _read_ahead(self, finding: Finding) -> None:
+        """An event that drains at once (critical, fatal): remediation reads the node's state
+        now, while the health model and the state store take the event (its drain then needs
+        no read of its own). Runs in the source's thread."""
+        entry = self.setup.catalogue.get(finding.code)
+        remediator = self.remediator
+        if entry is None or remediator is None or not (entry.drains and entry.enabled):
+            return
+        severity = finding.severity or entry.severity
+        if severity is Severity.CRITICAL and (entry.fatal or entry.fail_after <= 1):
+            remediator.read_ahead()
 
     # --- effects of a verdict -------------------------------------------------------------------
 

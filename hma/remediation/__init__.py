@@ -1,21 +1,7 @@
-"""Remediation: turns the health model's verdicts into Slurm labels, drains and recovery.
+"""Remediation: turns the health model's verdicts into cluster labels, drains and recovery.
 
-``Remediator`` is what the daemon calls (facts, update, status, alerts, close); the Slurm client,
-the label format, the circuit breaker and the outbox worker live in the submodules. The flow and
-every rule are described in docs/remediation.md. (The engine is imported lazily: ``hma.config``
-imports ``hma.remediation.options`` and must not pull the engine in.)
+``engine.Remediator`` is what the daemon calls (facts, update, status, alerts, close). It wires
+the pure planner (``planner``), the outbox (``outbox``), the circuit breaker (``breaker``) and
+the cluster backend (``backend``; Slurm in ``slurm``), which ``actions`` calls. The flow and every
+rule are described in docs/remediation.md.
 """
-
-from __future__ import annotations
-
-from typing import Any
-
-__all__ = ["Remediator", "reason_for"]
-
-
-def __getattr__(name: str) -> Any:
-    if name in __all__:
-        from hma.remediation import engine
-
-        return getattr(engine, name)
-    raise AttributeError(name)

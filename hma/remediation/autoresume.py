@@ -10,8 +10,8 @@ faulty nodes of the last requeue. The remediation engine calls ``AutoResume.obse
 on its node at every facts refresh; two things follow (docs/auto-resume.md):
 
 * a node whose fault hit a job running with auto-resume gets ``replace``, not ``reboot``
-  (``action_for``), as managed clusters do: the job restarts elsewhere at once and the node is
-  not put back under it by a quick reboot;
+  (``planner.recovery_action``), as managed clusters do: the job restarts elsewhere at once
+  and the node is not put back under it by a quick reboot;
 * when such a job leaves the node because hma srun requeued it, the agent sets its
   ``StartTime=now`` (Slurm otherwise holds a requeued job back for about 2 minutes).
 """
@@ -21,11 +21,10 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional, Protocol, Sequence
 
-from hma.model import Action
 from hma.remediation import label as label_mod
-from hma.remediation.slurm import Job, SlurmClient, SlurmError
+from hma.remediation.backend import BackendError, Job, JobInfo
 
 log = logging.getLogger("hma.remediation")
 
@@ -78,9 +77,14 @@ def with_marker(comment: str, marker: Marker) -> str:
     return label_mod.edit_token(comment, MARKER, marker.token())
 
 
-def recovery_action(action: Action, auto_resume: bool) -> Action:
-    """The recovery for a fault: ``reboot`` becomes ``replace`` when it hit an auto-resume job."""
-    return Action.REPLACE if auto_resume and action is Action.REBOOT else action
+class JobClient(Protocol):
+    """The job calls auto-resume makes (a cluster backend, or the Slurm client itself)."""
+
+    def job_infos(self, ids: Sequence[str]) -> list[JobInfo]:
+        """The queued or running jobs among ``ids``."""
+
+    def update_job(self, job_id: str, **fields: str) -> None:
+        """Change fields of a job."""
 
 
 class AutoResume:
@@ -92,7 +96,7 @@ class AutoResume:
         self.watch: dict[str, float] = {}  # marked jobs that left the node -> when they left
         self.hurried: list[str] = []  # jobs whose StartTime this agent set to now
 
-    def observe(self, client: SlurmClient, jobs: Sequence[Job]) -> None:
+    def observe(self, client: JobClient, jobs: Sequence[Job]) -> None:
         """Note marked jobs on the node; hurry the ones that left it because hma srun requeued
         them. Never raises (a Slurm error only delays the hurry to the next refresh)."""
         now = self.clock()
@@ -111,10 +115,10 @@ class AutoResume:
         if self.watch:
             try:
                 self._hurry(client, now)
-            except SlurmError as exc:
+            except BackendError as exc:
                 log.warning("auto-resume: cannot check requeued jobs: %s", exc)
 
-    def _hurry(self, client: SlurmClient, now: float) -> None:
+    def _hurry(self, client: JobClient, now: float) -> None:
         infos = {j.id: j for j in client.job_infos(sorted(self.watch))}
         for job_id in list(self.watch):
             info = infos.get(job_id)
@@ -132,11 +136,7 @@ class AutoResume:
                 del self.watch[job_id]
                 self.marked[job_id] = min(self.marked.get(job_id, 0.0), now - REMEMBER_S)
 
-    def auto_resume(self, job_ids: Sequence[str]) -> bool:
-        """Whether any of these jobs was seen running with auto-resume (remembered for the
-        last MAX_REMEMBERED marked jobs, so an open fault keeps its ``replace``)."""
-        return any(j in self.marked for j in job_ids)
-
-    def action_for(self, action: Action, job_ids: Sequence[str]) -> Action:
-        """The engine's hook: ``recovery_action`` for the jobs the fault hit."""
-        return recovery_action(action, self.auto_resume(job_ids))
+    def remembered(self) -> frozenset[str]:
+        """Jobs seen running with auto-resume (the last MAX_REMEMBERED marked jobs, so an open
+        fault keeps its ``replace``)."""
+        return frozenset(self.marked)

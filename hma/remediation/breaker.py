@@ -1,7 +1,8 @@
 """Circuit breaker: no single bug may drain a fleet.
 
-Pure functions over a node listing (``SlurmClient.held_view``: the drained, failed and down
-nodes of the partitions, and their size). The nodes that count are those of this node's partitions
+``count`` is a pure function over a node listing (``Backend.peers``: the drained, failed and
+down nodes of the partitions, and their size); ``Breaker`` asks the backend for it when an
+action is about to be taken. The nodes that count are those of this node's partitions
 that hma holds out of scheduling: a reason starting ``HMA:``, or a HyperPod ``Action:Reboot`` /
 ``Action:Replace`` FAIL on a node that carries an hma label. The limit is ``max_drained_percent``
 of those nodes and ``max_drained_nodes``, never below one node.
@@ -9,12 +10,19 @@ of those nodes and ``max_drained_nodes``, never below one node.
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
+from hma.model import Action, Severity
 from hma.remediation import label as label_mod
-from hma.remediation.slurm import HYPERPOD_REBOOT, HYPERPOD_REPLACE, NodeState
+from hma.remediation.backend import HYPERPOD_REBOOT, HYPERPOD_REPLACE, Backend, NodeState
+from hma.remediation.planner import Episode
+from hma.remediation.shared import Shared
+from hma.reporters import Alert
+
+log = logging.getLogger("hma.remediation")
 
 
 @dataclass(frozen=True)
@@ -99,3 +107,60 @@ def count(
         limit_for(size, percent, max_nodes),
         tuple(sorted(parts)),
     )
+
+
+BREAKER_CODE = "HMA_BREAKER_OPEN"
+
+
+class Breaker:
+    """The breaker of one engine: counts through the backend's peer query (only when about to
+    act), remembers the last count (status.json) and alerts once while it holds actions."""
+
+    def __init__(
+        self, backend: Backend, shared: Shared, percent: float, max_nodes: Optional[int]
+    ) -> None:
+        self.backend = backend
+        self.shared = shared
+        self.percent = percent
+        self.max_nodes = max_nodes
+        self.last: Optional[Count] = None
+        self.alerted = False
+
+    def count(self, node: NodeState) -> Count:
+        """The count for ``node`` (one filtered query)."""
+        nodes, total = self.backend.peers(node)
+        result = count(
+            nodes, node.name, self.backend.label_field, self.percent, self.max_nodes, total
+        )
+        with self.shared.lock:
+            self.last = result
+        return result
+
+    def was_open(self, node: str) -> bool:
+        """The last count held actions on ``node``."""
+        return self.last is not None and self.last.blocks(node)
+
+    def alert(self, ep: Optional[Episode], result: Count, what: str) -> None:
+        """``HMA_BREAKER_OPEN`` (once until an action gets through again)."""
+        if self.alerted:
+            return
+        self.alerted = True
+        msg = (
+            f"circuit breaker open: {len(result.held)} of {result.total} nodes in "
+            f"{','.join(result.partitions) or 'the cluster'} held by hma (limit {result.limit}); "
+            f"{what} held"
+        )
+        self.shared.add_alert(
+            Alert(
+                "action_held",
+                BREAKER_CODE,
+                "node",
+                Severity.CRITICAL,
+                msg,
+                Action.NONE,
+                "remediation",
+                {"held": "breaker", "fault": ep.code if ep else None, **result.to_json()},
+                self.shared.clock(),
+            )
+        )
+        log.warning(msg)

@@ -12,7 +12,8 @@ from typing import Any, Optional
 
 from hma.remediation import breaker
 from hma.remediation import label as label_mod
-from hma.remediation.slurm import OWNED_PREFIX, NodeState, SlurmClient
+from hma.remediation.backend import OWNED_PREFIX, NodeState
+from hma.remediation.slurm import SlurmClient
 
 
 def _from_reason(reason: str) -> tuple[str, str]:

@@ -1,11 +1,12 @@
-"""Configuration keys of remediation: ``[recovery]`` (what to do) and ``[slurm]`` (how to reach it).
+"""Configuration keys of remediation: ``[recovery]`` (what to do) and ``[cluster]`` (which
+backend acts; the backend declares its own section, such as ``[slurm]``).
 
-Registered in ``hma.config.CORE_SECTIONS``; documented in docs/remediation.md.
+Added to the schema by ``hma.assembly``; documented in docs/remediation.md.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import Any, Collection, Mapping
 
 from hma.options import Option, positive
 
@@ -92,43 +93,6 @@ RECOVERY: dict[str, Option] = {
     ),
 }
 
-SLURM: dict[str, Option] = {
-    "scontrol": Option("argv", ["scontrol"], "scontrol command."),
-    "sinfo": Option("argv", ["sinfo"], "sinfo command."),
-    "squeue": Option("argv", ["squeue"], "squeue command (jobs on the node)."),
-    "conf": Option("path", None, "SLURM_CONF for every Slurm call (unset: Slurm's default)."),
-    "path": Option(
-        "str",
-        "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        "PATH for Slurm calls and hooks (HealthCheckProgram runs with no PATH).",
-    ),
-    "node_name": Option(
-        "str", None, "This node's Slurm name; unset: match this host to NodeHostname/NodeName."
-    ),
-    "spool_dir": Option(
-        "str",
-        None,
-        "SlurmdSpoolDir of this node (%n: node name): its jobs are read from the step sockets "
-        "there; unset: asked once (scontrol show config); unreadable: scontrol listpids.",
-    ),
-    "timeout": Option("float", 20.0, "Seconds one Slurm client call may take.", check=positive),
-    "heartbeat": Option(
-        "float",
-        600.0,
-        "Seconds between reads of the node's Slurm state while nothing happens (jittered by "
-        "10%; each read is one single-node sinfo: 2 controller RPCs).",
-        check=positive,
-    ),
-    "facts_interval": Option(
-        "float",
-        10.0,
-        "Seconds between reads of the node's jobs (local slurmd), and of its Slurm state while "
-        "something happens (a fault, an action, a drain being watched, a controller outage).",
-        check=positive,
-    ),
-    "enabled": Option("bool", True, "Use Slurm at all (false: no facts, no labels, no actions)."),
-}
-
 
 def problems(recovery: Mapping[str, Any]) -> list[str]:
     """Cross-key errors that single options cannot check."""
@@ -142,7 +106,13 @@ def problems(recovery: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def node_name_of(slurm: Mapping[str, Any]) -> Optional[str]:
-    """``[slurm] node_name`` or None."""
-    value = slurm.get("node_name")
-    return str(value) if value else None
+def cluster_options(backends: Collection[str]) -> dict[str, Option]:
+    """``[cluster]``: which of the installed ``backends`` acts on the cluster."""
+    return {
+        "backend": Option(
+            "choice",
+            "slurm",
+            "Cluster backend (entry point group hma.backends); its own section configures it.",
+            choices=tuple(sorted({"slurm", *backends})),
+        ),
+    }

@@ -12,161 +12,70 @@ recognise sets ``understood = False``: remediation then does nothing to the node
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 from dataclasses import dataclass, field, replace
-from typing import Optional, Sequence
+from typing import Any, Collection, Mapping, Optional, Sequence
 
 from hma.adapters.command import CommandResult, CommandRunner
+from hma.options import Option, positive
+from hma.remediation.backend import (
+    HYPERPOD_REBOOT,
+    HYPERPOD_REPLACE,
+    Backend,
+    BackendError,
+    Job,
+    JobInfo,
+    NodeState,
+)
 
-OWNED_PREFIX = "HMA:"
 OUTPUT_CAP = 64 << 20  # bytes of a Slurm client's output read; a longer one is an error
-HYPERPOD_REBOOT = "Action:Reboot"
-HYPERPOD_REPLACE = "Action:Replace"
 
-# Base states (lower case, as sinfo --json prints them and scontrol's State= before the first +).
-BASE_STATES = frozenset(
-    {"idle", "allocated", "mixed", "down", "error", "future", "unknown", "completing"}
-)
-# Flags remediation knows; anything else makes the state "not understood".
-KNOWN_FLAGS = frozenset(
-    {
-        "DRAIN",
-        "FAIL",
-        "COMPLETING",
-        "NOT_RESPONDING",
-        "REBOOT_REQUESTED",
-        "REBOOT_ISSUED",
-        "MAINTENANCE",
-        "RESERVED",
-        "POWER_DOWN",
-        "POWERED_DOWN",
-        "POWERING_DOWN",
-        "POWERING_UP",
-        "POWER_UP",
-        "CLOUD",
-        "DYNAMIC_FUTURE",
-        "DYNAMIC_NORM",
-        "PLANNED",
-        "INVALID_REG",
-        "NO_RESPOND",
-        "PERFCTRS",
-        "POWER_DRAIN",
-        "RES",
-        "MAINT",
-        "UNDRAIN",
-        "RESUME",
-        "REBOOT_CANCEL",
-        "INVALID",
-        "BLOCKED",
-    }
-)
+# ``[slurm]``: the Slurm backend's own section (docs/remediation.md).
+OPTIONS: dict[str, Option] = {
+    "scontrol": Option("argv", ["scontrol"], "scontrol command."),
+    "sinfo": Option("argv", ["sinfo"], "sinfo command."),
+    "squeue": Option("argv", ["squeue"], "squeue command (jobs on the node)."),
+    "conf": Option("path", None, "SLURM_CONF for every Slurm call (unset: Slurm's default)."),
+    "path": Option(
+        "str",
+        "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "PATH for Slurm calls and hooks (HealthCheckProgram runs with no PATH).",
+    ),
+    "node_name": Option(
+        "str", None, "This node's Slurm name; unset: match this host to NodeHostname/NodeName."
+    ),
+    "spool_dir": Option(
+        "str",
+        None,
+        "SlurmdSpoolDir of this node (%n: node name): its jobs are read from the step sockets "
+        "there; unset: asked once (scontrol show config); unreadable: scontrol listpids.",
+    ),
+    "timeout": Option("float", 20.0, "Seconds one Slurm client call may take.", check=positive),
+    "heartbeat": Option(
+        "float",
+        600.0,
+        "Seconds between reads of the node's Slurm state while nothing happens (jittered by "
+        "10%; each read is one single-node sinfo: 2 controller RPCs).",
+        check=positive,
+    ),
+    "facts_interval": Option(
+        "float",
+        10.0,
+        "Seconds between reads of the node's jobs (local slurmd), and of its Slurm state while "
+        "something happens (a fault, an action, a drain being watched, a controller outage).",
+        check=positive,
+    ),
+    "enabled": Option(
+        "bool",
+        True,
+        "Use Slurm at all (false: no facts, no labels, no actions).",
+    ),
+}
 
 
-class SlurmError(Exception):
+class SlurmError(BackendError):
     """A Slurm client call failed (unreachable controller, bad node, unexpected output)."""
-
-
-@dataclass(frozen=True)
-class NodeState:
-    """One node as Slurm sees it."""
-
-    name: str
-    base: str  # idle, allocated, mixed, down, ... (lower case)
-    flags: frozenset[str] = frozenset()
-    reason: str = ""
-    reason_time: float = 0.0
-    reason_user: str = ""
-    comment: str = ""
-    extra: str = ""
-    partitions: tuple[str, ...] = ()
-    hostname: str = ""
-    boot_time: float = 0.0
-    address: str = ""  # NodeAddr
-
-    @property
-    def understood(self) -> bool:
-        """False when Slurm reports a base state or flag this code does not know."""
-        return self.base in BASE_STATES and self.flags <= KNOWN_FLAGS
-
-    @property
-    def busy(self) -> bool:
-        """Jobs are (still) on the node."""
-        return self.base in ("allocated", "mixed", "completing") or "COMPLETING" in self.flags
-
-    @property
-    def drain(self) -> bool:
-        """The DRAIN flag is set (draining or drained)."""
-        return "DRAIN" in self.flags
-
-    @property
-    def draining(self) -> bool:
-        """Drain set but jobs still run."""
-        return self.drain and self.busy
-
-    @property
-    def drained(self) -> bool:
-        """Drain set and no job left."""
-        return self.drain and not self.busy
-
-    @property
-    def fail(self) -> bool:
-        """FAIL flag (fail or failing)."""
-        return "FAIL" in self.flags
-
-    @property
-    def down(self) -> bool:
-        """Base state down."""
-        return self.base == "down"
-
-    @property
-    def not_responding(self) -> bool:
-        """slurmctld cannot reach the node's slurmd."""
-        return "NOT_RESPONDING" in self.flags or "NO_RESPOND" in self.flags
-
-    @property
-    def reboot_pending(self) -> bool:
-        """A reboot was requested or issued and has not completed."""
-        return bool({"REBOOT_REQUESTED", "REBOOT_ISSUED"} & self.flags)
-
-    @property
-    def maintenance(self) -> bool:
-        """In a maintenance reservation."""
-        return bool({"MAINTENANCE", "MAINT"} & self.flags)
-
-    @property
-    def out_of_service(self) -> bool:
-        """Drained, draining, down or failed: someone took it out of scheduling."""
-        return self.drain or self.fail or self.down
-
-    @property
-    def owned(self) -> bool:
-        """Held by hma: out of service with hma's reason (starts ``HMA:``; Slurm may append
-        `` : reboot issued``). Slurm 24.11 keeps the last reason of a resumed node: on a node
-        back in service it says nothing."""
-        return self.out_of_service and self.reason.startswith(OWNED_PREFIX)
-
-    @property
-    def label_text(self) -> str:
-        """A compact state string like sinfo's (``drained``, ``draining@``, ``down*``)."""
-        if self.fail:
-            text = "failing" if self.busy else "fail"
-        elif self.drain:
-            text = "draining" if self.busy else "drained"
-        else:
-            text = self.base
-        if self.not_responding:
-            text += "*"
-        if "REBOOT_ISSUED" in self.flags:
-            text += "^"
-        elif "REBOOT_REQUESTED" in self.flags:
-            text += "@"
-        if self.maintenance:
-            text += "$"
-        return text
-
-    def field(self, name: str) -> str:
-        """The label field's text (``extra`` or ``comment``)."""
-        return self.comment if name == "comment" else self.extra
 
 
 SEP = "\x1f"  # field separator of the -O formats below: free text never holds it
@@ -244,32 +153,6 @@ def _iso_time(text: str) -> float:
         return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S").timestamp()
     except ValueError:
         return 0.0
-
-
-@dataclass(frozen=True)
-class Job:
-    """A job on the node."""
-
-    id: str
-    user: str
-    state: str = ""
-    comment: str = ""
-
-
-@dataclass(frozen=True)
-class JobInfo:
-    """A queued or running job as ``squeue --json`` describes it."""
-
-    id: str
-    user: str
-    state: str  # RUNNING, PENDING, COMPLETING, ... (upper case)
-    reason: str = ""  # state_reason: BeginTime, Resources, None, ...
-    nodes: str = ""  # node list expression (empty while pending)
-    comment: str = ""
-    requeue: bool = True
-    batch: bool = True
-    restarts: int = 0
-    eligible_time: float = 0.0
 
 
 # squeue -O fields of one job (unpadded, ended by SEP); ``-j`` naming one job asks slurmctld for
@@ -351,6 +234,19 @@ class SlurmClient:
     spool_dir: Optional[str] = None  # SlurmdSpoolDir (%n, %h expanded); None: ask Slurm once
     # jobs() cache: job id -> (its steps when last asked, the job then; None: over)
     jobs_seen: dict[str, tuple[tuple[str, ...], Optional[Job]]] = field(default_factory=dict)
+
+    @classmethod
+    def from_options(cls, sl: Mapping[str, Any]) -> SlurmClient:
+        """The client of a ``[slurm]`` section's values."""
+        return cls(
+            scontrol=list(sl["scontrol"]),
+            sinfo=list(sl["sinfo"]),
+            squeue=list(sl["squeue"]),
+            conf=sl["conf"],
+            timeout=float(sl["timeout"]),
+            path=str(sl["path"] or ""),
+            spool_dir=sl["spool_dir"],
+        )
 
     def env(self) -> dict[str, str]:
         """Environment of every call: ours plus SLURM_CONF and PATH when configured."""
@@ -528,6 +424,94 @@ class SlurmClient:
     def requeue(self, job_id: str) -> None:
         """``scontrol requeue <job>`` (run inside the job, this ends the caller)."""
         self._run([*self.scontrol, "requeue", str(job_id)])
+
+
+class SlurmBackend(Backend):
+    """The Slurm backend: ``SlurmClient`` calls behind the ``Backend`` contract."""
+
+    name = "slurm"
+    options = OPTIONS
+
+    def __init__(
+        self, options: Mapping[str, Any], label_field: str, client: Optional[SlurmClient] = None
+    ) -> None:
+        super().__init__(options, label_field)
+        self.client = client or SlurmClient.from_options(options)
+        self._key = "Comment" if label_field == "comment" else "Extra"
+
+    @property
+    def enabled(self) -> bool:
+        """``[slurm] enabled`` and scontrol found."""
+        tool = str(self.config["scontrol"][0])
+        path = str(self.config["path"] or os.environ.get("PATH", ""))
+        found = (
+            os.path.isabs(tool) and os.access(tool, os.X_OK) or bool(shutil.which(tool, path=path))
+        )
+        return bool(self.config["enabled"]) and found
+
+    def node_name_configured(self) -> Optional[str]:
+        """``[slurm] node_name``."""
+        value = self.config.get("node_name")
+        return str(value) if value else None
+
+    def find_node_name(self) -> Optional[str]:
+        """NodeHostname (or NodeName) matching this host."""
+        return self.client.find_node_name()
+
+    def node(self, name: str) -> NodeState:
+        """``sinfo -n NAME``: a single-node query."""
+        return self.client.node(name)
+
+    def jobs(self, name: str) -> Sequence[Job]:
+        """From the local slurmd (``SlurmClient.jobs``)."""
+        return self.client.jobs(name)
+
+    def peers(self, node: NodeState) -> tuple[list[NodeState], int]:
+        """One filtered ``sinfo`` and the partition table (``SlurmClient.held_view``)."""
+        return self.client.held_view(node)
+
+    def job_infos(self, ids: Collection[str]) -> list[JobInfo]:
+        """Single-job ``squeue`` queries."""
+        return self.client.job_infos(list(ids))
+
+    def env(self) -> dict[str, str]:
+        """Ours plus SLURM_CONF and PATH (a hook may call scontrol)."""
+        return self.client.env()
+
+    def _fields(self, label: Optional[str]) -> dict[str, str]:
+        return {} if label is None else {self._key: label}
+
+    def label(self, name: str, text: str) -> None:
+        """``scontrol update NodeName=NAME Extra=...`` (or Comment)."""
+        self.client.update(name, **self._fields(text))
+
+    def drain(self, name: str, reason: str, label: Optional[str] = None) -> None:
+        """``State=DRAIN Reason=...`` (and the label) in one update."""
+        self.client.update(name, State="DRAIN", Reason=reason, **self._fields(label))
+
+    def resume(self, name: str, label: Optional[str] = None) -> None:
+        """``State=RESUME`` (and the label) in one update."""
+        self.client.update(name, State="RESUME", **self._fields(label))
+
+    def down(self, name: str, reason: str) -> None:
+        """``State=DOWN Reason=...``."""
+        self.client.update(name, State="DOWN", Reason=reason)
+
+    def reboot(self, name: str, reason: str, mode: str) -> None:
+        """``scontrol reboot`` or HyperPod's ``State=FAIL Reason=Action:Reboot``."""
+        if mode == "hyperpod":
+            self.client.update(name, State="FAIL", Reason=HYPERPOD_REBOOT)
+        else:
+            self.client.reboot(name, reason)
+
+    def replace(self, name: str, reason: str, mode: str, domain: Sequence[str] = ()) -> None:
+        """HyperPod's ``State=FAIL Reason=Action:Replace`` (the only replace Slurm itself
+        has; the topology domain is not needed for it)."""
+        self.client.update(name, State="FAIL", Reason=HYPERPOD_REPLACE)
+
+    def update_job(self, job_id: str, **fields: str) -> None:
+        """``scontrol update JobId=...``."""
+        self.client.update_job(job_id, **fields)
 
 
 def _describe(result: CommandResult) -> str:

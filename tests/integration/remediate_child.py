@@ -13,7 +13,7 @@ import time
 
 from hma import assembly
 from hma.model import Action
-from hma.remediation import Remediator
+from hma.remediation.engine import Remediator
 from hma.state import Store
 from tests.integration.remediation_helpers import fault, verdict
 

@@ -12,7 +12,7 @@ import pytest
 
 from hma import assembly
 from hma.model import Action, Clears, Fault, Severity, Verdict
-from hma.remediation import Remediator
+from hma.remediation.engine import Remediator
 from hma.state import Store
 from tests.slurmcluster import SlurmCluster, available
 

@@ -17,9 +17,9 @@ from typing import Iterator
 
 import pytest
 
-from hma.remediation import Remediator
 from hma.remediation import label as label_mod
 from hma.remediation.autoresume import find_marker
+from hma.remediation.engine import Remediator
 from tests.integration.autoresume_helpers import (
     ROOT,
     USER,

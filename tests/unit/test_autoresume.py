@@ -24,9 +24,9 @@ from hma.remediation.autoresume import (
     Marker,
     find_marker,
     parse_marker,
-    recovery_action,
     with_marker,
 )
+from hma.remediation.planner import recovery_action
 from hma.remediation.slurm import (
     JOB_FIELDS,
     SEP,
@@ -370,13 +370,12 @@ def test_agent_hook_remembers_marked_jobs_and_hurries_their_requeue() -> None:
     hook = AutoResume(clock=lambda: NOW)
     hook.observe(cl, [Job("1", "root", "RUNNING", "my run hma-resume=1,a=0"), Job("8", "u")])
     assert runner.calls == []  # nothing left the node: no Slurm call
-    assert hook.action_for(Action.REBOOT, ["1"]) is Action.REPLACE
-    assert hook.action_for(Action.REBOOT, ["8"]) is Action.REBOOT
+    assert hook.remembered() == {"1"}  # a fault that hits job 1 gets replace, not reboot
     hook.observe(cl, [])  # job 1 left the node: hma srun requeued it
     assert runner.calls[0][:4] == ["squeue", "-h", "-j", "1"]  # a single-job query
     assert ["scontrol", "update", "JobId=1", "StartTime=now"] in runner.calls
     assert hook.hurried == ["1"]
-    assert hook.action_for(Action.REBOOT, ["1"]) is Action.REPLACE  # still, for the open fault
+    assert hook.remembered() == {"1"}  # still, for the open fault
     hook.observe(cl, [])
     assert runner.calls.count(["scontrol", "update", "JobId=1", "StartTime=now"]) == 1
 

@@ -16,7 +16,7 @@ import pytest
 from hma import assembly
 from hma.model import Action, Clears, Fault, Severity, Verdict
 from hma.remediation.engine import Remediator
-from hma.remediation.slurm import Job, NodeState, SlurmClient, SlurmError
+from hma.remediation.slurm import Job, NodeState, SlurmBackend, SlurmClient, SlurmError
 from hma.state import Store
 
 pytestmark = pytest.mark.timeout(30)
@@ -102,7 +102,10 @@ def make(
         )
     (tmp / "hma.toml").write_text("\n".join(lines) + "\n")
     setup = assembly.load(str(tmp / "hma.toml"))
-    return Remediator(setup, Store(str(tmp / "state" / "state.db")), client=fake, start=start)
+    backend = SlurmBackend(
+        setup.config.section("slurm"), setup.config.section("recovery")["label_field"], fake
+    )
+    return Remediator(setup, Store(str(tmp / "state" / "state.db")), start=start, backend=backend)
 
 
 def fault(action: Action = Action.REBOOT, code: str = "GPU_XID_79") -> Fault:
@@ -125,7 +128,8 @@ def fault(action: Action = Action.REBOOT, code: str = "GPU_XID_79") -> Fault:
 
 
 def run(rem: Remediator, faults: tuple[Fault, ...], boot: str = "b1") -> None:
-    fake = rem.client
+    assert isinstance(rem.backend, SlurmBackend)
+    fake = rem.backend.client
     assert isinstance(fake, FakeSlurm)
     if boot != getattr(fake, "boot", "b1"):  # the node came back from a reboot
         for name, n in fake.state.items():
@@ -267,7 +271,7 @@ def test_drain_that_raced_past_the_recount_undoes_itself(tmp_path: Path) -> None
         reason="HMA: GPU_XID_79 gpu:0000:3b:00",
         extra="hma=unhealthy:GPU_XID_79:none,d=1.000",
     )
-    rem._recheck_breaker()  # what the worker does every recheck_interval
+    rem.applier.recheck()  # what the worker does every recheck_interval
     rem.flush(5)
     assert "DRAIN" not in fake.state["n1"].flags and "h=breaker" in fake.state["n1"].extra
     assert rem.status()["held"].startswith("breaker")
@@ -303,7 +307,7 @@ def test_stale_facts_after_the_resume_are_not_taken_up(tmp_path: Path) -> None:
     assert writes(fake) == ["DRAIN"]
     drained = fake.state["n1"]
     rem.update(Verdict(time.time(), "b1", ()), "b1")  # healthy: the resume is planned
-    while rem._process_due():  # ... and applied, the episode closed
+    while rem.process_due():  # ... and applied, the episode closed
         pass
     assert writes(fake)[-1] == "RESUME" and "DRAIN" not in fake.state["n1"].flags
     # Slurm facts fetched just before the resume arrive after it: still drained by hma
@@ -357,3 +361,48 @@ def wait_for(predicate: Any, what: str, timeout: float = 10.0) -> None:
     while not predicate():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.01)
+
+
+class Timeline(FakeSlurm):
+    """FakeSlurm that records node reads and writes in one order."""
+
+    def __init__(self, *names: str) -> None:
+        super().__init__(*names)
+        self.timeline: list[str] = []
+
+    def nodes(self, names: Any = (), partitions: Any = (), states: Any = ()) -> list[NodeState]:
+        self.timeline.append("read " + ("held" if states else ",".join(names) or "all"))
+        return super().nodes(names, partitions, states)
+
+    def update(self, node: str, **fields: str) -> None:
+        self.timeline.append(f"update {fields.get('State', 'label')}")
+        super().update(node, **fields)
+
+
+@pytest.mark.parametrize(
+    "ahead, fresh_s, first",
+    [(True, 30.0, "update DRAIN"), (False, 30.0, "read n1"), (True, 0.0, "read n1")],
+)
+def test_read_ahead_stands_for_the_drains_own_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ahead: bool, fresh_s: float, first: str
+) -> None:
+    """A read ahead (the daemon asks when a fault that drains at once arrives) saves the
+    drain its own read, only while it is fresh."""
+    from hma.remediation import actions
+
+    monkeypatch.setattr(actions, "FRESH_S", fresh_s)
+    fake = Timeline("n1", "n2", "n3", "n4")
+    rem = make(tmp_path, fake, slurm={"heartbeat": 3600.0, "facts_interval": 60.0}, start=True)
+    try:
+        wait_for(lambda: rem.facts().job_running is not None, "facts at start")
+        if ahead:
+            rem.read_ahead()
+            wait_for(lambda: rem.shared.fresh is not None, "read ahead")
+            rem.read_ahead()  # at most once per facts_interval
+        reads = len(fake.timeline)
+        rem.update(Verdict(time.time(), "b1", (fault(Action.NONE),)), "b1")
+        wait_for(lambda: "DRAIN" in fake.state["n1"].flags, "drain")
+        assert fake.timeline[reads] == first
+        assert fake.timeline[:reads].count("read n1") == (2 if ahead else 1)
+    finally:
+        rem.close()

@@ -1,0 +1,436 @@
+"""The planner: what remediation should do next, decided without any I/O.
+
+``plan`` takes the open episode (one stretch of unhealthiness of this node), the health model's
+verdict, the node's state as the backend last read it, the policy (``[recovery]``) and the time,
+and returns the episode as it is now and the intents: actions to add to the outbox (``Enqueue``)
+and open ones to cancel (``Cancel``). The engine applies them; the outbox makes each key happen
+once. Every rule is described in docs/remediation.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping, Optional, Sequence, Union
+
+from hma.model import Action, Clears, Fault, Verdict
+from hma.remediation import label as label_mod
+from hma.remediation.backend import OWNED_PREFIX, NodeState
+
+
+def reason_for(fault: Fault) -> str:
+    """The drain reason hma sets: ``HMA: <CODE> <component>``."""
+    return f"{OWNED_PREFIX} {fault.code} {fault.component}"
+
+
+def recovery_action(action: Action, auto_resume: bool) -> Action:
+    """The recovery for a fault: ``reboot`` becomes ``replace`` when it hit an auto-resume job."""
+    return Action.REPLACE if auto_resume and action is Action.REBOOT else action
+
+
+@dataclass(frozen=True)
+class Acted:
+    """A reboot or replace hma asked for, in which boot."""
+
+    kind: str
+    boot_id: str
+    at: float
+
+
+@dataclass(frozen=True)
+class Episode:
+    """One stretch of unhealthiness of this node, from the first draining fault to the resume
+    (status.json ``remediation.episode``)."""
+
+    id: int
+    code: str
+    component: str
+    severity: str = "critical"
+    message: str = ""
+    action: str = "none"
+    since: float = 0.0
+    jobs: tuple[str, ...] = ()
+    users: tuple[str, ...] = ()
+    boot_id: str = ""
+    reason: str = ""
+    phase: str = "open"  # open, resuming
+    owned: Optional[bool] = None  # hma drained it (True), someone else holds it (False)
+    drained_at: Optional[float] = None
+    acted: Optional[Acted] = None
+    down_at: Optional[float] = None
+    healthy_since: Optional[float] = None
+    stale: bool = False  # taken up from Slurm, without a record in the state store
+    adopted: Optional[str] = None  # Slurm's own drain reason hma took over
+
+    def to_json(self) -> dict[str, Any]:
+        """The stored and shown form."""
+        doc: dict[str, Any] = {
+            "id": self.id,
+            "code": self.code,
+            "component": self.component,
+            "severity": self.severity,
+            "message": self.message,
+            "action": self.action,
+            "since": self.since,
+            "jobs": list(self.jobs),
+            "users": list(self.users),
+            "boot_id": self.boot_id,
+            "reason": self.reason,
+            "phase": self.phase,
+            "owned": self.owned,
+            "drained_at": self.drained_at,
+            "acted": (
+                {"kind": self.acted.kind, "boot_id": self.acted.boot_id, "at": self.acted.at}
+                if self.acted
+                else None
+            ),
+            "down_at": self.down_at,
+            "healthy_since": self.healthy_since,
+        }
+        if self.stale:
+            doc["stale"] = True
+        if self.adopted is not None:
+            doc["adopted"] = self.adopted
+        return doc
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Episode:
+        """From ``to_json`` (or an action's payload: the fields it has)."""
+        acted = doc.get("acted")
+        return cls(
+            id=int(doc.get("id") or 0),
+            code=str(doc.get("code") or ""),
+            component=str(doc.get("component") or ""),
+            severity=str(doc.get("severity") or "critical"),
+            message=str(doc.get("message") or ""),
+            action=str(doc.get("action") or "none"),
+            since=float(doc.get("since") or 0.0),
+            jobs=tuple(str(j) for j in doc.get("jobs") or ()),
+            users=tuple(str(u) for u in doc.get("users") or ()),
+            boot_id=str(doc.get("boot_id") or ""),
+            reason=str(doc.get("reason") or ""),
+            phase=str(doc.get("phase") or "open"),
+            owned=doc.get("owned"),
+            drained_at=doc.get("drained_at"),
+            acted=(
+                Acted(str(acted.get("kind")), str(acted.get("boot_id")), float(acted.get("at", 0)))
+                if isinstance(acted, dict)
+                else None
+            ),
+            down_at=doc.get("down_at"),
+            healthy_since=doc.get("healthy_since"),
+            stale=bool(doc.get("stale")),
+            adopted=doc.get("adopted"),
+        )
+
+
+@dataclass(frozen=True)
+class Reboot:
+    """One reboot hma had done for a fault (counted within ``reboot_window``)."""
+
+    code: str
+    component: str
+    ts: float
+    episode: Optional[int] = None
+    boot_id: str = ""
+
+
+def reboot_count(
+    reboots: Sequence[Reboot], code: str, component: str, now: float, window: float
+) -> int:
+    """Reboots of (code, component) within ``window`` seconds of ``now``."""
+    return sum(
+        1 for r in reboots if r.code == code and r.component == component and now - r.ts <= window
+    )
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The ``[recovery]`` keys the planner uses."""
+
+    automatic: bool = True
+    dry_run: bool = False
+    adopt_slurm_drains: bool = False
+    max_reboots: int = 2
+    reboot_window: float = 7 * 86400.0
+    resume_after: float = 120.0
+    drain_timeout: float = 3600.0
+    label_field: str = "extra"
+
+    @classmethod
+    def of(cls, recovery: Mapping[str, Any]) -> Policy:
+        """From the ``[recovery]`` section's values."""
+        return cls(
+            automatic=recovery["policy"] == "automatic",
+            dry_run=bool(recovery["dry_run"]),
+            adopt_slurm_drains=bool(recovery["adopt_slurm_drains"]),
+            max_reboots=int(recovery["max_reboots"]),
+            reboot_window=float(recovery["reboot_window"]),
+            resume_after=float(recovery["resume_after"]),
+            drain_timeout=float(recovery["drain_timeout"]),
+            label_field=str(recovery["label_field"]),
+        )
+
+
+@dataclass(frozen=True)
+class Situation:
+    """Everything the planner looks at besides the episode and the policy."""
+
+    now: float
+    verdict: Verdict
+    node: Optional[NodeState]  # as last read (None: not read yet)
+    facts_ok: bool = True  # the last read of the node's state and jobs worked
+    jobs: tuple[tuple[str, str], ...] = ()  # (job id, user) on the node
+    boot_id: str = ""
+    boot_since: float = 0.0  # when the current boot id was first heard of
+    reboots: tuple[Reboot, ...] = ()
+    auto_resume_jobs: frozenset[str] = frozenset()  # jobs seen running under hma srun
+    open_rows: tuple[tuple[int, str], ...] = ()  # (id, kind) of the episode's open actions
+    # Why an owned drain must not be resumed yet although the node is healthy (a check that
+    # must pass after a reboot or replace first); empty: nothing holds the resume.
+    resume_hold: str = ""
+
+
+@dataclass(frozen=True)
+class Enqueue:
+    """Add the action ``kind`` under ``key`` to the outbox (once per key)."""
+
+    kind: str
+    key: str
+    episode: Episode  # as it was when decided (the action's payload and alert)
+    boot_id: str
+
+    def payload(self) -> dict[str, Any]:
+        """What the outbox row carries."""
+        ep = self.episode
+        return {
+            "episode": ep.id,
+            "code": ep.code,
+            "component": ep.component,
+            "action": ep.action,
+            "boot_id": self.boot_id,
+            "jobs": list(ep.jobs),
+        }
+
+
+@dataclass(frozen=True)
+class Cancel:
+    """Cancel the open action ``row_id``."""
+
+    row_id: int
+    why: str
+
+
+Intent = Union[Enqueue, Cancel]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The planner's answer."""
+
+    episode: Optional[Episode]
+    seq: int  # the last episode id used
+    intents: tuple[Intent, ...] = ()
+    stale_checked: bool = False  # Slurm was looked at for a drain without a record
+
+
+def _effective(fault: Fault, policy: Policy, s: Situation) -> Action:
+    if (
+        fault.action is Action.REBOOT
+        and reboot_count(s.reboots, fault.code, fault.component, s.now, policy.reboot_window)
+        >= policy.max_reboots
+    ):
+        return Action.REPLACE
+    return fault.action
+
+
+def primary(s: Situation, policy: Policy) -> tuple[Optional[Fault], Action]:
+    """The fault the episode is about (strongest effective action, then oldest) and its
+    action."""
+    faults = s.verdict.draining
+    if not policy.adopt_slurm_drains:  # Slurm's own drains: reported, never acted on
+        faults = tuple(f for f in faults if not f.code.startswith("SLURM_"))
+    if not faults:
+        return None, Action.NONE
+    ranked = sorted(
+        faults,
+        key=lambda f: (-int(_effective(f, policy, s)), f.first_seen, f.code, f.component),
+    )
+    return ranked[0], _effective(ranked[0], policy, s)
+
+
+@dataclass
+class _Work:
+    """One planning pass (the mutable part)."""
+
+    s: Situation
+    policy: Policy
+    seq: int
+    stale_checked: bool
+    open_rows: list[tuple[int, str]]
+    intents: list[Intent] = field(default_factory=list)
+
+    def enqueue(self, ep: Episode, kind: str, key: str) -> Episode:
+        self.intents.append(Enqueue(kind, key, ep, self.s.boot_id))
+        if self.policy.dry_run:  # simulate, so that the next steps are decided (and shown) too
+            if kind == "drain":
+                return replace(ep, owned=True, drained_at=self.s.now)
+            if kind in ("reboot", "replace"):
+                return replace(ep, acted=Acted(kind, self.s.boot_id, self.s.now))
+        return ep
+
+    def cancel(self, kinds: Optional[str], why: str) -> None:
+        for row_id, kind in list(self.open_rows):
+            if kinds is None or kind == kinds:
+                self.intents.append(Cancel(row_id, why))
+                self.open_rows.remove((row_id, kind))
+
+
+def plan(
+    episode: Optional[Episode],
+    seq: int,
+    s: Situation,
+    policy: Policy,
+    stale_checked: bool = False,
+) -> Plan:
+    """Bring the outbox in line with the verdict (see the module doc)."""
+    w = _Work(s, policy, seq, stale_checked, list(s.open_rows))
+    ep = episode
+    if ep is not None and s.node is not None and s.facts_ok:
+        w.stale_checked = True  # an episode at start: nothing in Slurm to take up later
+    fault, action = primary(s, policy)
+    hit = ep.jobs if ep is not None else tuple(j for j, _u in s.jobs)
+    action = recovery_action(action, any(j in s.auto_resume_jobs for j in hit))
+    if fault is not None:
+        ep = _faulty(w, ep, fault, action)
+    elif ep is None:
+        ep = _stale_episode(w)
+    if fault is None and ep is not None and ep.phase == "open":
+        ep = _healthy(w, ep)
+    return Plan(ep, w.seq, tuple(w.intents), w.stale_checked)
+
+
+def _faulty(w: _Work, ep: Optional[Episode], fault: Fault, action: Action) -> Episode:
+    s, now = w.s, w.s.now
+    if ep is None:
+        w.seq += 1
+        kind = "drain" if w.policy.automatic else "label"
+        ep = Episode(
+            id=w.seq,
+            code=fault.code,
+            component=fault.component,
+            severity=str(fault.severity),
+            message=fault.message,
+            action=str(action),
+            since=fault.first_seen or now,
+            jobs=tuple(j for j, _u in s.jobs),
+            users=tuple(sorted({u for _j, u in s.jobs})),
+            boot_id=s.boot_id,
+            reason=reason_for(fault),
+        )
+        ep = w.enqueue(ep, kind, f"ep{ep.id}:{kind}")
+    else:
+        if ep.phase == "resuming":
+            w.cancel("resume", "the fault came back")
+            ep = replace(ep, phase="open")
+        ep = replace(ep, healthy_since=None)
+        node = s.node
+        released = ep.owned is False and node is not None
+        if w.policy.automatic and released and node is not None and not node.out_of_service:
+            ep = replace(ep, owned=None)  # whoever held it let go: drain it now
+            ep = w.enqueue(ep, "drain", f"ep{ep.id}:drain:{int(now)}")
+        elif w.policy.automatic and ep.owned is None and not w.open_rows:
+            ep = w.enqueue(ep, "drain", f"ep{ep.id}:drain:{int(now)}")
+        if str(action) != ep.action:
+            old = ep.action
+            ep = replace(ep, action=str(action))
+            if Action.parse(old) < action:
+                ep = replace(
+                    ep,
+                    code=fault.code,
+                    component=fault.component,
+                    severity=str(fault.severity),
+                    message=fault.message,
+                )
+            ep = w.enqueue(ep, "label", f"ep{ep.id}:label:{action}")
+    if w.policy.automatic:
+        ep = _progress(w, ep, action, fault)
+    return ep
+
+
+def _healthy(w: _Work, ep: Episode) -> Optional[Episode]:
+    """No draining fault: resume once healthy for ``resume_after`` (at once if never drained)."""
+    now = w.s.now
+    if ep.healthy_since is None:
+        ep = replace(ep, healthy_since=now)
+    never_drained = not ep.owned
+    healthy_for = now - float(ep.healthy_since or now)
+    if not never_drained and (healthy_for < w.policy.resume_after or w.s.resume_hold):
+        return ep
+    ep = replace(ep, phase="resuming")
+    w.cancel(None, "the fault cleared")
+    ep = w.enqueue(ep, "resume", f"ep{ep.id}:resume")
+    return None if w.policy.dry_run else ep
+
+
+def _stale_episode(w: _Work) -> Optional[Episode]:
+    """A healthy node that Slurm shows labelled or drained by hma, with no episode in the
+    state store (a wiped disk, a replaced instance): take it up again, so that the drain is
+    resumed after ``resume_after`` and the label cleared, by the usual rules."""
+    s, node = w.s, w.s.node
+    if node is None or not s.facts_ok or w.stale_checked:
+        return None
+    w.stale_checked = True  # once, at start: later labels are this instance's own
+    found = label_mod.find(node.field(w.policy.label_field))
+    owned = node.owned and node.out_of_service
+    if not owned and (found is None or found.state != "unhealthy"):
+        return None
+    code, component = (found.code, found.component) if found else ("", "")
+    if owned:
+        text = node.reason[len(OWNED_PREFIX) :].split(" : ", 1)[0].strip()
+        code, _, component = text.partition(" ")
+    w.seq += 1
+    return Episode(
+        id=w.seq,
+        code=code or "?",
+        component=component or "node",
+        severity="critical",
+        message="found in Slurm without a record in the state store",
+        action=found.action if found else "none",
+        since=(found.since if found and found.since else node.reason_time) or s.now,
+        jobs=tuple(found.jobs) if found else (),
+        users=(),
+        boot_id=s.boot_id,
+        reason=node.reason.split(" : ", 1)[0] if owned else f"{OWNED_PREFIX} {code}",
+        owned=owned or None,
+        drained_at=node.reason_time if owned else None,
+        stale=True,
+    )
+
+
+def _progress(w: _Work, ep: Episode, action: Action, fault: Fault) -> Episode:
+    """Next recovery step of an open episode whose drain hma owns (``fault``: its primary)."""
+    s, now = w.s, w.s.now
+    if not ep.owned or ep.phase != "open":
+        return ep
+    node, acted = s.node, ep.acted
+    if acted and acted.boot_id == s.boot_id:
+        return ep  # acted in this boot; wait for the reboot (or a human, for replace)
+    if acted and fault.clears is Clears.OBSERVATION and fault.last_seen < s.boot_since:
+        return ep  # carried over the reboot, not seen on this boot: wait for its probe to look
+    if acted and acted.kind == "replace":
+        return ep
+    if w.policy.dry_run:
+        idle = node is None or not node.busy  # as if the drain had happened
+    else:
+        idle = bool(ep.down_at) or (node is not None and node.drained)
+    if not idle and node is not None and node.draining:
+        if now - float(ep.drained_at or now) >= w.policy.drain_timeout:
+            ep = w.enqueue(ep, "down", f"ep{ep.id}:down")
+        return ep
+    if not idle:
+        return ep
+    if action is Action.REBOOT:
+        return w.enqueue(ep, "reboot", f"ep{ep.id}:reboot:{s.boot_id}")
+    if action is Action.REPLACE:
+        return w.enqueue(ep, "replace", f"ep{ep.id}:replace")
+    return ep

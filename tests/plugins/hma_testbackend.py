@@ -1,0 +1,85 @@
+"""A second cluster backend for tests, registered like any third-party plugin (see the dist-info
+folder): nodes kept in memory, every write logged."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, ClassVar, Collection, Mapping, Optional, Sequence
+
+from hma.options import Option
+from hma.remediation.backend import Backend, BackendError, Job, JobInfo, NodeState
+
+
+class MemoryBackend(Backend):
+    """Nodes ``[memory] nodes`` in one partition; ``calls`` logs every write."""
+
+    name = "memory"
+    options: ClassVar[Mapping[str, Option]] = {
+        "nodes": Option("strlist", ["m1", "m2", "m3", "m4"], "Nodes of the cluster."),
+        "me": Option("str", "m1", "This node's name."),
+    }
+
+    def __init__(self, options: Mapping[str, Any], label_field: str) -> None:
+        super().__init__(options, label_field)
+        self.state = {n: NodeState(n, "idle", partitions=("all",)) for n in options["nodes"]}
+        self.calls: list[tuple[str, ...]] = []
+        self.unreachable = False
+
+    def _get(self, name: str) -> NodeState:
+        if self.unreachable:
+            raise BackendError("cluster API unreachable")
+        return self.state[name]
+
+    def _set(self, name: str, **changes: Any) -> None:
+        self.state[name] = replace(self._get(name), **changes)
+
+    def node_name_configured(self) -> Optional[str]:
+        return None  # found through find_node_name
+
+    def find_node_name(self) -> Optional[str]:
+        return str(self.config["me"]) if self.config["me"] in self.state else None
+
+    def node(self, name: str) -> NodeState:
+        return self._get(name)
+
+    def jobs(self, name: str) -> Sequence[Job]:
+        return []
+
+    def peers(self, node: NodeState) -> tuple[list[NodeState], int]:
+        return [n for n in self.state.values() if n.out_of_service], len(self.state)
+
+    def job_infos(self, ids: Collection[str]) -> list[JobInfo]:
+        return []
+
+    def env(self) -> dict[str, str]:
+        return {"PATH": "/usr/bin:/bin"}
+
+    def label(self, name: str, text: str) -> None:
+        self.calls.append(("label", name, text))
+        self._set(name, extra=text)
+
+    def drain(self, name: str, reason: str, label: Optional[str] = None) -> None:
+        self.calls.append(("drain", name, reason))
+        node = self._get(name)
+        extra = node.extra if label is None else label
+        self._set(name, flags=node.flags | {"DRAIN"}, reason=reason, extra=extra)
+
+    def resume(self, name: str, label: Optional[str] = None) -> None:
+        self.calls.append(("resume", name))
+        node = self._get(name)
+        extra = node.extra if label is None else label
+        self._set(name, flags=node.flags - {"DRAIN", "FAIL"}, reason="", extra=extra)
+
+    def down(self, name: str, reason: str) -> None:
+        self.calls.append(("down", name, reason))
+        self._set(name, base="down", reason=reason)
+
+    def reboot(self, name: str, reason: str, mode: str) -> None:
+        self.calls.append(("reboot", name, mode))
+        self._set(name, flags=self._get(name).flags | {"REBOOT_REQUESTED"})
+
+    def replace(self, name: str, reason: str, mode: str, domain: Sequence[str] = ()) -> None:
+        self.calls.append(("replace", name, mode))
+
+    def update_job(self, job_id: str, **fields: str) -> None:
+        self.calls.append(("update_job", job_id))

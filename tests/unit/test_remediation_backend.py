@@ -1,0 +1,129 @@
+"""A second cluster backend, registered through the ``hma.backends`` entry point group like any
+third-party plugin and chosen by ``[cluster] backend``, drives the same engine."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from hma import assembly, registry
+from hma.config import ConfigError
+from hma.model import Action, Clears, Fault, Severity, Verdict
+from hma.remediation.engine import Remediator
+from hma.state import Store
+
+pytestmark = pytest.mark.timeout(30)
+PLUGINS = Path(__file__).resolve().parent.parent / "plugins"
+
+
+@pytest.fixture
+def plugins(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.syspath_prepend(str(PLUGINS))
+    registry.rescan()
+    yield
+    monkeypatch.undo()
+    sys.modules.pop("hma_testbackend", None)
+    registry.rescan()
+
+
+def config(tmp: Path, *lines: str) -> Path:
+    path = tmp / "hma.toml"
+    path.write_text(
+        "\n".join(
+            [
+                "[agent]",
+                f'state_dir = "{tmp}/state"',
+                f'run_dir = "{tmp}/run"',
+                f'probes_dir = "{tmp}/probes.d"',
+                "[recovery]",
+                "resume_after = 0.0",
+                "min_reboot_interval = 0.0",
+                *lines,
+            ]
+        )
+        + "\n"
+    )
+    return path
+
+
+def xid(now: float) -> Fault:
+    return Fault(
+        "GPU_XID_79",
+        "gpu:0000:3b:00",
+        Severity.CRITICAL,
+        Action.REBOOT,
+        "m",
+        {},
+        "t",
+        now,
+        now,
+        1,
+        True,
+        Clears.REBOOT,
+        True,
+    )
+
+
+def test_memory_backend_drains_reboots_and_resumes(tmp_path: Path, plugins: None) -> None:
+    setup = assembly.load(
+        str(config(tmp_path, "[cluster]", 'backend = "memory"', "[memory]", 'me = "m2"'))
+    )
+    rem = Remediator(setup, Store(str(tmp_path / "state" / "state.db")), start=False)
+    try:
+        mem = rem.backend
+        assert type(mem).__name__ == "MemoryBackend" and mem.label_field == "extra"
+        rem.refresh()  # finds its node name through the backend
+        assert rem.facts().node_name == "m2"
+        now = time.time()
+        rem.update(Verdict(now, "b1", (xid(now),)), "b1")
+        rem.flush(5)
+        calls = [c[0] for c in mem.calls]  # type: ignore[attr-defined]
+        assert calls == ["drain", "reboot"]  # the label goes with the drain, in one call
+        drained = mem.node("m2")
+        assert drained.reason == "HMA: GPU_XID_79 gpu:0000:3b:00"
+        assert drained.extra.startswith("hma=unhealthy:GPU_XID_79:reboot,")
+        assert rem.status()["breaker"]["total"] == 4  # counted through the backend's peers
+        later = time.time()
+        rem.update(Verdict(later, "b2", ()), "b2")  # rebooted, healthy
+        rem.flush(5)
+        assert mem.calls[-1][0] == "resume"  # type: ignore[attr-defined]
+        assert not mem.node("m2").out_of_service and rem.status()["episode"] is None
+    finally:
+        rem.close()
+
+
+def test_backend_section_is_declared_by_the_backend(tmp_path: Path, plugins: None) -> None:
+    with pytest.raises(ConfigError) as err:
+        assembly.load(
+            str(config(tmp_path, "[cluster]", 'backend = "memory"', "[memory]", "nope = 1"))
+        )
+    assert "memory.nope: unknown key" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        assembly.load(str(config(tmp_path, "[cluster]", 'backend = "k8s"')))
+    assert "cluster.backend" in str(err.value) and "memory" in str(err.value)
+
+
+def test_slurm_is_the_default_backend(tmp_path: Path) -> None:
+    setup = assembly.load(str(config(tmp_path, "[slurm]", 'node_name = "n9"')))
+    assert setup.config.section("cluster")["backend"] == "slurm"
+    rem = Remediator(setup, Store(str(tmp_path / "state" / "state.db")), start=False)
+    try:
+        assert type(rem.backend).__name__ == "SlurmBackend" and rem.facts().node_name == "n9"
+    finally:
+        rem.close()
+
+
+def test_one_probe_load_checks_only_the_backends_the_config_names(
+    tmp_path: Path, plugins: None
+) -> None:
+    """`hma check NAME` loads the backends the configuration names, not every installed one."""
+    path = config(tmp_path, "[cluster]", 'backend = "memory"', "[memory]", 'me = "m3"')
+    setup = assembly.load(str(path), only=["system"])
+    assert setup.config.section("memory")["me"] == "m3" and "slurm" not in setup.config.sections
+    with pytest.raises(ConfigError) as err:
+        assembly.load(str(config(tmp_path, "[memroy]", 'me = "m3"')), only=["system"])
+    assert "memroy: unknown section" in str(err.value)

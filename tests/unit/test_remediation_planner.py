@@ -1,0 +1,245 @@
+"""Table tests of the pure remediation planner: episode, verdict, node state, policy, now in;
+episode and intents out (no store, no cluster)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Optional
+
+import pytest
+
+from hma.model import Action, Clears, Fault, Severity, Verdict
+from hma.remediation.backend import NodeState
+from hma.remediation.planner import (
+    Acted,
+    Cancel,
+    Enqueue,
+    Episode,
+    Plan,
+    Policy,
+    Reboot,
+    Situation,
+    plan,
+    reason_for,
+)
+
+NOW = 1_800_000_000.0
+XID79 = ("GPU_XID_79", "gpu:0000:3b:00")
+
+
+def fault(
+    action: Action = Action.REBOOT,
+    code: str = XID79[0],
+    first: float = NOW - 5,
+    clears: Clears = Clears.REBOOT,
+    last: float = NOW,
+) -> Fault:
+    return Fault(
+        code,
+        XID79[1],
+        Severity.CRITICAL,
+        action,
+        "m",
+        {},
+        "gpu",
+        first,
+        last,
+        1,
+        True,
+        clears,
+        True,
+    )
+
+
+def node(base: str = "idle", *flags: str, reason: str = "", extra: str = "") -> NodeState:
+    return NodeState("n1", base, frozenset(flags), reason, NOW - 60, extra=extra)
+
+
+def episode(**changes: object) -> Episode:
+    ep = Episode(1, *XID79, action="reboot", since=NOW - 5, reason="HMA: GPU_XID_79 gpu:0000:3b:00")
+    return replace(ep, **changes)  # type: ignore[arg-type]
+
+
+def decide(
+    ep: Optional[Episode],
+    faults: tuple[Fault, ...] = (),
+    n: Optional[NodeState] = None,
+    policy: Optional[Policy] = None,
+    stale_checked: bool = True,
+    **situation: object,
+) -> Plan:
+    s = Situation(NOW, Verdict(NOW, "b1", faults), n or node(), boot_id="b1", **situation)  # type: ignore[arg-type]
+    return plan(ep, 1 if ep else 0, s, policy or Policy(), stale_checked)
+
+
+def kinds(result: Plan) -> list[str]:
+    return [
+        f"{i.kind}@{i.key}" if isinstance(i, Enqueue) else f"cancel#{i.row_id}"
+        for i in result.intents
+    ]
+
+
+@pytest.mark.parametrize(
+    "ep, faults, n, policy, want",
+    [
+        # a new fault: a new episode and its drain (label only under policy none)
+        (None, (fault(),), node(), Policy(), ["drain@ep1:drain"]),
+        (None, (fault(),), node(), Policy(automatic=False), ["label@ep1:label"]),
+        # drained by hma and idle: the recovery step of the action
+        (
+            episode(owned=True),
+            (fault(),),
+            node("idle", "DRAIN"),
+            Policy(),
+            ["reboot@ep1:reboot:b1"],
+        ),
+        (
+            episode(owned=True, action="replace"),
+            (fault(Action.REPLACE),),
+            node("idle", "DRAIN"),
+            Policy(),
+            ["replace@ep1:replace"],
+        ),
+        # still draining: wait, until drain_timeout passes: set it down
+        (
+            episode(owned=True, drained_at=NOW - 10),
+            (fault(),),
+            node("mixed", "DRAIN"),
+            Policy(),
+            [],
+        ),
+        (
+            episode(owned=True, drained_at=NOW - 4000),
+            (fault(),),
+            node("mixed", "DRAIN"),
+            Policy(),
+            ["down@ep1:down"],
+        ),
+        # rebooted in this boot: wait for the reboot; a replace waits for a human
+        (
+            episode(owned=True, acted=Acted("reboot", "b1", NOW)),
+            (fault(),),
+            node("idle", "DRAIN"),
+            Policy(),
+            [],
+        ),
+        (
+            episode(owned=True, acted=Acted("replace", "b0", NOW)),
+            (fault(),),
+            node("idle", "DRAIN"),
+            Policy(),
+            [],
+        ),
+        # someone else holds the node: nothing; once they let go, hma drains it
+        (episode(owned=False), (fault(),), node("idle", "DRAIN", reason="admin"), Policy(), []),
+        (episode(owned=False), (fault(),), node(), Policy(), [f"drain@ep1:drain:{int(NOW)}"]),
+        # healthy: resume after resume_after (at once when never drained)
+        (episode(owned=True, healthy_since=NOW - 10), (), node("idle", "DRAIN"), Policy(), []),
+        (
+            episode(owned=True, healthy_since=NOW - 200),
+            (),
+            node("idle", "DRAIN"),
+            Policy(),
+            ["resume@ep1:resume"],
+        ),
+        (episode(owned=None), (), node(), Policy(), ["resume@ep1:resume"]),
+        # Slurm's own drains are only acted on when adopted
+        (None, (fault(code="SLURM_NODE_DRAINED_KILL_TASK"),), node(), Policy(), []),
+    ],
+)
+def test_rules(
+    ep: Optional[Episode], faults: tuple[Fault, ...], n: NodeState, policy: Policy, want: list[str]
+) -> None:
+    assert kinds(decide(ep, faults, n, policy)) == want
+
+
+def test_new_episode_records_the_fault_and_jobs() -> None:
+    result = decide(None, (fault(),), jobs=(("7", "alice"), ("8", "bob")))
+    ep = result.episode
+    assert ep is not None and result.seq == 1
+    assert (ep.code, ep.component, ep.action, ep.jobs, ep.users) == (
+        *XID79,
+        "reboot",
+        ("7", "8"),
+        ("alice", "bob"),
+    )
+    assert ep.reason == reason_for(fault()) == "HMA: GPU_XID_79 gpu:0000:3b:00"
+
+
+def test_reboots_beyond_max_become_replace() -> None:
+    reboots = tuple(Reboot(*XID79, NOW - 100 * i) for i in range(1, 3))
+    result = decide(None, (fault(),), reboots=reboots)
+    assert result.episode is not None and result.episode.action == "replace"
+    old = tuple(Reboot(*XID79, NOW - 8 * 86400) for _ in range(2))  # outside reboot_window
+    assert decide(None, (fault(),), reboots=old).episode.action == "reboot"  # type: ignore[union-attr]
+
+
+def test_auto_resume_job_hit_gets_replace() -> None:
+    result = decide(None, (fault(),), jobs=(("7", "alice"),), auto_resume_jobs=frozenset({"7"}))
+    assert result.episode is not None and result.episode.action == "replace"
+
+
+def test_stronger_fault_relabels_and_takes_over_the_episode() -> None:
+    ue = fault(Action.REPLACE, code="GPU_ROW_REMAP_FAILURE")
+    result = decide(episode(owned=None), (fault(), ue), open_rows=((4, "drain"),))
+    assert kinds(result) == ["label@ep1:label:replace"]  # the open drain is left to finish
+    assert result.episode is not None and result.episode.code == "GPU_ROW_REMAP_FAILURE"
+
+
+def test_fault_back_while_resuming_cancels_the_resume() -> None:
+    ep = episode(owned=True, phase="resuming", healthy_since=NOW - 300)
+    result = decide(ep, (fault(),), node("idle", "DRAIN"), open_rows=((9, "resume"),))
+    assert [i for i in result.intents if isinstance(i, Cancel)] == [
+        Cancel(9, "the fault came back")
+    ]
+    assert result.episode is not None and result.episode.phase == "open"
+
+
+def test_healthy_cancels_open_steps_before_resuming() -> None:
+    ep = episode(owned=True, healthy_since=NOW - 300)
+    result = decide(ep, (), node("idle", "DRAIN"), open_rows=((5, "reboot"),))
+    assert kinds(result) == ["cancel#5", "resume@ep1:resume"]
+
+
+def test_resume_hold_keeps_an_owned_drain() -> None:
+    ep = episode(owned=True, healthy_since=NOW - 300)
+    held = decide(ep, (), node("idle", "DRAIN"), resume_hold="deep check pending")
+    assert kinds(held) == [] and held.episode is not None and held.episode.phase == "open"
+
+
+def test_fault_carried_over_a_reboot_waits_for_its_probe() -> None:
+    ep = episode(owned=True, acted=Acted("reboot", "b0", NOW - 600))
+    seen_before = fault(clears=Clears.OBSERVATION, last=NOW - 300)
+    assert kinds(decide(ep, (seen_before,), node("idle", "DRAIN"), boot_since=NOW - 60)) == []
+    seen_again = fault(clears=Clears.OBSERVATION, last=NOW)
+    want = ["reboot@ep1:reboot:b1"]
+    assert kinds(decide(ep, (seen_again,), node("idle", "DRAIN"), boot_since=NOW - 60)) == want
+
+
+def test_dry_run_decides_every_step_at_once() -> None:
+    result = decide(None, (fault(),), policy=Policy(dry_run=True))
+    assert kinds(result) == ["drain@ep1:drain", "reboot@ep1:reboot:b1"]
+    ep = result.episode
+    assert ep is not None and ep.owned and ep.acted == Acted("reboot", "b1", NOW)
+
+
+def test_stale_drain_in_slurm_is_taken_up_once() -> None:
+    drained = node("idle", "DRAIN", reason="HMA: GPU_XID_79 gpu:0000:3b:00")
+    result = decide(None, (), drained, stale_checked=False)
+    ep = result.episode
+    assert ep is not None and ep.stale and ep.owned and (ep.code, ep.component) == XID79
+    assert result.stale_checked and kinds(result) == []  # healthy_since starts now
+    assert decide(None, (), drained, stale_checked=True).episode is None
+
+
+def test_episode_json_round_trip() -> None:
+    ep = episode(owned=True, acted=Acted("reboot", "b1", NOW), adopted="Kill task failed")
+    assert Episode.from_json(ep.to_json()) == ep
+    assert "stale" not in ep.to_json() and Episode.from_json({"id": 2}).phase == "open"
+
+
+def test_plan_does_not_change_its_input() -> None:
+    ep = episode(owned=True)
+    before = ep.to_json()
+    decide(ep, (fault(),), node("idle", "DRAIN"))
+    assert ep.to_json() == before
