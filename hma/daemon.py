@@ -26,6 +26,7 @@ from hma.adapters.notify import Notifier
 from hma.config import EX_CONFIG, ConfigError
 from hma.configfile import empty_files
 from hma.deepcheck import record as deepcheck_record
+from hma.deepcheck.gate import RecoveryGate
 from hma.devices import DeviceWatcher
 from hma.model import Clears, Finding, ProbeRun, RunStatus, Severity
 from hma.pipeline import Applied, Pipeline
@@ -214,7 +215,8 @@ class Daemon:
     def _make_remediator(self) -> Remediator:
         if self.remediator is not None:
             _quietly(self.remediator.close)
-        remediator = Remediator(self.setup, self.store, self.clock)
+        gate = RecoveryGate(self.setup)  # [deep_check] after_recovery (hma.deepcheck.gate)
+        remediator = Remediator(self.setup, self.store, self.clock, resume_gate=gate.hold)
         remediator.on_alert = lambda: self.inputs.put(AlertsQueued())
         self.inputs.put(AlertsQueued())  # any queued before on_alert was set
         return remediator
