@@ -163,6 +163,13 @@ def cmd_healthcheck(args: argparse.Namespace) -> int:
     return healthcheck.run(args.config, quiet=args.quiet)
 
 
+def cmd_topology(args: argparse.Namespace) -> int:
+    """Write the controller's topology file from the nodes' NVLink domains (hma.commands)."""
+    from hma.commands import topology
+
+    return topology.main(args.config, args.format, args.file, args.check)
+
+
 def cmd_fleet(args: argparse.Namespace) -> int:
     """Cluster health from Slurm alone: nodes labelled/drained by hma, breaker per partition."""
     from hma.remediation import fleet
@@ -172,15 +179,8 @@ def cmd_fleet(args: argparse.Namespace) -> int:
         setup = _load(args)
     except ConfigError as exc:
         return _config_failed(exc, 3)
-    sl, rec = setup.config.section("slurm"), setup.config.section("recovery")
-    client = SlurmClient(
-        list(sl["scontrol"]),
-        list(sl["sinfo"]),
-        list(sl["squeue"]),
-        sl["conf"],
-        float(sl["timeout"]),
-        str(sl["path"] or ""),
-    )
+    rec = setup.config.section("recovery")
+    client = SlurmClient.from_options(setup.config.section("slurm"))
     try:
         doc = fleet.collect(
             client, rec["label_field"], float(rec["max_drained_percent"]), rec["max_drained_nodes"]
@@ -269,6 +269,25 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("fleet", help="cluster health from Slurm: hma-held nodes, breaker state")
     p.add_argument("--json", action="store_true", help="print the JSON document")
     p.set_defaults(func=cmd_fleet)
+
+    p = add(
+        "topology",
+        help="controller: write topology.conf from the nodes' NVLink domains",
+        description="Read every node's NVLink domain (one sinfo), keep [topology] "
+        "spares_per_domain spares per domain, write the topology file when it changed and run "
+        "scontrol reconfigure (docs/topology.md).",
+    )
+    p.add_argument(
+        "--format",
+        choices=("block", "yaml", "tree"),
+        help="block: topology.conf for Slurm 23.11+; yaml: topology.yaml (25.05+); tree: "
+        "SwitchName= lines (22.05); default [topology] format",
+    )
+    p.add_argument("--file", help="file to write (default: next to slurm.conf)")
+    p.add_argument(
+        "--check", action="store_true", help="print the difference, change nothing (exit 1)"
+    )
+    p.set_defaults(func=cmd_topology)
 
     p = add("explain", help="explain a finding code")
     p.add_argument("code", nargs="?")

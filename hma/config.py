@@ -24,6 +24,7 @@ from hma.configfile import (
 )
 from hma.deepcheck import options as deepcheck_options
 from hma.options import FLOAT_LIMIT, Option, positive
+from hma.topology import options as topology_options
 
 EX_CONFIG = 78
 
@@ -54,6 +55,7 @@ CORE_SECTIONS: dict[str, dict[str, Option]] = {
         "procfs": Option("path", "/proc", "Root of procfs."),
     },
     "deep_check": deepcheck_options.DEEP_CHECK,
+    "topology": topology_options.TOPOLOGY,
 }
 # The sections of remediation and of the cluster backends are added by ``hma.assembly``, which
 # finds them (this module sits below remediation and imports none of it).

@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Mapping, Optional, Union
 
 from hma import __version__, assembly
 from hma.adapters.notify import Notifier
@@ -37,6 +37,7 @@ from hma.runner import make_slot, run_probe
 from hma.source import StopEvent
 from hma.state import RETRY_MIN_S, StateError, Store
 from hma.status import StatusWriter, boot_id, status_path
+from hma.topology import domain as topology_domain
 
 log = logging.getLogger("hma")
 
@@ -218,6 +219,7 @@ class Daemon:
         gate = RecoveryGate(self.setup)  # [deep_check] after_recovery (hma.deepcheck.gate)
         remediator = Remediator(self.setup, self.store, self.clock, resume_gate=gate.hold)
         remediator.on_alert = lambda: self.inputs.put(AlertsQueued())
+        remediator.set_domain(self.topology()["domain"])
         self.inputs.put(AlertsQueued())  # any queued before on_alert was set
         return remediator
 
@@ -429,6 +431,8 @@ class Daemon:
             self.store.kv_set(
                 f"probe.{state.name}.previous", {"ts": run.started, "snapshot": run.snapshot}
             )
+            if self.remediator is not None:
+                self.remediator.set_domain(self.topology()["domain"])
         return True
 
     def _observe(self, run: ProbeRun) -> None:
@@ -590,8 +594,10 @@ class Daemon:
         verdict = self.model.verdict(now)
         mono = time.monotonic()
         probes = []
+        summaries = {}
         for name, state in sorted(self.probes.items()):
             last = state.last
+            summaries[name] = self._summary(name, state)
             probes.append(
                 {
                     "name": name,
@@ -601,7 +607,7 @@ class Daemon:
                     "next_run": round(now + max(0.0, state.next_due - mono), 1),
                     "error": last.error if last else "",
                     "findings": len(last.findings) if last else 0,
-                    "summary": self._summary(name, state),
+                    "summary": summaries[name],
                 }
             )
         faults = [self.model.fault(r) for r in self.model.records()]
@@ -625,10 +631,19 @@ class Daemon:
             "severity": str(verdict.severity),
             "action": str(verdict.action),
             "instance_type": self.setup.instance_type(),
+            "topology": self.topology(summaries),
             "probes": probes,
             "faults": [f.to_json() for f in faults],
             "remediation": remediation,
         }
+
+    def topology(self, summaries: Optional[Mapping[str, Any]] = None) -> dict[str, str]:
+        """The node's NVLink domain and where it came from (hma.topology.domain)."""
+        if summaries is None:
+            summaries = {n: self._summary(n, s) for n, s in self.probes.items()}
+        configured = self.setup.config.section("topology")["domain"]
+        domain, source = topology_domain.resolve(configured, summaries)
+        return {"domain": domain, "source": source}
 
     def _summary(self, name: str, state: ProbeState) -> Any:
         """The probe's digest of its last snapshot (e.g. the EFA mesh matrix), or None."""

@@ -33,10 +33,11 @@ def status_path(run_dir: Union[str, Path]) -> Path:
 def write_atomic(path: Union[str, Path], doc: Mapping[str, Any]) -> None:
     """Write ``doc`` as JSON: temp file in the same folder, fsync, rename (readers see the old or
     the new document, never a mix). Mode 0644: any user may run ``hma status``."""
-    _write_text(Path(path), json.dumps(doc, separators=(",", ":"), allow_nan=False) + "\n")
+    write_text(Path(path), json.dumps(doc, separators=(",", ":"), allow_nan=False) + "\n")
 
 
-def _write_text(target: Path, text: str) -> None:
+def write_text(target: Path, text: str) -> None:
+    """Write ``text`` to ``target`` atomically (temp file, fsync, rename; mode 0644)."""
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as stream:
@@ -347,6 +348,9 @@ def render(doc: Optional[Mapping[str, Any]], problem: str = "", now: Optional[fl
     about.append(f"status written {_when(doc.get('generated'), now)}")
     if doc.get("instance_type"):
         about.append(f"instance {_clean(doc['instance_type'])}")
+    topo = doc.get("topology")
+    if isinstance(topo, Mapping) and topo.get("domain"):
+        about.append(f"NVLink domain {_clean(topo['domain'])} ({_clean(topo.get('source'))})")
     lines += ["  " + ", ".join(about), ""]
 
     probes = sorted(doc.get("probes") or [], key=lambda p: str(p.get("name")))

@@ -26,7 +26,8 @@ supported, never a finding)::
      "clocks": {"gpu_idle": True, "hw_slowdown": False, "hw_thermal_slowdown": False,
                 "hw_power_brake_slowdown": False},
      "temp": 33, "temp_slowdown": 87,
-     "fabric": {"state": 3, "status": 0, "summary": 1 | None, "health_mask": 0x1aa | None},
+     "fabric": {"state": 3, "status": 0, "summary": 1 | None, "health_mask": 0x1aa | None,
+                "cluster_uuid": "8c3e...-..." | None, "clique_id": 7 | None},
      "recovery_action": 0}
 
 Each snapshot also carries ``pcie_baseline``: per GPU (``bus_id/uuid``) the widest PCIe link width
@@ -337,6 +338,17 @@ def _eval_node(
                 {"driver": driver, "expected": opts["expected_driver"]},
             )
         )
+    domains = fabric_domains(snap)
+    if len(domains) > 1:
+        out.append(
+            Finding(
+                "GPU_FABRIC_DOMAIN_MISMATCH",
+                NODE,
+                f"GPUs report {len(domains)} NVLink domains: "
+                + "; ".join(f"{d} (GPUs {','.join(map(str, i))})" for d, i in domains.items()),
+                {"domains": {d: list(i) for d, i in domains.items()}},
+            )
+        )
     if snap.get("nvswitch") and snap.get("fabric_manager") is False:
         out.append(
             Finding(
@@ -605,3 +617,31 @@ def _mask_unhealthy(fabric: Mapping[str, Any]) -> bool:
     route_unhealthy = (mask >> 4) & 0x3 == 1  # NVML_GPU_FABRIC_HEALTH_MASK_ROUTE_UNHEALTHY_TRUE
     incorrect = (mask >> 8) & 0xF  # 1 = NONE, 0 = not supported, >1 = a configuration problem
     return route_unhealthy or incorrect > 1
+
+
+ZERO_UUID = "00000000-0000-0000-0000-000000000000"
+
+
+def fabric_domains(snap: Mapping[str, Any]) -> dict[str, list[Any]]:
+    """NVLink domains (``<cluster uuid>.<clique id>``) the node's GPUs report, each with the
+    indexes of its GPUs. A GPU counts only once its fabric registration completed with a cluster
+    UUID other than all zeros (HGX boards report zeros: their NVLink ends at the node)."""
+    out: dict[str, list[Any]] = {}
+    for gpu in snap.get("gpus") or []:
+        fabric = gpu.get("fabric") if isinstance(gpu, Mapping) else None
+        if not isinstance(fabric, Mapping) or fabric.get("state") != FABRIC_COMPLETED:
+            continue
+        cluster, clique = fabric.get("cluster_uuid"), fabric.get("clique_id")
+        if isinstance(cluster, str) and cluster != ZERO_UUID and isinstance(clique, int):
+            out.setdefault(f"{cluster}.{clique}", []).append(gpu.get("index"))
+    return out
+
+
+def summary(snap: Any) -> Optional[dict[str, Any]]:
+    """The status digest: the node's NVLink domain when every registered GPU agrees on one."""
+    if not isinstance(snap, Mapping):
+        return None
+    domains = fabric_domains(snap)
+    if len(domains) != 1:
+        return None
+    return {"domain": next(iter(domains))}

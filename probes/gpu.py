@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import uuid
 from typing import Any, Callable, ClassVar, Mapping, Optional
 
 import pynvml
@@ -115,6 +116,9 @@ class GpuProbe(Probe):
     def evaluate(self, snapshot: Any, ctx: ProbeContext) -> list[Finding]:
         elapsed = ctx.clock() - ctx.previous_ts if ctx.previous_ts else 0.0
         return rules.evaluate(snapshot, ctx.options, ctx.instance_type, ctx.previous, elapsed)
+
+    def summary(self, snapshot: Any) -> Optional[dict]:
+        return rules.summary(snapshot)
 
 
 def _hang_snapshot(deadline: float, still_stuck: bool) -> dict[str, Any]:
@@ -412,6 +416,8 @@ def _fabric(h: Any) -> dict[str, Any]:
         "status": int(info.status),
         "health_mask": int(getattr(info, "healthMask", 0)) if hasattr(info, "healthMask") else None,
         "summary": int(info.healthSummary) if hasattr(info, "healthSummary") else None,
+        "cluster_uuid": str(uuid.UUID(bytes=bytes(info.clusterUuid))),
+        "clique_id": int(info.cliqueId),
     }
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import uuid
 import xml.etree.ElementTree as ET
 from typing import Any, ClassVar, Mapping, Optional
 
@@ -101,6 +102,9 @@ class NvidiaSmiProbe(Probe):
     def evaluate(self, snapshot: Any, ctx: ProbeContext) -> list[Finding]:
         elapsed = ctx.clock() - ctx.previous_ts if ctx.previous_ts else 0.0
         return rules.evaluate(snapshot, ctx.options, ctx.instance_type, ctx.previous, elapsed)
+
+    def summary(self, snapshot: Any) -> Optional[dict]:
+        return rules.summary(snapshot)
 
 
 def parse_result(raw: Mapping[str, Any]) -> dict[str, Any]:
@@ -458,7 +462,21 @@ def _fabric(f: _Fields) -> Optional[dict[str, Any]]:
         "status": 0 if status in (None, "Success") else status,
         "summary": f.word("fabric/health/summary", SUMMARY_TEXT),
         "health_mask": None,
+        "cluster_uuid": _cluster_uuid(f),
+        "clique_id": f.uint("fabric/cliqueId", limit=0xFFFFFFFF),
     }
+
+
+def _cluster_uuid(f: _Fields) -> Optional[str]:
+    """The fabric's cluster UUID in canonical form; a malformed one is refused (None)."""
+    text = f.text("fabric/clusterUuid")
+    if text is None:
+        return None
+    try:
+        return str(uuid.UUID(text))
+    except ValueError:
+        f.bad["fabric/clusterUuid"] = f"not a UUID: {text[:60]!r}"
+        return None
 
 
 def _recovery(f: _Fields) -> Optional[int]:

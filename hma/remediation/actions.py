@@ -239,6 +239,8 @@ class Applier:
         if not (node.owned and node.out_of_service):
             return "skipped", f"not owned: reason is {node.reason!r}"
         acted = Acted(kind, boot_now, self.shared.clock())
+        if kind == "replace":
+            self._take_spare(node.name, ep)
         if kind == "replace" and mode == "drain_only":
             self._write_label(node)
             self._episode_update(acted=acted)
@@ -271,6 +273,26 @@ class Applier:
                 self.shared.node = replace(node, flags=node.flags | {"REBOOT_REQUESTED"})
         return "done", f"{kind} via {mode}"
 
+    def _take_spare(self, name: str, ep: Optional[Episode]) -> str:
+        """A healthy spare of the node's domain resumed in its place, once per episode
+        (``[topology] spares_per_domain``); its name, "" when none."""
+        with self.shared.lock:
+            domain, wanted, (taken_for, spare) = (
+                self.shared.domain,
+                self.shared.spares,
+                self.shared.spare,
+            )
+        key = ep.id if ep is not None else 0
+        if spare and taken_for == key:
+            return spare
+        if not domain or not wanted:
+            return ""
+        spare = self.backend.take_spare(name, domain) or ""
+        with self.shared.lock:
+            self.shared.spare = (key, spare)
+        log.info("replace of %s: spare %s of domain %s", name, spare or "(none)", domain)
+        return spare
+
     def _count_reboot(self, ep: Optional[Episode]) -> None:
         """Count one reboot of the episode's fault (once per episode and boot)."""
         if ep is None:
@@ -299,6 +321,8 @@ class Applier:
                         "reason": row.reason,
                         "jobs": list(ep.jobs) if ep else [],
                         "findings": findings,
+                        "domain": self.shared.domain,
+                        "spare": self._take_spare(node, ep) if kind == "replace" else "",
                     },
                     fh,
                 )
@@ -309,6 +333,8 @@ class Applier:
                 HMA_REASON=row.reason,
                 HMA_ACTION_ID=row.key,
                 HMA_FINDINGS_FILE=path,
+                HMA_DOMAIN=self.shared.domain,
+                HMA_SPARE=self._take_spare(node, ep) if kind == "replace" else "",
             )
             result = CommandRunner().run(list(argv), float(self.rec["command_timeout"]), env=env)
         finally:

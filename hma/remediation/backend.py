@@ -289,6 +289,11 @@ class Backend(abc.ABC):
         """Ask for the node to be replaced (``mode`` ``hyperpod``: ``State=FAIL
         Reason=Action:Replace``); ``domain``: the other nodes of its topology domain."""
 
+    def take_spare(self, name: str, domain: str) -> Optional[str]:
+        """Put a healthy spare of ``domain`` in service in place of node ``name`` (docs/
+        topology.md); its name, None when there is none (the default: no spares)."""
+        return None
+
     @abc.abstractmethod
     def update_job(self, job_id: str, **fields: str) -> None:
         """Change fields of a job (auto-resume sets ``StartTime=now``)."""

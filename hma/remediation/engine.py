@@ -11,6 +11,7 @@ use. See docs/remediation.md.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import threading
@@ -30,6 +31,7 @@ from hma.remediation.outbox import OPEN, Outbox, Row, backoff
 from hma.remediation.planner import Cancel, Enqueue, Episode, Policy, Situation, plan
 from hma.remediation.shared import Shared
 from hma.reporters import Alert
+from hma.topology import domain as topology_domain
 
 log = logging.getLogger("hma.remediation")
 
@@ -72,6 +74,7 @@ class Remediator:
         self.backend = backend or make_backend(setup.config)
         self.enabled = self.backend.enabled
         self.shared = Shared(clock, node_name=node_name or self.backend.node_name_configured())
+        self.shared.spares = int(setup.config.section("topology")["spares_per_domain"])
         self.outbox = Outbox(store)
         max_nodes = self.rec["max_drained_nodes"]
         self.breaker = Breaker(
@@ -120,6 +123,11 @@ class Remediator:
                 slurm_state=node.label_text if node is not None else "",
                 slurm_reason=node.reason if node is not None else "",
             )
+
+    def set_domain(self, domain: str) -> None:
+        """This node's NVLink domain ("" unknown); the facts thread publishes a change."""
+        with self.shared.lock:
+            self.shared.domain = domain
 
     def update(self, verdict: Verdict, boot_id: str) -> None:
         """Decide on the latest verdict; decisions go to the outbox. Returns at once."""
@@ -400,7 +408,30 @@ class Remediator:
                 due = now + wait
             else:
                 self._refresh_jobs()
+            self._publish_domain()
             self._stop.wait(min(fast, max(0.0, due - time.monotonic())))
+
+    def _publish_domain(self) -> None:
+        """Publish the node's domain when the field last read says another (no request
+        otherwise; a failed write is tried again on the next pass)."""
+        with self.shared.lock:
+            node, domain = self.shared.node, self.shared.domain
+        if node is None or not self.shared.facts_ok or self.policy.dry_run:
+            return
+        try:
+            new = topology_domain.publish(self.backend, node, domain)
+        except BackendError as exc:
+            log.warning("cannot publish the domain of %s: %s", node.name, exc)
+            return
+        if new is not None:
+            written = (
+                dataclasses.replace(node, comment=new)
+                if self.backend.label_field == "comment"
+                else dataclasses.replace(node, extra=new)
+            )
+            with self.shared.lock:
+                if self.shared.node is node:
+                    self.shared.node = written
 
     def _busy(self) -> bool:
         """Something is happening: an episode, an open action or a job auto-resume watches."""

@@ -34,6 +34,9 @@ class Shared:
     verdict: Optional[Verdict] = None
     boot_id: str = ""
     boot_since: float = 0.0  # when the engine first heard of the current boot id
+    domain: str = ""  # this node's NVLink domain (hma.topology.domain), published in its label
+    spares: int = 0  # [topology] spares_per_domain: a replace resumes a spare of the domain
+    spare: tuple[int, str] = (0, "")  # (episode, spare) resumed for that episode's replace
     # A read ahead of the node's state (monotonic start time, state) a drain may use once
     fresh: Optional[tuple[float, NodeState]] = None
     lock: threading.RLock = field(default_factory=threading.RLock)

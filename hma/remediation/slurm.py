@@ -28,6 +28,7 @@ from hma.remediation.backend import (
     JobInfo,
     NodeState,
 )
+from hma.topology import spares
 
 OUTPUT_CAP = 64 << 20  # bytes of a Slurm client's output read; a longer one is an error
 
@@ -411,6 +412,10 @@ class SlurmClient:
         argv += [f"{key}={value}" for key, value in fields.items()]
         self._run(argv)
 
+    def reconfigure(self) -> None:
+        """``scontrol reconfigure`` (slurmctld reads its configuration files again)."""
+        self._run([*self.scontrol, "reconfigure"])
+
     def reboot(self, node: str, reason: str) -> None:
         """``scontrol reboot reason=<reason> <node>`` (no nextstate: the node stays drained)."""
         self._run([*self.scontrol, "reboot", f"reason={reason}", node])
@@ -508,6 +513,10 @@ class SlurmBackend(Backend):
         """HyperPod's ``State=FAIL Reason=Action:Replace`` (the only replace Slurm itself
         has; the topology domain is not needed for it)."""
         self.client.update(name, State="FAIL", Reason=HYPERPOD_REPLACE)
+
+    def take_spare(self, name: str, domain: str) -> Optional[str]:
+        """Resume the spare (drained ``hma-spare``) of ``domain`` (one node-table read)."""
+        return spares.take_spare(self.client, name, domain)
 
     def update_job(self, job_id: str, **fields: str) -> None:
         """``scontrol update JobId=...``."""

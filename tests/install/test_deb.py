@@ -56,6 +56,8 @@ def test_deb_carries_every_module_and_data_file(deb: Path) -> None:
         "etc/hma/hma.toml",
         "etc/hma/rules.d",
         "lib/systemd/system/hma.service",
+        "lib/systemd/system/hma-topology.service",
+        "lib/systemd/system/hma-topology.timer",
         "var/lib/hma",
         f"{LIB}/vendor/pynvml.py",
         f"{LIB}/vendor/tomli/__init__.py",
@@ -125,6 +127,7 @@ def exercise(box: Chroot, deb: Path, python: str) -> None:
     conffiles = box.run(["dpkg-query", "-W", "-f=${Conffiles}", "hma"]).stdout
     assert "/etc/hma/hma.toml" in conffiles
     assert box.path("/etc/systemd/system/multi-user.target.wants/hma.service").is_symlink()
+    assert not box.path("/etc/systemd/system/timers.target.wants/hma-topology.timer").exists()
     assert list(box.path("/usr/lib/systemd/catalog").glob("*.catalog"))
 
 

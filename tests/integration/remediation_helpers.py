@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any, Iterator, Optional
@@ -90,6 +91,20 @@ def make(
     setup = assembly.load(str(cfg))
     store = Store(str(tmp / f"state-{node}" / "state.db"))
     return Remediator(setup, store), store
+
+
+def write_hook(hook: Path, out: Path) -> Path:
+    """A reboot/replace hook that writes its HMA_* environment and findings file to ``out``
+    (as JSON ``{"env", "findings"}``, atomically)."""
+    hook.write_text(
+        f"#!{sys.executable}\nimport json, os\n"
+        "env = {k: v for k, v in os.environ.items() if k.startswith('HMA_')}\n"
+        "findings = json.load(open(os.environ['HMA_FINDINGS_FILE']))\n"
+        f"json.dump({{'env': env, 'findings': findings}}, open({str(out)!r} + '.tmp', 'w'))\n"
+        f"os.replace({str(out)!r} + '.tmp', {str(out)!r})\n"
+    )
+    hook.chmod(0o755)
+    return hook
 
 
 def fault(

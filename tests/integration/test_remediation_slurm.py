@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import stat
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +19,7 @@ from tests.integration.remediation_helpers import (  # noqa: F401 (fixtures)
     make,
     verdict,
     wait,
+    write_hook,
 )
 from tests.slurmcluster import SlurmCluster
 
@@ -136,15 +135,7 @@ def test_replace_command_hook_gets_environment_and_findings(
     fresh: SlurmCluster, tmp_path: Path
 ) -> None:
     out = tmp_path / "hook.json"
-    hook = tmp_path / "hook.py"
-    hook.write_text(
-        f"#!{sys.executable}\nimport json, os\n"
-        "env = {k: v for k, v in os.environ.items() if k.startswith('HMA_')}\n"
-        "findings = json.load(open(os.environ['HMA_FINDINGS_FILE']))\n"
-        f"json.dump({{'env': env, 'findings': findings}}, open({str(out)!r} + '.tmp', 'w'))\n"
-        f"os.replace({str(out)!r} + '.tmp', {str(out)!r})\n"
-    )
-    hook.chmod(hook.stat().st_mode | stat.S_IEXEC)
+    hook = write_hook(tmp_path / "hook.py", out)
     rem, _store = make(
         tmp_path,
         fresh,

@@ -22,6 +22,8 @@
  *   dev.I.clocks_event_reasons = X     hex or decimal
  *   dev.I.temp = T, dev.I.temp_threshold.K = T
  *   dev.I.fabric = STATE STATUS HEALTHMASK SUMMARY   (absent: NOT_SUPPORTED)
+ *   dev.I.fabric_domain = CLUSTERUUID CLIQUE   clusterUuid (32 hex digits, dashes allowed) and
+ *                                      cliqueId of the fabric calls (absent: zeros)
  *   dev.I.field.ID = V                 nvmlDeviceGetFieldValues (absent: per-field NOT_SUPPORTED)
  *   dev.I.event_types = X              nvmlDeviceGetSupportedEventTypes (default 0x8|0x2|0x1)
  *   err.SYM = CODE, err.SYM.I = CODE, err.*.I = CODE   make a call (on device I) return CODE
@@ -472,6 +474,25 @@ static int fabric_parts(int idx, unsigned int p[4]) {
     return OK;
 }
 
+/* dev.I.fabric_domain: the NVLink domain (cluster UUID bytes and clique id) the GPU reports. */
+static void fabric_domain(int idx, unsigned char uuid[16], uint32_t *clique) {
+    const char *v = devget(idx, "fabric_domain");
+    memset(uuid, 0, 16);
+    *clique = 0;
+    if (!v) return;
+    int n = 0;
+    const char *c = v;
+    for (; *c && *c != ' ' && n < 32; c++) {
+        if (*c == '-') continue;
+        unsigned int d;
+        if (sscanf(c, "%1x", &d) != 1) break;
+        uuid[n / 2] = (unsigned char)(n % 2 ? uuid[n / 2] | d : d << 4);
+        n++;
+    }
+    while (*c && *c != ' ') c++;
+    *clique = (uint32_t)num(c);
+}
+
 int nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, nvmlGpuFabricInfo_t *info) {
     ENTER_DEV("nvmlDeviceGetGpuFabricInfo", device);
     unsigned int p[4];
@@ -480,6 +501,7 @@ int nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, nvmlGpuFabricInfo_t *info) {
     memset(info, 0, sizeof *info);
     info->state = p[0];
     info->status = p[1];
+    fabric_domain(idx, info->clusterUuid, &info->cliqueId);
     return OK;
 }
 
@@ -498,6 +520,7 @@ int nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, void *raw) {
         info->status = p[1];
         info->healthMask = p[2];
         info->healthSummary = (uint8_t)p[3];
+        fabric_domain(idx, info->clusterUuid, &info->cliqueId);
     } else {
         nvmlGpuFabricInfo_v2_t *info = raw;
         memset(info, 0, sizeof *info);
@@ -505,6 +528,7 @@ int nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, void *raw) {
         info->state = p[0];
         info->status = p[1];
         info->healthMask = p[2];
+        fabric_domain(idx, info->clusterUuid, &info->cliqueId);
     }
     return OK;
 }

@@ -88,7 +88,14 @@ def test_schema_differences_are_normalized() -> None:
     assert v11["pcie"] == {"width": 8, "max_width": 16, "gen": 1, "max_gen": 4}
     assert (v11["temp"], v11["temp_slowdown"]) == (17, 95)  # absolute thresholds
     assert (v13["temp"], v13["temp_slowdown"]) == (-46, 2)  # T.Limit scale, negated
-    assert v13["fabric"] == {"state": 3, "status": 0, "summary": None, "health_mask": None}
+    assert v13["fabric"] == {
+        "state": 3,
+        "status": 0,
+        "summary": None,
+        "health_mask": None,
+        "cluster_uuid": "00000000-0000-0000-0000-000000000000",  # HGX: NVLink ends at the node
+        "clique_id": 0,
+    }
     assert v12["fabric"] is None  # state N/A
     assert v13["bus_id"] == "00000000:00:09.0"
 
