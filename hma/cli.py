@@ -253,6 +253,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("job-env", help="print NODE_LIST, MASTER_ADDR, NNODES, NODE_RANK of the job")
     p.add_argument("--format", choices=("sh", "json"), default="sh", help="sh (for eval) or json")
     p.set_defaults(func=cmd_job_env)
+    from hma.commands import deep_check  # hma deep-check (its own module)
+
+    deep_check.register(add)
     return parser
 
 

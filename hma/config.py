@@ -22,6 +22,7 @@ from hma.configfile import (
     origins,
     read_layers,
 )
+from hma.deepcheck import options as deepcheck_options
 from hma.options import FLOAT_LIMIT, Option, positive
 from hma.topology import options as topology_options
 
@@ -53,6 +54,7 @@ CORE_SECTIONS: dict[str, dict[str, Option]] = {
         "sysfs": Option("path", "/sys", "Root of sysfs (tests and containers point it elsewhere)."),
         "procfs": Option("path", "/proc", "Root of procfs."),
     },
+    "deep_check": deepcheck_options.DEEP_CHECK,
     "topology": topology_options.TOPOLOGY,
 }
 # The sections of remediation and of the cluster backends are added by ``hma.assembly``, which

@@ -25,6 +25,8 @@ from hma import __version__, assembly
 from hma.adapters.notify import Notifier
 from hma.config import EX_CONFIG, ConfigError
 from hma.configfile import empty_files
+from hma.deepcheck import record as deepcheck_record
+from hma.deepcheck.gate import RecoveryGate
 from hma.devices import DeviceWatcher
 from hma.model import Clears, Finding, ProbeRun, RunStatus, Severity
 from hma.pipeline import Applied, Pipeline
@@ -214,7 +216,8 @@ class Daemon:
     def _make_remediator(self) -> Remediator:
         if self.remediator is not None:
             _quietly(self.remediator.close)
-        remediator = Remediator(self.setup, self.store, self.clock)
+        gate = RecoveryGate(self.setup)  # [deep_check] after_recovery (hma.deepcheck.gate)
+        remediator = Remediator(self.setup, self.store, self.clock, resume_gate=gate.hold)
         remediator.on_alert = lambda: self.inputs.put(AlertsQueued())
         remediator.set_domain(self.topology()["domain"])
         self.inputs.put(AlertsQueued())  # any queued before on_alert was set
@@ -493,6 +496,9 @@ class Daemon:
             if req["kind"] == "ack":
                 payload = req["payload"]
                 self._ack(payload.get("code", ""), payload.get("component"), req["who"])
+            elif req["kind"] == deepcheck_record.REQUEST_KIND:  # hma deep-check results
+                for run in deepcheck_record.from_payload(req["payload"]):
+                    self._react(self.pipeline.observe_run(run, self.clock()))
 
     def _ack(self, code: str, component: Optional[str], who: str) -> None:
         self._react(self.pipeline.ack(code, component, who, self.clock()))

@@ -20,11 +20,14 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from hma.adapters.command import kill_group
 from hma.model import Finding, ProbeRun, RunStatus
 from hma.probe import Probe, ProbeContext
+
+if TYPE_CHECKING:
+    from hma.assembly import Setup
 
 
 @dataclass(frozen=True)
@@ -299,3 +302,36 @@ def run_probe(slot: Any, ctx: ProbeContext, timeout: float, now: float) -> Probe
     stamped = tuple(f.with_(probe=f.probe or probe.name, ts=f.ts or now) for f in findings)
     snapshot = collected.snapshot if status is RunStatus.RAN else None
     return ProbeRun(probe.name, status, now, duration, stamped, error, snapshot)
+
+
+def run_once(setup: Setup, names: Sequence[str], boot_id: str = "") -> list[ProbeRun]:
+    """Run the named probes concurrently, each under its own timeout; results in name order."""
+    results: dict[str, ProbeRun] = {}
+
+    def one(name: str) -> None:
+        opts = setup.config.probe(name)
+        now = time.time()
+        if not opts["enabled"]:
+            results[name] = ProbeRun(name, RunStatus.DISABLED, now, 0.0)
+            return
+        slot = make_slot(setup.probes[name])
+        try:
+            ctx = setup.context(name, oneshot=True, boot_id=boot_id)
+            run = run_probe(slot, ctx, float(opts["timeout"]), now)
+        finally:
+            slot.close()
+        results[name] = ProbeRun(
+            run.probe,
+            run.status,
+            run.started,
+            run.duration_s,
+            tuple(setup.catalogue.resolve_all(run.findings)),
+            run.error,
+        )
+
+    threads = [threading.Thread(target=one, args=(n,), daemon=True) for n in names]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return [results[n] for n in names]

@@ -11,11 +11,13 @@ import contextlib
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
-from typing import Any, Mapping, Union
+from typing import Any, Mapping, Optional, Union
 
 SCHEMA = 1
 FILENAME = "status.json"
+STALE_FACTOR = 3.0  # the file is stale when older than this many heartbeats
 
 
 def status_path(run_dir: Union[str, Path]) -> Path:
@@ -153,3 +155,63 @@ def boot_id(procfs: str = "/proc") -> str:
 def current_boot_id() -> str:
     """This boot's id without dashes ("" when unreadable)."""
     return boot_id().replace("-", "")
+
+
+def read(
+    run_dir: Union[str, Path],
+    now: Optional[float] = None,
+    boot_id: Optional[str] = None,
+) -> tuple[Optional[dict[str, Any]], str]:
+    """(document, problem): the document when one could be read, and "" or why it cannot be
+    trusted (no daemon, daemon gone, stale file, newer schema). Never raises."""
+    path = status_path(run_dir)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None, f"no daemon: {path} does not exist (is hma running? systemctl status hma)"
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}"
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        return None, f"cannot parse {path}: {exc}"
+    if not isinstance(doc, dict):
+        return None, f"cannot parse {path}: not a JSON object"
+    schema = doc.get("schema")
+    if schema != SCHEMA:
+        return None, f"{path} has schema {schema!r}; this hma reads schema {SCHEMA}"
+    now = time.time() if now is None else now
+    age = now - float(doc.get("generated") or 0.0)
+    when = f"last written {duration(age)} ago"
+    pid = doc.get("pid")
+    booted = current_boot_id() if boot_id is None else boot_id.replace("-", "")
+    doc_boot = str(doc.get("boot_id") or "").replace("-", "")
+    if booted and doc_boot and booted != doc_boot:
+        return doc, f"no daemon: {path} is from an earlier boot ({when})"
+    if not isinstance(pid, int) or not pid_alive(pid):
+        return doc, f"no daemon: the hma daemon (pid {pid}) is not running; {path} was {when}"
+    heartbeat = float(doc.get("heartbeat_s") or 0.0)
+    if heartbeat > 0 and age > STALE_FACTOR * heartbeat:
+        return doc, (
+            f"stale: {path} was {when}, but the daemon (pid {pid}) rewrites it every "
+            f"{heartbeat:g} s; it may be hung (journalctl -u hma)"
+        )
+    return doc, ""
+
+
+def daemon_pid(run_dir: Union[str, Path], procfs: str) -> Optional[int]:
+    """PID of the running daemon (from a trustworthy status.json), else None."""
+    doc, problem = read(run_dir, boot_id=boot_id(procfs))
+    return int(doc["pid"]) if doc is not None and not problem else None
+
+
+def duration(seconds: float) -> str:
+    """``seconds`` in words: "42 s", "5 min", "3.5 h", "2.0 d"."""
+    seconds = max(0.0, seconds)
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"

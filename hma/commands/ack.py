@@ -18,7 +18,6 @@ from typing import Optional
 from hma import statusfile
 from hma.assembly import Setup
 from hma.catalogue import Entry, clears_text
-from hma.commands import status
 from hma.model import Clears
 from hma.pipeline import Pipeline, reporter_alerts
 from hma.state import StateError, Store
@@ -30,12 +29,6 @@ EX_CANTCREAT = 73  # sysexits: the state store cannot be opened (as for `hma run
 def operator() -> str:
     """Who runs the command (the sudo caller when there is one)."""
     return os.environ.get("SUDO_USER") or getpass.getuser()
-
-
-def daemon_pid(run_dir: str, procfs: str) -> Optional[int]:
-    """PID of the running daemon (from a trustworthy status.json), else None."""
-    doc, problem = status.read(run_dir, boot_id=statusfile.boot_id(procfs))
-    return int(doc["pid"]) if doc is not None and not problem else None
 
 
 def main(setup: Setup, code: str, component: Optional[str]) -> int:
@@ -74,7 +67,7 @@ def main(setup: Setup, code: str, component: Optional[str]) -> int:
             )
             return 1
         who, now = operator(), time.time()
-        pid = daemon_pid(agent["run_dir"], procfs)
+        pid = statusfile.daemon_pid(agent["run_dir"], procfs)
         if pid is not None:
             store.add_request("ack", {"code": code, "component": component}, who, now)
             os.kill(pid, signal.SIGUSR1)

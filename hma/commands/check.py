@@ -3,46 +3,11 @@
 from __future__ import annotations
 
 import sys
-import threading
-import time
 from typing import Any, Optional, Sequence
 
 from hma.assembly import Setup, load
-from hma.model import Finding, ProbeRun, RunStatus, Severity, worst
-from hma.runner import make_slot, run_probe
-
-
-def run_once(setup: Setup, names: Sequence[str], boot_id: str = "") -> list[ProbeRun]:
-    """Run the named probes concurrently, each under its own timeout; results in name order."""
-    results: dict[str, ProbeRun] = {}
-
-    def one(name: str) -> None:
-        opts = setup.config.probe(name)
-        now = time.time()
-        if not opts["enabled"]:
-            results[name] = ProbeRun(name, RunStatus.DISABLED, now, 0.0)
-            return
-        slot = make_slot(setup.probes[name])
-        try:
-            ctx = setup.context(name, oneshot=True, boot_id=boot_id)
-            run = run_probe(slot, ctx, float(opts["timeout"]), now)
-        finally:
-            slot.close()
-        results[name] = ProbeRun(
-            run.probe,
-            run.status,
-            run.started,
-            run.duration_s,
-            tuple(setup.catalogue.resolve_all(run.findings)),
-            run.error,
-        )
-
-    threads = [threading.Thread(target=one, args=(n,), daemon=True) for n in names]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return [results[n] for n in names]
+from hma.model import Finding, ProbeRun, Severity, worst
+from hma.runner import run_once
 
 
 def document(node: str, runs: Sequence[ProbeRun], extra: Sequence[Finding] = ()) -> dict[str, Any]:

@@ -30,10 +30,8 @@ def daemon_status(
     run_dir: str, now: float, boot_id: Optional[str] = None
 ) -> Optional[dict[str, Any]]:
     """The daemon's status document when it is running and fresh (``hma status`` would trust it:
-    hma.commands.status.read), else None."""
-    from hma.commands import status
-
-    doc, problem = status.read(run_dir, now=now, boot_id=boot_id)
+    hma.statusfile.read), else None."""
+    doc, problem = statusfile.read(run_dir, now=now, boot_id=boot_id)
     return None if problem else doc
 
 
@@ -78,9 +76,9 @@ def run(config_file: Optional[str] = None, quiet: bool = False) -> int:
 
 def _standalone(setup: Any, now: float, quiet: bool) -> int:
     """No daemon: probes once, health model from the state database, remediation applied."""
-    from hma.commands import check
     from hma.pipeline import Pipeline, reporter_alerts
     from hma.remediation.engine import Remediator
+    from hma.runner import run_once
     from hma.state import Store
 
     agent = setup.config.section("agent")
@@ -89,7 +87,7 @@ def _standalone(setup: Any, now: float, quiet: bool) -> int:
         boot_id = statusfile.boot_id(setup.config.section("paths")["procfs"])
         pipeline = Pipeline(setup, store, boot_id, reporter_alerts(setup, "hma healthcheck"))
         pipeline.start(now)
-        for probe_run in check.run_once(setup, setup.enabled(), boot_id=boot_id):
+        for probe_run in run_once(setup, setup.enabled(), boot_id=boot_id):
             pipeline.observe_run(probe_run, now)
         verdict = pipeline.model.verdict(now)
         node = os.environ.get("SLURMD_NODENAME") or None

@@ -10,56 +10,12 @@ from __future__ import annotations
 import json
 import sys
 import time
-from pathlib import Path
-from typing import Any, Mapping, Optional, Union
+from typing import Any, Mapping, Optional
 
 from hma import statusfile
 from hma.severity import Severity, worst
 
-STALE_FACTOR = 3.0  # the file is stale when older than this many heartbeats
 _FAILED_PROBE = ("failed", "timed_out")
-
-
-def read(
-    run_dir: Union[str, Path],
-    now: Optional[float] = None,
-    boot_id: Optional[str] = None,
-) -> tuple[Optional[dict[str, Any]], str]:
-    """(document, problem): the document when one could be read, and "" or why it cannot be
-    trusted (no daemon, daemon gone, stale file, newer schema). Never raises."""
-    path = statusfile.status_path(run_dir)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None, f"no daemon: {path} does not exist (is hma running? systemctl status hma)"
-    except (OSError, UnicodeDecodeError) as exc:
-        return None, f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}"
-    try:
-        doc = json.loads(text)
-    except ValueError as exc:
-        return None, f"cannot parse {path}: {exc}"
-    if not isinstance(doc, dict):
-        return None, f"cannot parse {path}: not a JSON object"
-    schema = doc.get("schema")
-    if schema != statusfile.SCHEMA:
-        return None, f"{path} has schema {schema!r}; this hma reads schema {statusfile.SCHEMA}"
-    now = time.time() if now is None else now
-    age = now - float(doc.get("generated") or 0.0)
-    when = f"last written {_duration(age)} ago"
-    pid = doc.get("pid")
-    booted = statusfile.current_boot_id() if boot_id is None else boot_id.replace("-", "")
-    doc_boot = str(doc.get("boot_id") or "").replace("-", "")
-    if booted and doc_boot and booted != doc_boot:
-        return doc, f"no daemon: {path} is from an earlier boot ({when})"
-    if not isinstance(pid, int) or not statusfile.pid_alive(pid):
-        return doc, f"no daemon: the hma daemon (pid {pid}) is not running; {path} was {when}"
-    heartbeat = float(doc.get("heartbeat_s") or 0.0)
-    if heartbeat > 0 and age > STALE_FACTOR * heartbeat:
-        return doc, (
-            f"stale: {path} was {when}, but the daemon (pid {pid}) rewrites it every "
-            f"{heartbeat:g} s; it may be hung (journalctl -u hma)"
-        )
-    return doc, ""
 
 
 def _sev(text: Any) -> Severity:
@@ -104,24 +60,13 @@ def _clean(text: Any) -> str:
     return "".join(out)
 
 
-def _duration(seconds: float) -> str:
-    seconds = max(0.0, seconds)
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 172800:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} d"
-
-
 def _when(ts: Any, now: float) -> str:
     if not isinstance(ts, (int, float)) or not ts:
         return "never"
     fmt = "%H:%M:%S" if abs(now - ts) < 43200 else "%Y-%m-%d %H:%M"
     clock = time.strftime(fmt, time.localtime(ts))
     delta = now - ts
-    rel = f"{_duration(delta)} ago" if delta >= 0 else f"in {_duration(-delta)}"
+    rel = f"{statusfile.duration(delta)} ago" if delta >= 0 else f"in {statusfile.duration(-delta)}"
     return f"{clock} ({rel})"
 
 
@@ -202,7 +147,7 @@ def render(doc: Optional[Mapping[str, Any]], problem: str = "", now: Optional[fl
     lines.append(head)
     about = [f"hma {_clean(doc.get('version', '?'))}", f"pid {doc.get('pid')}"]
     if isinstance(doc.get("started"), (int, float)):
-        about.append(f"up {_duration(now - doc['started'])}")
+        about.append(f"up {statusfile.duration(now - doc['started'])}")
     about.append(f"status written {_when(doc.get('generated'), now)}")
     if doc.get("instance_type"):
         about.append(f"instance {_clean(doc['instance_type'])}")
@@ -294,7 +239,7 @@ def _remediation_lines(rem: Mapping[str, Any], now: float) -> list[str]:
 
 def boot_id_of(config_file: Optional[str]) -> Optional[str]:
     """This boot's id as the daemon reads it: under ``[paths] procfs`` when the configuration
-    sets one other than /proc ("" when unreadable there), else None (read() uses /proc)."""
+    sets one other than /proc ("" when unreadable there), else None (statusfile.read uses /proc)."""
     from hma import configfile
 
     raw, _files, _errors = configfile.read_raw(configfile.config_path(config_file))
@@ -318,7 +263,7 @@ def main(config_file: Optional[str], as_json: bool) -> int:
     run_dir, problems = run_dir_of(config_file)
     for line in problems:
         print(f"hma status: config: {line} (looking in {run_dir})", file=sys.stderr)
-    doc, problem = read(run_dir, boot_id=boot_id_of(config_file))
+    doc, problem = statusfile.read(run_dir, boot_id=boot_id_of(config_file))
     if as_json:
         if doc is not None:
             print(json.dumps(doc, indent=2, allow_nan=False))

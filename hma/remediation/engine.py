@@ -60,8 +60,10 @@ class Remediator:
         start: bool = True,
         node_name: Optional[str] = None,
         backend: Optional[Backend] = None,
+        resume_gate: Optional[Callable[[str], str]] = None,
     ) -> None:
         self.setup = setup
+        self.resume_gate = resume_gate  # boot id -> why a recovered node waits ("" = go)
         self.store = store
         self.clock = clock
         self.rec = dict(setup.config.section("recovery"))
@@ -221,6 +223,16 @@ class Remediator:
 
     # --- deciding -------------------------------------------------------------------------------
 
+    def _resume_hold(self, ep: Optional[Episode], boot_id: str, verdict: Verdict) -> str:
+        """Why a node back from hma's reboot or replacement (a new boot, or an episode found in
+        Slurm) must wait before its resume: ``resume_gate`` ([deep_check] after_recovery, given
+        by the daemon), asked only once no draining fault is left."""
+        if self.resume_gate is None or ep is None or not ep.owned or verdict.draining:
+            return ""
+        if ep.stale or (ep.acted is not None and ep.acted.boot_id != boot_id):
+            return self.resume_gate(boot_id)
+        return ""
+
     def _plan(self) -> None:
         """Bring the outbox in line with the verdict (under the lock): the planner decides, the
         outbox records, alerts say what was decided."""
@@ -241,6 +253,7 @@ class Remediator:
                 reboots=tuple(self.outbox.reboots()),
                 auto_resume_jobs=frozenset(self._autoresume.marked),
                 open_rows=self.outbox.open_rows(conn, ep.id) if ep is not None else (),
+                resume_hold=self._resume_hold(ep, sh.boot_id, sh.verdict),
             )
             result = plan(ep, seq, situation, self.policy, self._stale_checked)
             self._stale_checked = result.stale_checked

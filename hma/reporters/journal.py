@@ -246,6 +246,7 @@ _FAMILY_TEXT = {
     "HMA": "the agent itself (a probe that failed, timed out or hung; its state or config)",
     "SLURM": "the node's Slurm daemons or its state in the controller",
     "SITE": "a site probe (an executable in /etc/hma/probes.d)",
+    "DEEP": "a deep health check (`hma deep-check`: stress, diagnostics, bandwidth)",
     "OTHER": "a code outside the known families (a third-party probe)",
 }
 _KIND_TEXT = {

@@ -19,6 +19,9 @@
 #   HMA_EXTRA_TOML               more TOML appended verbatim (any key of `hma config defaults`)
 #   HMA_START                    0 = install and configure only (default 1)
 #   HMA_APT_UPDATE               0 = skip `apt-get update` (default 1)
+# Option --deep-check STAGES (before the package; e.g. stress,accelerators,dcgm,efa): run those
+# `hma deep-check` stages once the agent runs (cluster creation, scale-up); a failing stage is
+# recorded for the agent (which drains per policy) and this script exits 2 (docs/deep-check.md).
 # The settings go to /etc/hma/hma.d/50-lifecycle.toml, so the packaged /etc/hma/hma.toml stays
 # untouched and package upgrades never stop at a conffile question.
 set -euo pipefail
@@ -28,6 +31,12 @@ die() { log "error: $*"; exit 1; }
 
 [[ $(id -u) -eq 0 ]] || die "run as root"
 here=$(cd "$(dirname "$0")" && pwd)
+deep_check=
+if [[ "${1:-}" == --deep-check ]]; then
+  [[ -n "${2:-}" ]] || die "--deep-check needs a comma-separated list of stages"
+  deep_check=$2
+  shift 2
+fi
 package=${1:-${HMA_PACKAGE:-}}
 if [[ -z "$package" ]]; then
   package=$(ls -t "$here"/hma_*.deb "$here"/hma-*.rpm 2>/dev/null | head -1 || true)
@@ -126,4 +135,17 @@ elif [[ -d /run/systemd/system ]]; then
   log "hma is running; see \`hma status\` and \`journalctl -u hma\`"
 else
   log "systemd is not running here: hma.service is enabled but not started"
+fi
+
+# 4. Deep check at first install (--deep-check STAGES).
+if [[ -n "$deep_check" ]]; then
+  log "deep check: $deep_check"
+  rc=0
+  hma deep-check --stages "$deep_check" || rc=$?
+  case $rc in
+    0) log "deep check passed" ;;
+    1) log "deep check passed with warnings (see above)" ;;
+    2) log "deep check FAILED: the agent has the findings (hma status)"; exit 2 ;;
+    *) log "deep check gave no verdict (exit $rc): see above"; exit "$rc" ;;
+  esac
 fi

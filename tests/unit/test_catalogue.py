@@ -10,7 +10,8 @@ import pytest
 from hma.catalogue import CatalogueError, load_builtin, parse_entry
 
 ROOT = Path(__file__).resolve().parents[2]
-LITERAL = re.compile(r"""["'`]((?:GPU|NEURON|EFA|SYS|KERNEL|HMA|SLURM|SITE)_[A-Z0-9_]+)["'`]""")
+FAMILY = "GPU|NEURON|EFA|SYS|KERNEL|HMA|SLURM|SITE|DEEP"
+LITERAL = re.compile(r"""["'`]((?:""" + FAMILY + r""")_[A-Z0-9_]+)["'`]""")
 # Upper-case names with a code prefix that are not finding codes: environment variables, journal
 # field names and prefixes used to build codes.
 NOT_CODES = re.compile(

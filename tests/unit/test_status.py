@@ -55,7 +55,7 @@ def test_write_atomic_round_trips(tmp_path: Path) -> None:
     assert json.loads(path.read_text()) == doc
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
     assert os.listdir(tmp_path) == ["status.json"]
-    assert status.read(tmp_path) == (doc, "")
+    assert statusfile.read(tmp_path) == (doc, "")
 
 
 def test_write_atomic_failure_leaves_nothing(tmp_path: Path) -> None:
@@ -77,7 +77,7 @@ def test_write_atomic_never_writes_non_json_numbers(tmp_path: Path, number: floa
 
 
 def test_no_file_means_no_daemon(tmp_path: Path) -> None:
-    doc, problem = status.read(tmp_path)
+    doc, problem = statusfile.read(tmp_path)
     assert doc is None
     assert problem.startswith("no daemon:") and "status.json does not exist" in problem
     assert status.exit_code(doc, problem) == 3
@@ -89,7 +89,7 @@ def test_no_file_means_no_daemon(tmp_path: Path) -> None:
 )
 def test_unusable_file(tmp_path: Path, text: str, expect: str) -> None:
     (tmp_path / "status.json").write_text(text)
-    doc, problem = status.read(tmp_path)
+    doc, problem = statusfile.read(tmp_path)
     assert doc is None and expect in problem and status.exit_code(doc, problem) == 3
 
 
@@ -97,7 +97,7 @@ def test_dead_pid_means_no_daemon(tmp_path: Path) -> None:
     doc = live(sample())
     doc["pid"] = dead_pid()
     statusfile.write_atomic(statusfile.status_path(tmp_path), doc)
-    got, problem = status.read(tmp_path)
+    got, problem = statusfile.read(tmp_path)
     assert got == doc
     assert f"the hma daemon (pid {doc['pid']}) is not running" in problem
     assert status.exit_code(got, problem) == 3
@@ -105,7 +105,7 @@ def test_dead_pid_means_no_daemon(tmp_path: Path) -> None:
 
 def test_earlier_boot_means_no_daemon(tmp_path: Path) -> None:
     statusfile.write_atomic(statusfile.status_path(tmp_path), live(sample()))
-    _doc, problem = status.read(tmp_path, boot_id="00000000-0000-0000-0000-000000000000")
+    _doc, problem = statusfile.read(tmp_path, boot_id="00000000-0000-0000-0000-000000000000")
     assert "from an earlier boot" in problem
 
 
@@ -113,8 +113,8 @@ def test_stale_file(tmp_path: Path) -> None:
     doc = live(sample())
     statusfile.write_atomic(statusfile.status_path(tmp_path), doc)
     fresh = doc["generated"] + 3 * doc["heartbeat_s"] - 1
-    assert status.read(tmp_path, now=fresh)[1] == ""
-    got, problem = status.read(tmp_path, now=doc["generated"] + 3 * doc["heartbeat_s"] + 1)
+    assert statusfile.read(tmp_path, now=fresh)[1] == ""
+    got, problem = statusfile.read(tmp_path, now=doc["generated"] + 3 * doc["heartbeat_s"] + 1)
     assert problem.startswith("stale:") and "every 15 s" in problem
     assert status.exit_code(got, problem) == 3
 
@@ -231,9 +231,9 @@ def test_boot_id_comes_from_the_configured_procfs(tmp_path: Path) -> None:
     doc = live(sample())
     doc["boot_id"] = "11111111-2222-3333-4444-555555555555"
     statusfile.write_atomic(statusfile.status_path(tmp_path), doc)
-    assert status.read(tmp_path, boot_id=status.boot_id_of(str(cfg)))[1] == ""
+    assert statusfile.read(tmp_path, boot_id=status.boot_id_of(str(cfg)))[1] == ""
     (procfs / "sys/kernel/random/boot_id").write_text("99999999-2222-3333-4444-555555555555\n")
-    _doc, problem = status.read(tmp_path, boot_id=status.boot_id_of(str(cfg)))
+    _doc, problem = statusfile.read(tmp_path, boot_id=status.boot_id_of(str(cfg)))
     assert "from an earlier boot" in problem
 
 
@@ -286,7 +286,7 @@ def test_status_size_is_bounded_whatever_the_findings(tmp_path: Path) -> None:
     assert (
         size < statusfile.MAX_FAULTS * (statusfile.MAX_DETAILS + 2000) + statusfile.MAX_SUMMARY * 2
     )
-    written, problem = status.read(tmp_path)
+    written, problem = statusfile.read(tmp_path)
     assert problem == "" and written is not None
     assert written["faults_omitted"] == 5000 - statusfile.MAX_FAULTS
     assert written["faults"][0]["details"]["truncated"] is True

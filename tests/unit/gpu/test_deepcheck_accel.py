@@ -1,0 +1,46 @@
+"""The accelerators stage of `hma deep-check` over the real NVML binding and the stand-in
+library: a narrow PCIe link and a down NVLink are wiring faults, a healthy board passes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+def deep_check(hma_env: Any, scenario: Any, nvml_lib: Path) -> tuple[int, dict[str, Any]]:
+    hma_env.write(f'[probes.gpu]\nlibrary = "{nvml_lib}"\nexpected_gpus = 8\n')
+    env = hma_env.env()
+    env["HMA_NVML_SCENARIO"] = str(scenario.path)
+    proc = hma_env.hma("deep-check", "--stages", "accelerators", "--json", "--no-record", env=env)
+    assert proc.stdout, proc.stderr
+    return proc.returncode, json.loads(proc.stdout)
+
+
+@pytest.mark.timeout(60)
+def test_healthy_board_passes(scenario: Any, nvml_lib: Path, hma_env: Any) -> None:
+    scenario.write()
+    rc, doc = deep_check(hma_env, scenario, nvml_lib)
+    (stage,) = doc["stages"]
+    assert (rc, stage["verdict"], stage["findings"]) == (0, "pass", [])
+    assert stage["details"]["probes"]["gpu"] == "ran"
+
+
+@pytest.mark.timeout(60)
+def test_narrow_link_and_down_nvlink_are_wiring_faults(
+    scenario: Any, nvml_lib: Path, hma_env: Any
+) -> None:
+    scenario.dev(2, pcie="8 16 5 5")
+    scenario.dev(5, **{"nvlink_state.3": 0})
+    scenario.write()
+    rc, doc = deep_check(hma_env, scenario, nvml_lib)
+    (stage,) = doc["stages"]
+    found = {(f["details"]["code"], f["component"]) for f in stage["findings"]}
+    assert {f["code"] for f in stage["findings"]} == {"DEEP_ACCEL_WIRING"}
+    assert ("GPU_NVLINK_DOWN", "gpu:0000:ab:00") in found
+    assert any(
+        code.startswith("GPU_PCIE_WIDTH") and comp == "gpu:0000:3a:00" for code, comp in found
+    )
+    assert rc == 2 and stage["verdict"] == "fail"
