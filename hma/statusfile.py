@@ -1,8 +1,8 @@
 """``status.json``: where it lives, writing it (atomic, bounded in size, when it changed), and
-the liveness checks its readers use (is the writer's pid alive, is the file from this boot).
+reading it with the checks that make it trustworthy (the writer's pid alive, this boot, fresh).
 
-The daemon offers every new document to a ``StatusWriter``; ``hma status`` (hma.commands.status)
-reads and renders it (docs/status.md).
+The daemon offers every new document to a ``StatusWriter``; ``read`` never raises: every problem
+comes back as a plain sentence. ``hma status`` (hma.commands.status) renders it (docs/status.md).
 """
 
 from __future__ import annotations
