@@ -121,7 +121,7 @@ def _connectivity_result(setup: Setup, text: str) -> int:
 
 
 def _run(setup: Setup, args: argparse.Namespace) -> int:
-    from hma.autoresume import from_config
+    from hma.commands.srun import from_config
     from hma.deepcheck import orchestrate
     from hma.deepcheck.node import overall
     from hma.deepcheck.options import STAGES
@@ -165,7 +165,7 @@ def _run(setup: Setup, args: argparse.Namespace) -> int:
 
 
 def _record(setup: Setup, results: Any) -> str:
-    from hma.ack import operator
+    from hma.commands.ack import operator
     from hma.deepcheck.record import record
     from hma.state import StateError
 
