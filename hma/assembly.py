@@ -30,8 +30,6 @@ from hma.registry import (
     rescan,
 )
 from hma.remediation import options as remediation_options
-from hma.remediation.backend import GROUP as BACKEND_GROUP
-from hma.remediation.backend import Backend
 from hma.source import GROUP as SOURCE_GROUP
 from hma.source import EventSource, KeyValue, MemoryKV, SourceContext
 
@@ -132,7 +130,12 @@ def schema_for(
     }
     for item in broken:  # a broken plugin's section must not make the config invalid
         probes.setdefault(item.name, dict(config_mod.PROBE_COMMON))
-    backends = discover(BACKEND_GROUP, Backend, backend_names)[0]
+    backends: dict[str, Any] = {}
+    if backend_names is None or backend_names:  # `hma check` on a file without one: none
+        from hma.remediation.backend import GROUP as BACKEND_GROUP
+        from hma.remediation.backend import Backend
+
+        backends = discover(BACKEND_GROUP, Backend, backend_names)[0]
     return Schema(
         sections={
             **CORE_SECTIONS,
@@ -191,13 +194,14 @@ def _site_codes(raw: dict[str, Any], cat: Catalogue) -> bool:
 
 
 def _backend_sections(raw: dict[str, Any]) -> set[str]:
-    """The backends whose sections the raw configuration may hold: the chosen one (``[cluster]
-    backend``, default slurm) and every other top-level table the core does not own."""
+    """The backends whose sections the raw configuration holds: the one ``[cluster] backend``
+    names and every other top-level table the core does not own (none for a file without
+    them: ``hma check`` then imports no backend)."""
     cluster = raw.get("cluster")
     chosen = cluster.get("backend") if isinstance(cluster, dict) else None
     core = {*CORE_SECTIONS, "cluster", "recovery", "probes", "sources", "reporters", "codes"}
     others = {name for name, table in raw.items() if isinstance(table, dict) and name not in core}
-    return {chosen if isinstance(chosen, str) else "slurm", *others}
+    return {chosen, *others} if isinstance(chosen, str) else others
 
 
 def _tables(raw: dict[str, Any], group: str) -> set[str]:

@@ -15,12 +15,15 @@ LOADED = (
     "print(json.dumps(sorted(sys.modules)))"
 )
 # imported by nothing `hma check system` needs: the full parser, the scan of every installed
-# distribution, the state store, the remediation engine, the daemon, event sources, reporters
+# distribution, the state store, the remediation engine and backends (the file has no [slurm]),
+# the daemon, event sources, reporters
 NOT_NEEDED = (
     "argparse",
     "importlib.metadata",
     "sqlite3",
     "hma.remediation.engine",
+    "hma.remediation.backend",
+    "hma.remediation.slurm",
     "hma.daemon",
     "hma.state",
     "hma.sources.kernel_log",
@@ -63,3 +66,9 @@ def test_unnamed_probe_sections_are_left_to_config_check(hma_env) -> None:  # ty
     checked = hma_env.hma("config", "check")
     assert checked.returncode == 2 and "probes.gpu.no_such_key: unknown key" in checked.stderr
     assert hma_env.hma("check", "gpu").returncode == 3  # named: its section is checked
+
+
+def test_check_still_checks_a_backend_section_the_file_has(hma_env) -> None:  # type: ignore[no-untyped-def]
+    hma_env.write("[probes.system]\nfilesystems = []\n[slurm]\nno_such_key = 1\n")
+    res = hma_env.hma("check", "system")
+    assert res.returncode == 3 and "slurm.no_such_key: unknown key" in res.stderr, res.stderr
