@@ -39,3 +39,15 @@ def test_builtin_plugins_live_in_their_group_folder() -> None:
             module = target.partition(":")[0]
             assert module.rpartition(".")[0] == group, target
             assert (folder / f"{module.rpartition('.')[2]}.py").is_file(), target
+
+
+def test_every_package_is_installed() -> None:
+    """Each folder of hma/ with an ``__init__.py`` is in setup.cfg ``packages`` (the editable
+    install finds a missing one, the .deb and .rpm do not)."""
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "setup.cfg", encoding="utf-8")
+    listed = set(cfg["options"]["packages"].split())
+    found = {
+        ".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "hma").rglob("__init__.py")
+    }
+    assert found - listed == set()
