@@ -15,7 +15,6 @@ import contextlib
 import os
 import queue
 import select
-import subprocess
 import sys
 import threading
 import time
@@ -26,7 +25,9 @@ from hma.adapters.command import kill_group
 from hma.model import Finding, ProbeRun, RunStatus
 from hma.probe import Probe, ProbeContext
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # subprocess: imported when a worker process starts (thread probes need none)
+    import subprocess
+
     from hma.assembly import Setup
 
 
@@ -118,6 +119,8 @@ class ProcessSlot:
         if self._proc is None or self._proc.poll() is not None:
             if self._proc is not None:
                 _release(self._proc)  # a hung worker that has exited since
+            import subprocess
+
             self.spawned += 1
             self._proc = subprocess.Popen(  # noqa: S603 - argv list
                 [self.python, "-m", "hma.worker", self.probe.name],
@@ -177,6 +180,8 @@ class ProcessSlot:
         return answer
 
     def _timed_out(self, proc: subprocess.Popen, timeout: float) -> Collected:
+        import subprocess
+
         kill_group(proc)
         try:
             proc.wait(2.0)
@@ -196,6 +201,8 @@ class ProcessSlot:
     def close(self) -> None:
         """Stop the worker (SIGKILL to its group) if it runs."""
         if self._proc is not None and self._proc.poll() is None:
+            import subprocess
+
             kill_group(self._proc)
             try:
                 self._proc.wait(2.0)

@@ -16,7 +16,7 @@ LOADED = (
 )
 # imported by nothing `hma check system` needs: the full parser, the scan of every installed
 # distribution, the state store, the remediation engine and backends (the file has no [slurm]),
-# the daemon, event sources, reporters
+# the daemon, event sources, reporters; subprocess and selectors (the system probe runs no command)
 NOT_NEEDED = (
     "argparse",
     "importlib.metadata",
@@ -31,6 +31,8 @@ NOT_NEEDED = (
     "hma.reporters.journal",
     "hma.reporters.prometheus",
     "psutil",
+    "selectors",
+    "subprocess",
     "traceback",
     "zipfile",
 )
