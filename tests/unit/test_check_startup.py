@@ -16,7 +16,8 @@ LOADED = (
 )
 # imported by nothing `hma check system` needs: the full parser, the scan of every installed
 # distribution, the state store, the remediation engine and backends (the file has no [slurm]),
-# the daemon, event sources, reporters; subprocess and selectors (the system probe runs no command)
+# the daemon, event sources and their contract, reporters and their base module (the file has no
+# [sources.*] or [reporters.*] table); subprocess and selectors (the system probe runs no command)
 NOT_NEEDED = (
     "argparse",
     "importlib.metadata",
@@ -25,9 +26,11 @@ NOT_NEEDED = (
     "hma.remediation.backend",
     "hma.remediation.slurm",
     "hma.daemon",
+    "hma.source",
     "hma.state",
     "hma.sources.kernel_log",
     "hma.sources.nvml_events",
+    "hma.reporters",
     "hma.reporters.journal",
     "hma.reporters.prometheus",
     "psutil",
