@@ -15,13 +15,15 @@ LOADED = (
     "print(json.dumps(sorted(sys.modules)))"
 )
 # imported by nothing `hma check system` needs: the full parser, the scan of every installed
-# distribution, the state store, the remediation engine and backends (the file has no [slurm]),
-# the daemon, event sources and their contract, reporters and their base module (the file has no
-# [sources.*] or [reporters.*] table); subprocess and selectors (the system probe runs no command)
+# distribution, the health model (its types too), the state store, the remediation engine and
+# backends (the file has no [slurm]), the daemon, event sources and their contract, reporters and
+# their base module (no [sources.*] or [reporters.*] table), subprocess and selectors (the system
+# probe runs no command)
 NOT_NEEDED = (
     "argparse",
     "importlib.metadata",
     "sqlite3",
+    "hma.health",
     "hma.remediation.engine",
     "hma.remediation.backend",
     "hma.remediation.slurm",
