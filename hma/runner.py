@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import queue
 import select
 import sys
 import threading
@@ -65,18 +64,18 @@ class ThreadSlot:
                     hung=True,
                 )
             self._stuck = None
-        box: queue.Queue[Collected] = queue.Queue(maxsize=1)
+        box: list[Collected] = []
 
         def work() -> None:
-            box.put(collect_guarded(self.probe, ctx))
+            box.append(collect_guarded(self.probe, ctx))
 
         thread = threading.Thread(target=work, name=f"probe-{self.probe.name}", daemon=True)
         thread.start()
-        try:
-            return box.get(timeout=timeout)
-        except queue.Empty:
-            self._stuck, self._stuck_since = thread, time.monotonic()
-            return Collected(RunStatus.TIMED_OUT, error=f"no result within {timeout:g} s")
+        thread.join(timeout)
+        if box:
+            return box[0]
+        self._stuck, self._stuck_since = thread, time.monotonic()
+        return Collected(RunStatus.TIMED_OUT, error=f"no result within {timeout:g} s")
 
     def close(self) -> None:
         """Nothing to release: a stuck thread dies with the process."""

@@ -18,7 +18,7 @@ LOADED = (
 # distribution, the health model (its types too), the state store, the remediation engine and
 # backends (the file has no [slurm]), the daemon, event sources and their contract, reporters and
 # their base module (no [sources.*] or [reporters.*] table), subprocess and selectors (the system
-# probe runs no command)
+# probe runs no command), queue (a thread probe's result comes back in a list)
 NOT_NEEDED = (
     "argparse",
     "importlib.metadata",
@@ -36,6 +36,7 @@ NOT_NEEDED = (
     "hma.reporters.journal",
     "hma.reporters.prometheus",
     "psutil",
+    "queue",
     "selectors",
     "subprocess",
     "traceback",
