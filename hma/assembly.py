@@ -8,11 +8,11 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field
-from typing import Any, Collection, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Collection, Mapping, Optional, Sequence
 
 from hma import catalogue as catalogue_mod
 from hma import config as config_mod
-from hma import configfile, reporters
+from hma import configfile
 from hma.adapters.command import TOOL_OUTPUT_CAP, CommandRunner
 from hma.adapters.files import ReadError, RootReader
 from hma.catalogue import Catalogue
@@ -30,8 +30,9 @@ from hma.registry import (
     rescan,
 )
 from hma.remediation import options as remediation_options
-from hma.source import GROUP as SOURCE_GROUP
-from hma.source import EventSource, KeyValue, MemoryKV, SourceContext
+
+if TYPE_CHECKING:  # event sources and reporters are imported when the configuration has some
+    from hma.source import EventSource, KeyValue, SourceContext
 
 
 @dataclass
@@ -97,6 +98,8 @@ class Setup:
         self, name: str, boot_id: str, kv: Optional[KeyValue] = None
     ) -> SourceContext:
         """Context for event source ``name``."""
+        from hma.source import MemoryKV, SourceContext
+
         paths = self.config.section("paths")
         return SourceContext(
             options=self.config.sources[name],
@@ -136,6 +139,11 @@ def schema_for(
         from hma.remediation.backend import Backend
 
         backends = discover(BACKEND_GROUP, Backend, backend_names)[0]
+    reporters: dict[str, Mapping[str, Option]] = {}
+    if reporter_names is None or reporter_names:  # `hma check` on a file without one: none
+        from hma import reporters as reporters_mod
+
+        reporters = reporters_mod.schemas(reporter_names)
     return Schema(
         sections={
             **CORE_SECTIONS,
@@ -145,7 +153,7 @@ def schema_for(
         },
         checks={"recovery": remediation_options.problems},
         probes=probes,
-        reporters=reporters.schemas(reporter_names),
+        reporters=reporters,
         catalogue=cat,
         sources={
             name: {
@@ -230,12 +238,18 @@ def load(config_file: Optional[str] = None, only: Optional[Sequence[str]] = None
     wanted = {n for n in executables if n in only} if only is not None else set()
     registered = set(classes) if only is None else set(entry_point_names(among=wanted))
     if only is None or _site_codes(raw, cat):
+        from hma.source import GROUP as SOURCE_GROUP
+        from hma.source import EventSource
+
         source_classes, source_broken = discover(SOURCE_GROUP, EventSource)
         broken += source_broken
     else:
         source_classes = {}
         named = _tables(raw, "sources")
-        unchecked |= {f"sources.{n}" for n in entry_point_names(SOURCE_GROUP, among=named)}
+        if named:
+            from hma.source import GROUP as SOURCE_GROUP
+
+            unchecked |= {f"sources.{n}" for n in entry_point_names(SOURCE_GROUP, among=named)}
     exec_names = set()
     for name, cls in executables.items():
         if only is not None and name not in only:

@@ -14,7 +14,90 @@ from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Mapping, Optional
 
 from hma.catalogue import Catalogue
-from hma.model import Action, Clears, Fault, Finding, ProbeRun, Severity, Transition, Verdict
+from hma.model import Action, Clears, Finding, ProbeRun, Severity
+from hma.severity import worst
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A (component, code) the health model tracks, with its resolved catalogue facts."""
+
+    code: str
+    component: str
+    severity: Severity
+    action: Action
+    message: str
+    details: Mapping[str, Any]
+    probe: str
+    first_seen: float
+    last_seen: float
+    count: int  # observations (or event repeats) while active
+    drains: bool  # the catalogue says this code drains (hardware fault)
+    clears: Clears
+    active: bool  # False while still below fail_after (pending)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """Identity of the fault: (component, code)."""
+        return (self.component, self.code)
+
+    def to_json(self) -> dict[str, Any]:
+        """The fault as in status.json ``faults`` (docs/status.md)."""
+        return {
+            "code": self.code,
+            "component": self.component,
+            "severity": str(self.severity),
+            "action": str(self.action),
+            "message": self.message,
+            "details": dict(self.details),
+            "probe": self.probe,
+            "first_seen": self.first_seen,
+            "last_seen": self.last_seen,
+            "count": self.count,
+            "drains": self.drains,
+            "clears": str(self.clears),
+            "active": self.active,
+        }
+
+    @property
+    def draining(self) -> bool:
+        """Whether this fault takes the node out of scheduling (active, critical, drains)."""
+        return self.active and self.drains and self.severity is Severity.CRITICAL
+
+
+@dataclass(frozen=True)
+class Transition:
+    """A state change worth one alert: ``raised``, ``escalated`` or ``cleared``."""
+
+    kind: str
+    fault: Fault
+    ts: float
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The node's health after the latest input: what remediation and reporters consume."""
+
+    ts: float
+    boot_id: str
+    faults: tuple[Fault, ...]  # active faults only
+    transitions: tuple[Transition, ...] = ()
+
+    @property
+    def severity(self) -> Severity:
+        """Worst severity of the active faults."""
+        return worst(f.severity for f in self.faults)
+
+    @property
+    def draining(self) -> tuple[Fault, ...]:
+        """Active faults that take the node out of scheduling."""
+        return tuple(f for f in self.faults if f.draining)
+
+    @property
+    def action(self) -> Action:
+        """Strongest recommended action of the draining faults."""
+        return max((f.action for f in self.draining), default=Action.NONE)
 
 
 @dataclass

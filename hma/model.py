@@ -1,4 +1,5 @@
-"""Core value types shared by probes, the health model, remediation and reporters."""
+"""Core value types shared by probes, the health model, remediation and reporters (the health
+model's own, ``Fault``, ``Transition`` and ``Verdict``, are in ``hma.health``)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import enum
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Optional
 
-from hma.severity import Severity, worst
+from hma.severity import Severity
 
 
 class Action(enum.IntEnum):
@@ -133,85 +134,3 @@ def gpu_component(pci_bus_id: str) -> str:
     domain, bus, devfn = parts[-3], parts[-2], parts[-1]
     device = devfn.split(".")[0]
     return f"gpu:{int(domain, 16):04x}:{int(bus, 16):02x}:{int(device, 16):02x}"
-
-
-@dataclass(frozen=True)
-class Fault:
-    """A (component, code) the health model tracks, with its resolved catalogue facts."""
-
-    code: str
-    component: str
-    severity: Severity
-    action: Action
-    message: str
-    details: Mapping[str, Any]
-    probe: str
-    first_seen: float
-    last_seen: float
-    count: int  # observations (or event repeats) while active
-    drains: bool  # the catalogue says this code drains (hardware fault)
-    clears: Clears
-    active: bool  # False while still below fail_after (pending)
-
-    @property
-    def key(self) -> tuple[str, str]:
-        """Identity of the fault: (component, code)."""
-        return (self.component, self.code)
-
-    def to_json(self) -> dict[str, Any]:
-        """The fault as in status.json ``faults`` (docs/status.md)."""
-        return {
-            "code": self.code,
-            "component": self.component,
-            "severity": str(self.severity),
-            "action": str(self.action),
-            "message": self.message,
-            "details": dict(self.details),
-            "probe": self.probe,
-            "first_seen": self.first_seen,
-            "last_seen": self.last_seen,
-            "count": self.count,
-            "drains": self.drains,
-            "clears": str(self.clears),
-            "active": self.active,
-        }
-
-    @property
-    def draining(self) -> bool:
-        """Whether this fault takes the node out of scheduling (active, critical, drains)."""
-        return self.active and self.drains and self.severity is Severity.CRITICAL
-
-
-@dataclass(frozen=True)
-class Transition:
-    """A state change worth one alert: ``raised``, ``escalated`` or ``cleared``."""
-
-    kind: str
-    fault: Fault
-    ts: float
-    reason: str = ""
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """The node's health after the latest input: what remediation and reporters consume."""
-
-    ts: float
-    boot_id: str
-    faults: tuple[Fault, ...]  # active faults only
-    transitions: tuple[Transition, ...] = ()
-
-    @property
-    def severity(self) -> Severity:
-        """Worst severity of the active faults."""
-        return worst(f.severity for f in self.faults)
-
-    @property
-    def draining(self) -> tuple[Fault, ...]:
-        """Active faults that take the node out of scheduling."""
-        return tuple(f for f in self.faults if f.draining)
-
-    @property
-    def action(self) -> Action:
-        """Strongest recommended action of the draining faults."""
-        return max((f.action for f in self.draining), default=Action.NONE)

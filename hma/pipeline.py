@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from hma.assembly import Setup
-from hma.health import HealthModel
-from hma.model import Finding, ProbeRun, Severity, Transition, Verdict
+from hma.health import HealthModel, Transition, Verdict
+from hma.model import Finding, ProbeRun, Severity
 from hma.reporters import Alert, Reporter, start_reporters
 from hma.state import Store
 

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import queue
 import select
-import subprocess
 import sys
 import threading
 import time
@@ -26,7 +24,9 @@ from hma.adapters.command import kill_group
 from hma.model import Finding, ProbeRun, RunStatus
 from hma.probe import Probe, ProbeContext
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # subprocess: imported when a worker process starts (thread probes need none)
+    import subprocess
+
     from hma.assembly import Setup
 
 
@@ -64,18 +64,18 @@ class ThreadSlot:
                     hung=True,
                 )
             self._stuck = None
-        box: queue.Queue[Collected] = queue.Queue(maxsize=1)
+        box: list[Collected] = []
 
         def work() -> None:
-            box.put(collect_guarded(self.probe, ctx))
+            box.append(collect_guarded(self.probe, ctx))
 
         thread = threading.Thread(target=work, name=f"probe-{self.probe.name}", daemon=True)
         thread.start()
-        try:
-            return box.get(timeout=timeout)
-        except queue.Empty:
-            self._stuck, self._stuck_since = thread, time.monotonic()
-            return Collected(RunStatus.TIMED_OUT, error=f"no result within {timeout:g} s")
+        thread.join(timeout)
+        if box:
+            return box[0]
+        self._stuck, self._stuck_since = thread, time.monotonic()
+        return Collected(RunStatus.TIMED_OUT, error=f"no result within {timeout:g} s")
 
     def close(self) -> None:
         """Nothing to release: a stuck thread dies with the process."""
@@ -118,6 +118,8 @@ class ProcessSlot:
         if self._proc is None or self._proc.poll() is not None:
             if self._proc is not None:
                 _release(self._proc)  # a hung worker that has exited since
+            import subprocess
+
             self.spawned += 1
             self._proc = subprocess.Popen(  # noqa: S603 - argv list
                 [self.python, "-m", "hma.worker", self.probe.name],
@@ -177,6 +179,8 @@ class ProcessSlot:
         return answer
 
     def _timed_out(self, proc: subprocess.Popen, timeout: float) -> Collected:
+        import subprocess
+
         kill_group(proc)
         try:
             proc.wait(2.0)
@@ -196,6 +200,8 @@ class ProcessSlot:
     def close(self) -> None:
         """Stop the worker (SIGKILL to its group) if it runs."""
         if self._proc is not None and self._proc.poll() is None:
+            import subprocess
+
             kill_group(self._proc)
             try:
                 self._proc.wait(2.0)

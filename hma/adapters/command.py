@@ -9,12 +9,12 @@ flagged (``CommandResult.truncated``) and callers report it as cut (``cut_messag
 from __future__ import annotations
 
 import os
-import selectors
-import signal
-import subprocess
 import time
 from dataclasses import dataclass
-from typing import Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Mapping, Optional, Sequence
+
+if TYPE_CHECKING:  # subprocess, selectors and signal are imported when a command runs
+    import subprocess
 
 TOOL_OUTPUT_CAP = 64 << 20
 """Bytes kept per stream of a tool's output (64 MiB: an 8-GPU ``nvidia-smi -q -x`` with MIG and
@@ -63,6 +63,8 @@ class CommandRunner:
         stdin: Optional[bytes] = None,
     ) -> CommandResult:
         """Run ``argv``; on timeout kill its whole process group. Never raises for the command."""
+        import subprocess
+
         start = time.monotonic()
         try:
             proc = subprocess.Popen(  # noqa: S603 - argv list, no shell
@@ -98,6 +100,8 @@ class CommandRunner:
 
 def kill_group(proc: subprocess.Popen) -> None:
     """SIGKILL the process group a ``start_new_session`` child leads."""
+    import signal
+
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -107,6 +111,9 @@ def kill_group(proc: subprocess.Popen) -> None:
 def _collect(
     proc: subprocess.Popen, stdin: Optional[bytes], timeout: float, cap: int
 ) -> tuple[bytes, bytes, bool, bool]:
+    import selectors
+    import subprocess
+
     deadline = time.monotonic() + timeout
     if stdin is not None and proc.stdin is not None:
         try:

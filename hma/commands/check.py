@@ -6,8 +6,9 @@ import sys
 from typing import Any, Optional, Sequence
 
 from hma.assembly import Setup, load
-from hma.model import Finding, ProbeRun, Severity, worst
+from hma.model import Finding, ProbeRun, Severity
 from hma.runner import run_once
+from hma.severity import worst
 
 
 def document(node: str, runs: Sequence[ProbeRun], extra: Sequence[Finding] = ()) -> dict[str, Any]:

@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from typing import IO, Any, Iterator, Optional, Sequence
 
 from hma.catalogue import Catalogue
-from hma.model import Finding, Severity, worst
+from hma.model import Finding, Severity
 from hma.rules import RuleSet
 from hma.rules.lines import saved_line
+from hma.severity import worst
 
 SOURCE = "logscan"
 

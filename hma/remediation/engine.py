@@ -19,7 +19,7 @@ import time
 from typing import Any, Callable, Optional
 
 from hma.config import ConfigError
-from hma.model import Verdict
+from hma.health import Verdict
 from hma.probe import NodeFacts
 from hma.registry import discover
 from hma.remediation import options as options_mod

@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Optional, Sequence, Union
 
-from hma.model import Action, Clears, Fault, Verdict
+from hma.health import Fault, Verdict
+from hma.model import Action, Clears
 from hma.remediation import label as label_mod
 from hma.remediation.backend import OWNED_PREFIX, NodeState
 

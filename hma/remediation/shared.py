@@ -13,7 +13,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from hma.model import Action, Severity, Verdict
+from hma.health import Verdict
+from hma.model import Action, Severity
 from hma.remediation.backend import NodeState
 from hma.remediation.planner import Episode
 from hma.reporters import Alert

@@ -12,7 +12,8 @@ from typing import Any, Iterator, Optional
 import pytest
 
 from hma import assembly
-from hma.model import Action, Clears, Fault, Severity, Verdict
+from hma.health import Fault, Verdict
+from hma.model import Action, Clears, Severity
 from hma.remediation.engine import Remediator
 from hma.state import Store
 from tests.slurmcluster import SlurmCluster, available

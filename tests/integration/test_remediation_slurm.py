@@ -230,7 +230,8 @@ def _slurm_findings(rem: object) -> list:
 def test_slurm_own_drain_reported_and_adopted(
     fresh: SlurmCluster, tmp_path: Path, adopt: bool
 ) -> None:
-    from hma.model import Fault, Severity
+    from hma.health import Fault
+    from hma.model import Severity
 
     fresh.scontrol("update", "NodeName=node3", "State=DRAIN", "Reason=Kill task failed")
     rem, _store = make(tmp_path, fresh, "node3", {"adopt_slurm_drains": adopt, "resume_after": 0.5})

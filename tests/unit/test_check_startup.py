@@ -15,22 +15,30 @@ LOADED = (
     "print(json.dumps(sorted(sys.modules)))"
 )
 # imported by nothing `hma check system` needs: the full parser, the scan of every installed
-# distribution, the state store, the remediation engine and backends (the file has no [slurm]),
-# the daemon, event sources, reporters
+# distribution, the health model (its types too), the state store, the remediation engine and
+# backends (the file has no [slurm]), the daemon, event sources and their contract, reporters and
+# their base module (no [sources.*] or [reporters.*] table), subprocess and selectors (the system
+# probe runs no command), queue (a thread probe's result comes back in a list)
 NOT_NEEDED = (
     "argparse",
     "importlib.metadata",
     "sqlite3",
+    "hma.health",
     "hma.remediation.engine",
     "hma.remediation.backend",
     "hma.remediation.slurm",
     "hma.daemon",
+    "hma.source",
     "hma.state",
     "hma.sources.kernel_log",
     "hma.sources.nvml_events",
+    "hma.reporters",
     "hma.reporters.journal",
     "hma.reporters.prometheus",
     "psutil",
+    "queue",
+    "selectors",
+    "subprocess",
     "traceback",
     "zipfile",
 )

@@ -12,7 +12,8 @@ import pytest
 
 from hma import assembly, registry
 from hma.config import ConfigError
-from hma.model import Action, Clears, Fault, Severity, Verdict
+from hma.health import Fault, Verdict
+from hma.model import Action, Clears, Severity
 from hma.remediation.engine import Remediator
 from hma.state import Store
 

@@ -14,7 +14,8 @@ from typing import Any, Optional
 import pytest
 
 from hma import assembly
-from hma.model import Action, Clears, Fault, Severity, Verdict
+from hma.health import Fault, Verdict
+from hma.model import Action, Clears, Severity
 from hma.remediation.engine import Remediator
 from hma.remediation.slurm import Job, NodeState, SlurmBackend, SlurmClient, SlurmError
 from hma.state import Store

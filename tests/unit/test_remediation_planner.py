@@ -8,7 +8,8 @@ from typing import Optional
 
 import pytest
 
-from hma.model import Action, Clears, Fault, Severity, Verdict
+from hma.health import Fault, Verdict
+from hma.model import Action, Clears, Severity
 from hma.remediation.backend import NodeState
 from hma.remediation.planner import (
     Acted,
