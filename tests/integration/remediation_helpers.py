@@ -13,9 +13,9 @@ import pytest
 
 from hma import assembly
 from hma.health import Fault, Verdict
-from hma.model import Action, Clears, Severity
 from hma.remediation.engine import Remediator
 from hma.state import Store
+from tests.faults import fault  # noqa: F401 (the remediation suites import it from here)
 from tests.slurmcluster import SlurmCluster, available
 
 FAST = {
@@ -106,32 +106,6 @@ def write_hook(hook: Path, out: Path) -> Path:
     )
     hook.chmod(0o755)
     return hook
-
-
-def fault(
-    code: str = "GPU_XID_79",
-    component: str = "gpu:0000:3b:00",
-    action: Action = Action.REBOOT,
-    clears: Clears = Clears.REBOOT,
-    message: str = "Xid 79: GPU has fallen off the bus",
-) -> Fault:
-    """An active, draining, critical fault."""
-    now = time.time()
-    return Fault(
-        code,
-        component,
-        Severity.CRITICAL,
-        action,
-        message,
-        {},
-        "test",
-        now,
-        now,
-        1,
-        True,
-        clears,
-        True,
-    )
 
 
 def verdict(*faults: Fault, boot: str = "boot-1") -> Verdict:

@@ -12,10 +12,10 @@ import pytest
 
 from hma import assembly, registry
 from hma.config import ConfigError
-from hma.health import Fault, Verdict
-from hma.model import Action, Clears, Severity
+from hma.health import Verdict
 from hma.remediation.engine import Remediator
 from hma.state import Store
+from tests.faults import fault
 
 pytestmark = pytest.mark.timeout(30)
 PLUGINS = Path(__file__).resolve().parent.parent / "plugins"
@@ -51,24 +51,6 @@ def config(tmp: Path, *lines: str) -> Path:
     return path
 
 
-def xid(now: float) -> Fault:
-    return Fault(
-        "GPU_XID_79",
-        "gpu:0000:3b:00",
-        Severity.CRITICAL,
-        Action.REBOOT,
-        "m",
-        {},
-        "t",
-        now,
-        now,
-        1,
-        True,
-        Clears.REBOOT,
-        True,
-    )
-
-
 def test_memory_backend_drains_reboots_and_resumes(tmp_path: Path, plugins: None) -> None:
     setup = assembly.load(
         str(config(tmp_path, "[cluster]", 'backend = "memory"', "[memory]", 'me = "m2"'))
@@ -80,7 +62,7 @@ def test_memory_backend_drains_reboots_and_resumes(tmp_path: Path, plugins: None
         rem.refresh()  # finds its node name through the backend
         assert rem.facts().node_name == "m2"
         now = time.time()
-        rem.update(Verdict(now, "b1", (xid(now),)), "b1")
+        rem.update(Verdict(now, "b1", (fault(first=now, last=now),)), "b1")
         rem.flush(5)
         calls = [c[0] for c in mem.calls]  # type: ignore[attr-defined]
         assert calls == ["drain", "reboot"]  # the label goes with the drain, in one call

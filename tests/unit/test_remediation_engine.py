@@ -15,10 +15,11 @@ import pytest
 
 from hma import assembly
 from hma.health import Fault, Verdict
-from hma.model import Action, Clears, Severity
+from hma.model import Action, Clears
 from hma.remediation.engine import Remediator
 from hma.remediation.slurm import Job, NodeState, SlurmBackend, SlurmClient, SlurmError
 from hma.state import Store
+from tests.faults import fault
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -109,25 +110,6 @@ def make(
     return Remediator(setup, Store(str(tmp / "state" / "state.db")), start=start, backend=backend)
 
 
-def fault(action: Action = Action.REBOOT, code: str = "GPU_XID_79") -> Fault:
-    now = time.time()
-    return Fault(
-        code,
-        "gpu:0000:3b:00",
-        Severity.CRITICAL,
-        action,
-        "m",
-        {},
-        "t",
-        now,
-        now,
-        1,
-        True,
-        Clears.REBOOT,
-        True,
-    )
-
-
 def run(rem: Remediator, faults: tuple[Fault, ...], boot: str = "b1") -> None:
     assert isinstance(rem.backend, SlurmBackend)
     fake = rem.backend.client
@@ -211,7 +193,7 @@ def test_dry_run_and_policy_none(tmp_path: Path) -> None:
     fake = FakeSlurm("n1")
     (tmp_path / "a").mkdir()
     rem = make(tmp_path / "a", fake, dry_run=True)
-    run(rem, (fault(Action.REPLACE),))
+    run(rem, (fault(action=Action.REPLACE),))
     assert fake.calls == []
     assert [(r["kind"], r["state"]) for r in rem.status()["actions"]] == [
         ("drain", "dry_run"),
@@ -229,7 +211,7 @@ def test_outage_retries_with_backoff_then_applies(tmp_path: Path) -> None:
     fake = FakeSlurm("n1")
     rem = make(tmp_path, fake, retry_min=0.05, retry_max=0.1)
     fake.down = True
-    run(rem, (fault(Action.NONE),))
+    run(rem, (fault(action=Action.NONE),))
     row = rem.status()["actions"][0]
     assert row["state"] == "failed" and "contact" in row["last_error"] and row["attempts"] == 1
     assert [a.kind for a in rem.alerts()] == ["action_requested", "action_failed"]
@@ -263,7 +245,7 @@ def test_missing_hook_is_a_config_error(tmp_path: Path) -> None:
 def test_drain_that_raced_past_the_recount_undoes_itself(tmp_path: Path) -> None:
     fake = FakeSlurm("n1", "n2", "n3", "n4")
     rem = make(tmp_path, fake, max_drained_percent=25.0)
-    run(rem, (fault(Action.NONE),))
+    run(rem, (fault(action=Action.NONE),))
     assert "DRAIN" in fake.state["n1"].flags
     # n2 was drained by its agent a moment *earlier* (d=), but became visible only now
     fake.state["n2"] = replace(
@@ -327,7 +309,7 @@ def test_each_queued_alert_wakes_the_owner(tmp_path: Path) -> None:
     told: list[int] = []
     rem.on_alert = lambda: told.append(1)
     fake.down = True
-    run(rem, (fault(Action.NONE),))
+    run(rem, (fault(action=Action.NONE),))
     assert [a.kind for a in rem.alerts()] == ["action_requested", "action_failed"]
     assert len(told) == 2
 
@@ -339,7 +321,7 @@ def test_controller_is_asked_once_per_heartbeat_while_nothing_happens(tmp_path: 
     try:
         wait_for(lambda: fake.job_reads >= 10, "jobs read from the local slurmd")
         assert fake.reads == ["n1"]  # one single-node read at start, none since
-        rem.update(Verdict(time.time(), "b1", (fault(Action.NONE),)), "b1")
+        rem.update(Verdict(time.time(), "b1", (fault(action=Action.NONE),)), "b1")
         wait_for(lambda: "DRAIN" in fake.state["n1"].flags, "drain")
         assert (
             "held" in fake.reads and "all" not in fake.reads
@@ -401,7 +383,7 @@ def test_read_ahead_stands_for_the_drains_own_read(
             wait_for(lambda: rem.shared.fresh is not None, "read ahead")
             rem.read_ahead()  # at most once per facts_interval
         reads = len(fake.timeline)
-        rem.update(Verdict(time.time(), "b1", (fault(Action.NONE),)), "b1")
+        rem.update(Verdict(time.time(), "b1", (fault(action=Action.NONE),)), "b1")
         wait_for(lambda: "DRAIN" in fake.state["n1"].flags, "drain")
         assert fake.timeline[reads] == first
         assert fake.timeline[:reads].count("read n1") == (2 if ahead else 1)

@@ -4,12 +4,12 @@ episode and intents out (no store, no cluster)."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Optional
+from typing import Any, Optional
 
 import pytest
 
 from hma.health import Fault, Verdict
-from hma.model import Action, Clears, Severity
+from hma.model import Action, Clears
 from hma.remediation.backend import NodeState
 from hma.remediation.planner import (
     Acted,
@@ -23,33 +23,15 @@ from hma.remediation.planner import (
     plan,
     reason_for,
 )
+from tests import faults
 
 NOW = 1_800_000_000.0
 XID79 = ("GPU_XID_79", "gpu:0000:3b:00")
 
 
-def fault(
-    action: Action = Action.REBOOT,
-    code: str = XID79[0],
-    first: float = NOW - 5,
-    clears: Clears = Clears.REBOOT,
-    last: float = NOW,
-) -> Fault:
-    return Fault(
-        code,
-        XID79[1],
-        Severity.CRITICAL,
-        action,
-        "m",
-        {},
-        "gpu",
-        first,
-        last,
-        1,
-        True,
-        clears,
-        True,
-    )
+def fault(action: Action = Action.REBOOT, **given: Any) -> Fault:
+    """The shared test fault on this module's clock: first seen 5 s before NOW."""
+    return faults.fault(action=action, **{"first": NOW - 5, "last": NOW, **given})
 
 
 def node(base: str = "idle", *flags: str, reason: str = "", extra: str = "") -> NodeState:
