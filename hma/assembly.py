@@ -5,9 +5,7 @@ Shared by every command (``check``, ``run``, ``config check``) so each piece of 
 
 from __future__ import annotations
 
-import dataclasses
 import os
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Collection, Mapping, Optional, Sequence
 
 from hma import catalogue as catalogue_mod
@@ -21,6 +19,7 @@ from hma.configfile import ConfigError
 from hma.model import Finding
 from hma.options import Option
 from hma.probe import NodeFacts, Probe, ProbeContext
+from hma.record import field, record, replace
 from hma.registry import (
     Broken,
     broken_finding,
@@ -35,7 +34,7 @@ if TYPE_CHECKING:  # event sources and reporters are imported when the configura
     from hma.source import EventSource, KeyValue, SourceContext
 
 
-@dataclass
+@record
 class Setup:
     """Everything loaded once per (re)configuration."""
 
@@ -273,7 +272,7 @@ def load(config_file: Optional[str] = None, only: Optional[Sequence[str]] = None
         None if only is None else _tables(raw, "reporters"),
         None if only is None else _backend_sections(raw),
     )
-    schema = dataclasses.replace(schema, unchecked=frozenset(unchecked))
+    schema = replace(schema, unchecked=frozenset(unchecked))
     cfg = config_mod.load(schema, config_file)
     return Setup(
         config=cfg,

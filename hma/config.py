@@ -8,7 +8,6 @@ is generated from it and a test keeps it in sync).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from hma.catalogue import OVERRIDABLE, Catalogue
@@ -24,6 +23,7 @@ from hma.configfile import (
 )
 from hma.deepcheck import options as deepcheck_options
 from hma.options import FLOAT_LIMIT, Option, positive
+from hma.record import field, record, replace
 from hma.topology import options as topology_options
 
 EX_CONFIG = 78
@@ -103,7 +103,7 @@ CODE_OPTIONS: dict[str, Option] = {
 assert set(CODE_OPTIONS) == set(OVERRIDABLE)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Schema:
     """Everything a valid configuration may contain."""
 
@@ -139,7 +139,7 @@ def probe_options(
     return {**common, **own}
 
 
-@dataclass
+@record
 class Config:
     """A validated configuration with every default filled in."""
 

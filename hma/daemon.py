@@ -18,7 +18,6 @@ import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Union
 
 from hma import __version__, assembly
@@ -31,6 +30,7 @@ from hma.devices import DeviceWatcher
 from hma.model import Clears, Finding, ProbeRun, RunStatus, Severity
 from hma.pipeline import Applied, Pipeline
 from hma.probe import NodeFacts
+from hma.record import record
 from hma.remediation.engine import Remediator
 from hma.reporters import Alert, Reporter, start_reporters
 from hma.runner import make_slot, run_probe
@@ -46,7 +46,7 @@ STATE_PROBE = "agent:state"  # the findings about writing state are this pseudo 
 PRUNE_EVERY_S = 3600.0
 
 
-@dataclass
+@record
 class ProbeState:
     """Scheduling and last-result facts of one probe, shown in status.json."""
 
@@ -63,7 +63,7 @@ class ProbeState:
 # --- the loop's input messages: one type per kind, dispatched on type by Daemon._handle ---------
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ProbeDone:
     """A run that the loop started finished; ``state`` is the probe it was started for."""
 
@@ -71,21 +71,21 @@ class ProbeDone:
     run: ProbeRun
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RunReport:
     """A run the loop did not schedule: an event source starting or stopping, state writes."""
 
     run: ProbeRun
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class EventFound:
     """A finding an event source emitted."""
 
     finding: Finding
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class DeviceChanged:
     """A device of ``subsystem`` was added or removed (a uevent)."""
 
@@ -94,14 +94,14 @@ class DeviceChanged:
     device: str
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SignalReceived:
     """A signal the process received (handled in the loop, not in the handler)."""
 
     signum: int
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class AlertsQueued:
     """Remediation queued alerts (``Remediator.alerts``): the loop sleeps until it says so."""
 

@@ -10,15 +10,15 @@ clears a fault that is already known. Other codes clear by reboot (new boot id),
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Mapping, Optional
 
 from hma.catalogue import Catalogue
 from hma.model import Action, Clears, Finding, ProbeRun, Severity
+from hma.record import asdict, fields, record
 from hma.severity import worst
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Fault:
     """A (component, code) the health model tracks, with its resolved catalogue facts."""
 
@@ -65,7 +65,7 @@ class Fault:
         return self.active and self.drains and self.severity is Severity.CRITICAL
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Transition:
     """A state change worth one alert: ``raised``, ``escalated`` or ``cleared``."""
 
@@ -75,7 +75,7 @@ class Transition:
     reason: str = ""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Verdict:
     """The node's health after the latest input: what remediation and reporters consume."""
 
@@ -100,7 +100,7 @@ class Verdict:
         return max((f.action for f in self.draining), default=Action.NONE)
 
 
-@dataclass
+@record
 class Record:
     """Mutable state of one (component, code); persisted by the state store as JSON."""
 
@@ -126,7 +126,7 @@ class Record:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Record:
         """Inverse of ``to_json``; raises KeyError/TypeError/ValueError on malformed data."""
-        rec = cls(**{k: data[k] for k in cls.__dataclass_fields__})
+        rec = cls(**{k: data[k] for k in fields(cls)})
         Severity.parse(rec.severity)
         Action.parse(rec.action)
         return rec

@@ -4,9 +4,9 @@ model's own, ``Fault``, ``Transition`` and ``Verdict``, are in ``hma.health``)."
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Optional
 
+from hma.record import field, record, replace
 from hma.severity import Severity
 
 
@@ -41,7 +41,7 @@ class Clears(str, enum.Enum):
         return self.value
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Finding:
     """One observation that something is wrong (or could not be measured).
 
@@ -105,7 +105,7 @@ class RunStatus(str, enum.Enum):
         return self.value
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ProbeRun:
     """A finished probe run: only ``RAN`` counts as a good observation of what it did not report."""
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 import math
 import re
 import reprlib
-from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
+
+from hma.record import record
 
 Check = Callable[[Any], Optional[str]]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Option:
     """A configuration key: its kind, default, one-line documentation and optional extra check.
 

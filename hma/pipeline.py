@@ -14,17 +14,17 @@ changed.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
 from typing import Callable, Optional
 
 from hma.assembly import Setup
 from hma.health import HealthModel, Transition, Verdict
 from hma.model import Finding, ProbeRun, Severity
+from hma.record import record
 from hma.reporters import Alert, Reporter, start_reporters
 from hma.state import Store
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Applied:
     """A verdict after it was applied; ``changed``: fault records were saved."""
 

@@ -9,16 +9,16 @@ does I/O, so tests feed it snapshots directly.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, ClassVar, Mapping, Optional
 
 from hma.adapters.command import CommandRunner
 from hma.adapters.files import RootReader
 from hma.model import Finding, Severity
 from hma.options import Option
+from hma.record import asdict, field, record
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class NodeFacts:
     """Read-only facts about the node that probes may use (from the core; probes never call Slurm).
 
@@ -33,7 +33,7 @@ class NodeFacts:
     slurm_reason: str = ""  # the node's drain/down/fail reason as Slurm shows it
 
 
-@dataclass
+@record
 class ProbeContext:
     """What the core hands a probe for one run."""
 

@@ -11,18 +11,18 @@ import importlib
 import os
 import stat
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Collection, Mapping, Optional
 
 from hma.model import Finding, Severity
 from hma.options import Option
 from hma.probe import Probe, ProbeContext
+from hma.record import record
 
 GROUP = "hma.probes"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Broken:
     """A probe that could not be loaded, with the reason."""
 
@@ -30,7 +30,7 @@ class Broken:
     error: str
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class _EntryPoint:
     """An entry point of hma's own distribution (what discovery uses of
     ``importlib.metadata.EntryPoint``, read without importing it)."""

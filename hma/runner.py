@@ -17,12 +17,12 @@ import select
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from hma.adapters.command import kill_group
 from hma.model import Finding, ProbeRun, RunStatus
 from hma.probe import Probe, ProbeContext
+from hma.record import record
 
 if TYPE_CHECKING:  # subprocess: imported when a worker process starts (thread probes need none)
     import subprocess
@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # subprocess: imported when a worker process starts (thread p
     from hma.assembly import Setup
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Collected:
     """Raw outcome of the collect step."""
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Mapping, Optional, Protocol
 
 from hma.adapters.command import CommandRunner
@@ -18,6 +17,7 @@ from hma.adapters.files import RootReader
 from hma.catalogue import Entry
 from hma.model import Finding
 from hma.options import Option
+from hma.record import field, record
 
 GROUP = "hma.sources"
 
@@ -47,7 +47,7 @@ class MemoryKV:
         self.data[key] = value
 
 
-@dataclass
+@record
 class SourceContext:
     """What the core hands an event source."""
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
 from hma.model import Action, Finding, Severity, gpu_component
+from hma.record import record
 
 OTHER = "GPU_XID_OTHER"
 PREFIX = "GPU_XID_"
@@ -42,7 +42,7 @@ _RECOVERY_TO_RE = re.compile(r"\bto 0x(?P<to>[0-9a-fA-F]+)")
 _RECOVERY_NO_DRAIN = {0, 5}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class XidLine:
     """The parts of one NVRM Xid kernel line."""
 

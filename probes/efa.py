@@ -18,13 +18,13 @@ import contextlib
 import os
 import stat
 import time
-from dataclasses import dataclass
 from typing import Any, ClassVar, Collection, Mapping, Optional
 
 from hma.adapters.files import ReadError, RootReader
 from hma.model import Finding, Severity
 from hma.options import Option
 from hma.probe import Probe, ProbeContext, unknown
+from hma.record import record
 from hma.strict import ParseError, parse_uint, parse_word
 
 IB = "class/infiniband"
@@ -33,7 +33,7 @@ AMAZON = "0x1d0f"
 U64 = 1 << 64
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Expected:
     """EFA adapters expected on an instance type; ``verified`` against a primary source."""
 
@@ -223,7 +223,7 @@ def expected_adapters(opts: Mapping[str, Any], instance_type: Optional[str]) -> 
 PORT_STATES = ("NOP", "DOWN", "INIT", "ARMED", "ACTIVE", "ACTIVE_DEFER")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Layout:
     """What discovery found; static until a device event or a reboot.
 

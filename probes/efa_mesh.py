@@ -24,7 +24,6 @@ import math
 import os
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any, ClassVar, Iterator, Mapping, Optional, Sequence
 
 from hma.adapters.command import CommandResult
@@ -32,6 +31,7 @@ from hma.adapters.files import ReadError
 from hma.model import Finding
 from hma.options import Option
 from hma.probe import Probe, ProbeContext, unknown
+from hma.record import record
 
 NODE = "node"
 REFUSED_RC = 111  # ECONNREFUSED: the server is not listening yet
@@ -105,7 +105,7 @@ def broken_threshold(peers: int) -> int:
 # --- the probe -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Endpoint:
     """Where one adapter's fi_pingpong runs."""
 

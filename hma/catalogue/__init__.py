@@ -8,12 +8,12 @@ declared here and that every declared code is emitted somewhere.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from hma import tomlcompat
 from hma.model import Action, Clears, Finding, Severity
+from hma.record import record, replace
 
 CODE_RE = re.compile(r"^(GPU|NEURON|EFA|SYS|KERNEL|HMA|SLURM|SITE|DEEP)_[A-Z0-9_]+$")
 FAMILIES = ("GPU", "NEURON", "EFA", "SYS", "KERNEL", "HMA", "SLURM", "SITE", "DEEP")
@@ -22,7 +22,7 @@ _DEFAULT_FAIL_AFTER = 2
 _DEFAULT_CLEAR_AFTER = 2
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Entry:
     """One catalogue entry (see docs/catalogue.md for the meaning of each field)."""
 

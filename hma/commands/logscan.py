@@ -15,11 +15,11 @@ import json
 import re
 import sys
 import zlib
-from dataclasses import dataclass
 from typing import IO, Any, Iterator, Optional, Sequence
 
 from hma.catalogue import Catalogue
 from hma.model import Finding, Severity
+from hma.record import record
 from hma.rules import RuleSet
 from hma.rules.lines import saved_line
 from hma.severity import worst
@@ -27,7 +27,7 @@ from hma.severity import worst
 SOURCE = "logscan"
 
 
-@dataclass
+@record
 class Hit:
     """One fault found in the logs: its first finding, how often it matched, the last line."""
 

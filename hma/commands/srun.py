@@ -29,10 +29,10 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from hma.model import Action, Severity
+from hma.record import field, record
 from hma.remediation import label as label_mod
 from hma.remediation.requeue import Marker, find_marker, with_marker
 from hma.remediation.slurm import NodeState, SlurmClient, SlurmError
@@ -48,7 +48,7 @@ class UsageError(Exception):
     """Bad arguments or wrong context (not in an allocation, job not requeueable); exit 2."""
 
 
-@dataclass
+@record
 class Options:
     """What ``hma srun`` was asked to do."""
 
@@ -146,7 +146,7 @@ def settled(nodes: Sequence[NodeState]) -> bool:
     return bool(faulty) and all(n.out_of_service or _held(n) for n in faulty)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Decision:
     """What ``hma srun`` does after srun failed."""
 

@@ -13,10 +13,10 @@ import json
 import logging
 import os
 import tempfile
-from dataclasses import replace
 from typing import Any, Mapping, Optional
 
 from hma.adapters.command import CommandRunner
+from hma.record import replace
 from hma.remediation import label as label_mod
 from hma.remediation.backend import (
     HYPERPOD_REBOOT,

@@ -12,10 +12,10 @@ it. Node states are told in Slurm's vocabulary (base state + flags), which every
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass
 from typing import Any, ClassVar, Collection, Mapping, Optional, Sequence
 
 from hma.options import Option
+from hma.record import record
 
 GROUP = "hma.backends"
 OWNED_PREFIX = "HMA:"
@@ -61,7 +61,7 @@ KNOWN_FLAGS = frozenset(
 )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class NodeState:
     """One node as Slurm sees it."""
 
@@ -164,7 +164,7 @@ class NodeState:
         return self.comment if name == "comment" else self.extra
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Job:
     """A job on the node."""
 
@@ -178,7 +178,7 @@ class BackendError(Exception):
     """A backend call failed (cluster unreachable, unknown node, unexpected output): retried."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class JobInfo:
     """A queued or running job (what auto-resume reads of the jobs it watches)."""
 

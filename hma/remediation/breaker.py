@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from hma.model import Action, Severity
+from hma.record import record
 from hma.remediation import label as label_mod
 from hma.remediation.backend import HYPERPOD_REBOOT, HYPERPOD_REPLACE, Backend, NodeState
 from hma.remediation.planner import Episode
@@ -25,7 +25,7 @@ from hma.reporters import Alert
 log = logging.getLogger("hma.remediation")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Count:
     """What the breaker saw."""
 

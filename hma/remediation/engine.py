@@ -11,7 +11,6 @@ use. See docs/remediation.md.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import random
 import threading
@@ -21,6 +20,7 @@ from typing import Any, Callable, Optional
 from hma.config import ConfigError
 from hma.health import Verdict
 from hma.probe import NodeFacts
+from hma.record import replace
 from hma.registry import discover
 from hma.remediation import options as options_mod
 from hma.remediation.actions import Applier
@@ -425,9 +425,9 @@ class Remediator:
             return
         if new is not None:
             written = (
-                dataclasses.replace(node, comment=new)
+                replace(node, comment=new)
                 if self.backend.label_field == "comment"
-                else dataclasses.replace(node, extra=new)
+                else replace(node, extra=new)
             )
             with self.shared.lock:
                 if self.shared.node is node:

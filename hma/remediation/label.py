@@ -15,14 +15,15 @@ token is replaced in place, added at the end, or removed with its separating spa
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional, Sequence
+
+from hma.record import record
 
 PREFIX = "hma="
 MAX_JOBS = 8
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Label:
     """A parsed (or to be written) label token."""
 

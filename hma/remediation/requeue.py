@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 from typing import Callable, Optional, Protocol, Sequence
 
+from hma.record import record
 from hma.remediation import label as label_mod
 from hma.remediation.backend import BackendError, Job, JobInfo
 
@@ -33,7 +33,7 @@ REMEMBER_S = 600.0  # how long a marked job that left the node is watched for it
 MAX_REMEMBERED = 256
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Marker:
     """The parsed ``hma-resume=`` token of a job comment."""
 

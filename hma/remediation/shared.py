@@ -10,11 +10,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from hma.health import Verdict
 from hma.model import Action, Severity
+from hma.record import field, record
 from hma.remediation.backend import NodeState
 from hma.remediation.planner import Episode
 from hma.reporters import Alert
@@ -22,7 +22,7 @@ from hma.reporters import Alert
 log = logging.getLogger("hma.remediation")
 
 
-@dataclass
+@record
 class Shared:
     """The engine's state outside the store (see module doc)."""
 

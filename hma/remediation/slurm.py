@@ -14,11 +14,11 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-from dataclasses import dataclass, field, replace
 from typing import Any, Collection, Mapping, Optional, Sequence
 
 from hma.adapters.command import CommandResult, CommandRunner
 from hma.options import Option, positive
+from hma.record import field, record, replace
 from hma.remediation.backend import (
     HYPERPOD_REBOOT,
     HYPERPOD_REPLACE,
@@ -221,7 +221,7 @@ LIVE_JOB_STATES = frozenset(
 )
 
 
-@dataclass
+@record
 class SlurmClient:
     """scontrol / sinfo / squeue as argv lists, every call with a timeout; raises ``SlurmError``."""
 

@@ -9,11 +9,11 @@ it never stops the loop.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Collection, Mapping, Optional
 
 from hma.model import Action, Severity
 from hma.options import Option
+from hma.record import field, record
 
 GROUP = "hma.reporters"
 
@@ -30,7 +30,7 @@ ALERT_KINDS = (
 )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Alert:
     """One state change worth telling people about.
 

@@ -25,10 +25,11 @@ from __future__ import annotations
 import collections
 import re
 import string
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence
+
+from hma.record import record
 
 try:
     from re import _parser as _sre_parse  # type: ignore[attr-defined]  # Python 3.11+
@@ -63,7 +64,7 @@ class RulesError(ValueError):
         self.errors = list(errors)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Rule:
     """One compiled rule."""
 

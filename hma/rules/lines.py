@@ -10,14 +10,15 @@ message and is never matched.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Optional
+
+from hma.record import record
 
 KERN_FACILITY = 0
 USER_FACILITY = 1
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Record:
     """One /dev/kmsg record (``pri,seq,ts_usec,flags[,...];message``)."""
 

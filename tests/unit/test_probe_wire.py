@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from pathlib import Path
@@ -10,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from hma import record
 from hma.adapters.command import CommandRunner
 from hma.adapters.files import RootReader
 from hma.model import RunStatus
@@ -45,21 +45,23 @@ def full_context() -> ProbeContext:
         device_events=3,
         clock=lambda: 5.0,
     )
-    for obj in (facts, ctx):
-        for f in dataclasses.fields(obj):
-            default = f.default_factory() if callable(f.default_factory) else f.default
-            assert getattr(obj, f.name) != default, f"set {type(obj).__name__}.{f.name} here"
+    # the same required fields, every other field at its default
+    blank = ProbeContext(ctx.options, ctx.sysfs, ctx.procfs, ctx.runner)
+    for obj, default in ((facts, NodeFacts()), (ctx, blank)):
+        for name in record.fields(obj):
+            if name not in ("options", "sysfs", "procfs", "runner"):
+                assert getattr(obj, name) != getattr(default, name), f"set {name} here"
     return ctx
 
 
 def comparable(ctx: ProbeContext) -> dict[str, Any]:
     """Every field of the context as plain values (readers by root, runner by output cap)."""
-    out = {f.name: getattr(ctx, f.name) for f in dataclasses.fields(ctx) if f.name not in NOT_SENT}
+    out = {f: getattr(ctx, f) for f in record.fields(ctx) if f not in NOT_SENT}
     out.update(
         sysfs=ctx.sysfs.root,
         procfs=ctx.procfs.root,
         runner=ctx.runner.output_cap,
-        facts=dataclasses.asdict(ctx.facts),
+        facts=record.asdict(ctx.facts),
     )
     return out
 
@@ -76,7 +78,7 @@ def test_previous_keys_trim_only_a_mapping() -> None:
     ctx = full_context()
     assert ctx.to_wire(("kept", "absent"))["previous"] == {"kept": {"0000:3b:00": 16}}
     assert ctx.to_wire(())["previous"] == {}
-    listed = dataclasses.replace(ctx, previous=[1, 2])
+    listed = record.replace(ctx, previous=[1, 2])
     assert listed.to_wire(("kept",))["previous"] == [1, 2]
 
 

@@ -7,7 +7,6 @@ odd Slurm states or many reboots, and run anywhere (no Slurm installed).
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -16,6 +15,7 @@ import pytest
 from hma import assembly
 from hma.health import Fault, Verdict
 from hma.model import Action, Clears
+from hma.record import replace
 from hma.remediation.engine import Remediator
 from hma.remediation.slurm import Job, NodeState, SlurmBackend, SlurmClient, SlurmError
 from hma.state import Store

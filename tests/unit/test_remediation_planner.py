@@ -3,13 +3,13 @@ episode and intents out (no store, no cluster)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any, Optional
 
 import pytest
 
 from hma.health import Fault, Verdict
 from hma.model import Action, Clears
+from hma.record import replace
 from hma.remediation.backend import NodeState
 from hma.remediation.planner import (
     Acted,
