@@ -18,9 +18,12 @@ LOADED = (
 # distribution, the health model (its types too), the state store, the remediation engine and
 # backends (the file has no [slurm]), the daemon, event sources and their contract, reporters and
 # their base module (no [sources.*] or [reporters.*] table), subprocess and selectors (the system
-# probe runs no command), queue (a thread probe's result comes back in a list)
+# probe runs no command), queue (a thread probe's result comes back in a list), dataclasses and
+# the inspect module it imports (hma's value types are hma.record classes)
 NOT_NEEDED = (
     "argparse",
+    "dataclasses",
+    "inspect",
     "importlib.metadata",
     "sqlite3",
     "hma.health",
