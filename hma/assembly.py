@@ -164,11 +164,6 @@ def schema_for(
     )
 
 
-def probes_dir_of(config_file: Optional[str]) -> str:
-    """probes_dir as configured (read before validation, since it decides the probe set)."""
-    return configfile.early_agent_path(config_file, "probes_dir")[0]
-
-
 def _declared_codes(
     source_classes: dict[str, type[EventSource]], raw: dict[str, Any]
 ) -> list[catalogue_mod.Entry]:
@@ -224,11 +219,13 @@ def load(config_file: Optional[str] = None, only: Optional[Sequence[str]] = None
     imported and their sections not checked; event sources are loaded only when the
     configuration overrides a code they declare."""
     cat = catalogue_mod.load_builtin()
-    raw = configfile.read_raw(configfile.config_path(config_file))[0]
+    read = configfile.read_layers(configfile.config_path(config_file))  # once for everything
+    raw = configfile.merged(read[0])[0]
     if only is None:
         rescan()
     classes, broken = discover(names=only)
-    executables = exec_probes(probes_dir_of(config_file))
+    # probes_dir is read before validation, since it decides the probe set
+    executables = exec_probes(configfile.agent_path(raw, "probes_dir")[0])
     unchecked: set[str] = set()
     if only is not None:  # other sections are left to `hma config check`, unless misnamed
         named = _tables(raw, "probes") - set(executables)
@@ -273,7 +270,7 @@ def load(config_file: Optional[str] = None, only: Optional[Sequence[str]] = None
         None if only is None else _backend_sections(raw),
     )
     schema = replace(schema, unchecked=frozenset(unchecked))
-    cfg = config_mod.load(schema, config_file)
+    cfg = config_mod.load(schema, config_file, read)
     return Setup(
         config=cfg,
         catalogue=cat.with_overrides(cfg.codes),

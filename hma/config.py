@@ -244,14 +244,18 @@ def _fill_group(
     return out
 
 
-def load(schema: Schema, explicit: Optional[str] = None) -> Config:
+def load(
+    schema: Schema,
+    explicit: Optional[str] = None,
+    read: Optional[tuple[list[tuple[str, dict[str, Any]]], list[str]]] = None,
+) -> Config:
     """Read, merge and validate; raises ``ConfigError`` with every problem of every file.
 
     A file that cannot be read or parsed does not hide the others: they are still validated.
-    Each validation error names the file its key comes from.
+    Each validation error names the file its key comes from. ``read``: what
+    ``configfile.read_layers`` returned for this file, when the caller has read it already.
     """
-    path = config_path(explicit)
-    layers, errors = read_layers(path)
+    layers, errors = read if read is not None else read_layers(config_path(explicit))
     raw, files = merged(layers)
     try:
         config = validate(raw, schema, files)

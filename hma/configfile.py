@@ -111,8 +111,17 @@ def empty_files(files: Sequence[str]) -> list[str]:
 def early_agent_path(explicit: Optional[str], key: str) -> tuple[str, list[str]]:
     """One ``[agent]`` path read before full validation (it decides what to load, or lets
     ``hma status`` work with a config broken elsewhere): (value or default, problems met)."""
-    default = EARLY_DEFAULTS[key]
     raw, _files, errors = read_raw(config_path(explicit))
+    return agent_path(raw, key, errors)
+
+
+def agent_path(
+    raw: Mapping[str, Any], key: str, errors: Sequence[str] = ()
+) -> tuple[str, list[str]]:
+    """``early_agent_path`` over a configuration already read and merged (``errors``: the
+    reading's, passed on)."""
+    default = EARLY_DEFAULTS[key]
+    errors = list(errors)
     agent = raw.get("agent")
     value = agent.get(key) if isinstance(agent, dict) else None
     if value is None:
@@ -123,8 +132,11 @@ def early_agent_path(explicit: Optional[str], key: str) -> tuple[str, list[str]]
 
 
 def _merge(into: dict[str, Any], new: Mapping[str, Any]) -> None:
+    """Merge ``new`` into ``into``; tables are copied, so the merge never changes a layer."""
     for key, value in new.items():
-        if isinstance(value, dict) and isinstance(into.get(key), dict):
+        if isinstance(value, dict):
+            if not isinstance(into.get(key), dict):
+                into[key] = {}
             _merge(into[key], value)
         else:
             into[key] = value

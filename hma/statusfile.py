@@ -26,25 +26,33 @@ def status_path(run_dir: Union[str, Path]) -> Path:
 
 
 def write_atomic(path: Union[str, Path], doc: Mapping[str, Any]) -> None:
-    """Write ``doc`` as JSON: temp file in the same folder, fsync, rename (readers see the old or
-    the new document, never a mix). Mode 0644: any user may run ``hma status``."""
-    write_text(Path(path), json.dumps(doc, separators=(",", ":"), allow_nan=False) + "\n")
+    """Write ``doc`` as JSON: temp file in the same folder, rename (readers see the old or the
+    new document, never a mix). Mode 0644: any user may run ``hma status``. No fsync: the file
+    describes this boot only (``read`` refuses another boot's and reports one it cannot parse),
+    and each write on a disk-backed run_dir would cost the node a journal commit."""
+    write_text(
+        Path(path), json.dumps(doc, separators=(",", ":"), allow_nan=False) + "\n", durable=False
+    )
 
 
-def write_text(target: Path, text: str) -> None:
-    """Write ``text`` to ``target`` atomically (temp file, fsync, rename; mode 0644)."""
+def write_text(target: Path, text: str, durable: bool = True) -> None:
+    """Write ``text`` to ``target`` atomically (temp file, rename; mode 0644); ``durable``: fsync
+    the file before the rename and the folder after it."""
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as stream:
             stream.write(text)
-            stream.flush()
-            os.fsync(stream.fileno())
+            if durable:
+                stream.flush()
+                os.fsync(stream.fileno())
         os.chmod(tmp, 0o644)
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    if not durable:
+        return
     with contextlib.suppress(OSError):  # make the rename itself durable (no-op on tmpfs)
         dirfd = os.open(target.parent, os.O_RDONLY)
         try:

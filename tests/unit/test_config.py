@@ -220,3 +220,28 @@ def test_toml_parser_is_imported_only_for_a_file(tmp_path: Path) -> None:
             check=True,
         )
         assert out.stdout.split("\n")[0] == expected, out.stderr
+
+
+def test_load_parses_each_file_once_and_merging_keeps_the_layers(
+    hma_env,  # type: ignore[no-untyped-def]
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`hma check` and the daemon read each file once (it was three times: the probe folder, the
+    merge, the validation); merging a drop-in over the main file changes neither."""
+    from hma import configfile, tomlcompat
+
+    dropins = hma_env.base / "hma.d"
+    dropins.mkdir()
+    (dropins / "10-a.toml").write_text("[probes.system]\ninterval = 7\n")
+    hma_env.write("[probes.system]\ntimeout = 5\n")
+    parsed: list[str] = []
+    real = tomlcompat.loads
+    monkeypatch.setattr(tomlcompat, "loads", lambda text: parsed.append(text) or real(text))
+    monkeypatch.setenv("HMA_CONFIG", str(hma_env.config))
+    setup = assembly.load(str(hma_env.config), only=["system"])
+    assert len(parsed) == 2  # the main file and the drop-in
+    system = setup.config.probes["system"]
+    assert (system["interval"], system["timeout"]) == (7, 5)
+    layers, errors = configfile.read_layers(hma_env.config)
+    configfile.merged(layers)
+    assert errors == [] and layers[0][1]["probes"]["system"] == {"timeout": 5}
