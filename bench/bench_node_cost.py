@@ -45,13 +45,18 @@ from tests.fixtures import gen_sysfs  # noqa: E402
 from tests.standin import nvmlstub  # noqa: E402
 from tests.standin.kmsg import KmsgStandIn  # noqa: E402
 
+# run_dir on a tmpfs, as /run is on a node (status.json is rewritten after each probe run: on
+# ext4 each rename over the old file flushes the new one's data, auto_da_alloc)
+RUN_PARENT = "/dev/shm" if os.path.isdir("/dev/shm") else None
+
 
 def _toml(value: Any) -> str:
     return json.dumps(value)  # strings, numbers, booleans and lists are the same in TOML
 
 
-def build(base: Path, instance: str) -> tuple[Path, dict[str, str], KmsgStandIn]:
-    """The node's roots, stand-ins and hma.toml; returns (config, environment, kmsg stand-in)."""
+def build(base: Path, run: Path, instance: str) -> tuple[Path, dict[str, str], KmsgStandIn]:
+    """The node's roots, stand-ins and hma.toml (``run``: its run_dir); returns (config,
+    environment, kmsg stand-in)."""
     sysfs, procfs = base / "sysfs", base / "proc"
     gen_sysfs.build(sysfs, instance)
     for name in ("online", "present"):
@@ -88,7 +93,7 @@ def build(base: Path, instance: str) -> tuple[Path, dict[str, str], KmsgStandIn]
     sections: dict[str, dict[str, Any]] = {
         "agent": {
             "state_dir": str(base / "state"),
-            "run_dir": str(base / "run"),
+            "run_dir": str(run),
             "node_name": "bench",
             "probes_dir": str(base / "probes.d"),
         },
@@ -119,7 +124,9 @@ def status(run_dir: Path) -> dict[str, Any]:
         return {}
 
 
-def measure_agent(base: Path, env: dict[str, str], config: Path, duration: float) -> None:
+def measure_agent(
+    base: Path, run: Path, env: dict[str, str], config: Path, duration: float
+) -> None:
     """Start the agent, wait until every probe ran, then measure the tree for ``duration``."""
     log = open(base / "agent.log", "w")  # noqa: SIM115 - closed below
     agent = subprocess.Popen(
@@ -132,7 +139,7 @@ def measure_agent(base: Path, env: dict[str, str], config: Path, duration: float
     try:
         deadline = time.monotonic() + 120
         while True:
-            probes = status(base / "run").get("probes") or []
+            probes = status(run).get("probes") or []
             if probes and all(p.get("status") != "pending" for p in probes):
                 break
             if agent.poll() is not None or time.monotonic() > deadline:
@@ -145,7 +152,7 @@ def measure_agent(base: Path, env: dict[str, str], config: Path, duration: float
         runs: dict[str, int] = {}
         last: dict[str, Any] = {}
         while time.monotonic() - t0 < duration:
-            for p in status(base / "run").get("probes") or []:
+            for p in status(run).get("probes") or []:
                 if p.get("last_run") != last.get(p["name"]):
                     if p["name"] in last:
                         runs[p["name"]] = runs.get(p["name"], 0) + 1
@@ -228,12 +235,14 @@ def main() -> int:
     args = parser.parse_args()
     print(machine())
     for instance in args.instances.split(","):
-        with tempfile.TemporaryDirectory(prefix="hma-bench-node-") as tmp:
-            base = Path(tmp)
-            config, env, kmsg = build(base, instance)
+        node = tempfile.TemporaryDirectory(prefix="hma-bench-node-")
+        run_dir = tempfile.TemporaryDirectory(prefix="hma-bench-run-", dir=RUN_PARENT)
+        with node as tmp, run_dir as run_tmp:
+            base, run = Path(tmp), Path(run_tmp)
+            config, env, kmsg = build(base, run, instance)
             try:
                 print(f"{instance}: hma run, default intervals, Slurm off, efa_mesh off")
-                measure_agent(base, env, config, args.duration)
+                measure_agent(base, run, env, config, args.duration)
                 print(f"{instance}: CPU per probe run")
                 measure_probes(config, env, args.runs)
             finally:

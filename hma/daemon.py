@@ -42,6 +42,9 @@ from hma.topology import domain as topology_domain
 log = logging.getLogger("hma")
 
 HEARTBEAT_S = 15.0
+UNSUPPORTED_RECHECK_S = 3600.0
+"""How long an "unsupported" answer of a probe with ``unsupported_stands`` stands without a
+device event of its triggers."""
 STATE_PROBE = "agent:state"  # the findings about writing state are this pseudo probe's
 PRUNE_EVERY_S = 3600.0
 
@@ -58,6 +61,7 @@ class ProbeState:
     previous: Any = None
     previous_ts: float = 0.0
     device_events: int = 0
+    dispatched_events: int = 0  # device_events when the run in flight started
 
 
 # --- the loop's input messages: one type per kind, dispatched on type by Daemon._handle ---------
@@ -384,7 +388,7 @@ class Daemon:
     def _start_run(self, state: ProbeState, facts: NodeFacts) -> None:
         ctx = self.setup.context(state.name, facts=facts, boot_id=self.boot_id)
         ctx.previous, ctx.previous_ts = state.previous, state.previous_ts
-        ctx.device_events = state.device_events
+        ctx.device_events = state.dispatched_events = state.device_events
         timeout = float(self.setup.config.probe(state.name)["timeout"])
         state.in_flight = True
 
@@ -426,6 +430,12 @@ class Daemon:
         if self.probes.get(state.name) is not state:
             return False
         state.last = run
+        if (
+            run.status is RunStatus.UNSUPPORTED
+            and self.setup.probes[state.name].unsupported_stands
+            and state.device_events == state.dispatched_events  # none came during the run
+        ):
+            state.next_due = max(state.next_due, time.monotonic() + UNSUPPORTED_RECHECK_S)
         if run.completed and run.snapshot is not None:
             state.previous, state.previous_ts = run.snapshot, run.started
             self.store.kv_set(

@@ -112,6 +112,10 @@ class Probe:
     # The keys of the previous snapshot that ``collect`` reads: a worker process is sent only
     # these. None: the whole snapshot (``evaluate`` always gets all of it, in the agent).
     previous_keys: ClassVar[Optional[tuple[str, ...]]] = None
+    # True when "unsupported" depends only on the node's devices and drivers (not on jobs, Slurm
+    # or other facts): the agent then does not run the probe again (no thread, no worker process)
+    # until a device event of its triggers, or an hour later.
+    unsupported_stands: ClassVar[bool] = False
 
     def applies(self, ctx: ProbeContext) -> Optional[str]:
         """None when the probe applies to this node, else why not (reported as ``unsupported``)."""

@@ -91,22 +91,15 @@ def worker_env() -> dict[str, str]:
     return env
 
 
-UNSUPPORTED_RECHECK_S = 3600.0
-"""How long an "unsupported" answer of a worker stands without a device event or reboot."""
-
-
 class ProcessSlot:
-    """Collects in a persistent worker process; kills it on timeout.
-
-    A worker that answers "unsupported" exits, and the answer stands (no worker is started)
-    until a device event, a new boot or UNSUPPORTED_RECHECK_S later."""
+    """Collects in a persistent worker process; kills it on timeout. A worker that answers
+    "unsupported" exits (the daemon decides when to ask again: ``Probe.unsupported_stands``)."""
 
     def __init__(self, probe: Probe, python: str = sys.executable) -> None:
         self.probe = probe
         self.python = python
         self._proc: Optional[subprocess.Popen] = None
         self._hung_since = 0.0
-        self._unsupported: Optional[tuple[tuple[int, str], float, Collected]] = None
         self.spawned = 0  # workers started so far
 
     @property
@@ -132,12 +125,6 @@ class ProcessSlot:
 
     def collect(self, ctx: ProbeContext, timeout: float) -> Collected:
         """Send one request to the worker and wait for its answer."""
-        key = (ctx.device_events, ctx.boot_id)
-        if self._unsupported is not None:
-            seen, until, answer = self._unsupported
-            if seen == key and time.monotonic() < until:
-                return answer
-            self._unsupported = None
         if self._hung_since:
             assert self._proc is not None
             if self._proc.poll() is None:
@@ -174,7 +161,6 @@ class ProcessSlot:
             self.close()
             return Collected(RunStatus.FAILED, error=f"garbled answer from worker: {exc}")
         if answer.status is RunStatus.UNSUPPORTED:  # the worker exits after such an answer
-            self._unsupported = (key, time.monotonic() + UNSUPPORTED_RECHECK_S, answer)
             self.close()
         return answer
 

@@ -93,6 +93,7 @@ class EfaProbe(Probe):
     default_interval = 30.0
     default_timeout = 20.0
     subsystems = ("infiniband", "pci")
+    unsupported_stands = True  # no devices (or no driver) until a device event
     options: ClassVar[Mapping[str, Option]] = {
         "expected_adapters": Option(
             "int",

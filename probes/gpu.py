@@ -52,6 +52,7 @@ class GpuProbe(Probe):
     isolation = "process"
     previous_keys = ("pcie_baseline",)  # collect reads only the baseline of the previous run
     subsystems = ("pci",)
+    unsupported_stands = True  # no devices (or no driver) until a device event
     options: ClassVar[Mapping[str, Option]] = {
         "library": Option(
             "path", None, "libnvidia-ml file to load; unset: libnvidia-ml.so.1 from the loader."

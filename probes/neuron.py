@@ -105,6 +105,7 @@ class NeuronProbe(Probe):
     default_interval = 30.0
     default_timeout = 20.0
     subsystems = ("neuron_device", "pci")
+    unsupported_stands = True  # no devices (or no driver) until a device event
     options: ClassVar[Mapping[str, Option]] = {
         "expected_devices": Option(
             "int",

@@ -7,8 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from hma.daemon import HEARTBEAT_S, AlertsQueued, Daemon
+from hma.daemon import (
+    HEARTBEAT_S,
+    UNSUPPORTED_RECHECK_S,
+    AlertsQueued,
+    Daemon,
+    DeviceChanged,
+    ProbeState,
+)
 from hma.model import Finding, ProbeRun, RunStatus
+from hma.runner import make_slot
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -59,4 +67,31 @@ def test_remediation_alerts_arrive_as_a_message(tmp_path: Path) -> None:
     finally:
         if d.remediator is not None:
             d.remediator.close()
+        d.store.close()
+
+
+def test_an_unsupported_answer_stands_until_a_device_event(tmp_path: Path) -> None:
+    """neuron on a node without Neuron devices is not run again (not every 30 s) until a device
+    of its triggers comes; slurm's "unsupported" depends on the configuration and is asked again
+    at its interval; an event during the run means the answer may be stale."""
+    d = daemon(tmp_path, [NOW])
+    try:
+        for name in ("neuron", "slurm"):  # as _configure makes them, without sources or udev
+            d.probes[name] = ProbeState(name, make_slot(d.setup.probes[name]), time.monotonic())
+        neuron, slurm = d.probes["neuron"], d.probes["slurm"]
+        for state in (neuron, slurm):
+            d._start_run(state, d._facts())
+            while state.in_flight:
+                d._handle(d.inputs.get(timeout=30))
+            assert state.last is not None and state.last.status is RunStatus.UNSUPPORTED
+        mono = time.monotonic()
+        assert neuron.next_due >= mono + UNSUPPORTED_RECHECK_S - 60
+        assert slurm.next_due < mono + 3600 - 60
+        d._device(DeviceChanged("neuron_device", "add", "neuron0"))
+        assert neuron.next_due <= time.monotonic() + 0.2
+        held = ProbeRun("neuron", RunStatus.UNSUPPORTED, NOW, 0.0, (), "no Neuron devices")
+        neuron.in_flight, neuron.dispatched_events = True, neuron.device_events - 1
+        d._probe_done(neuron, held)  # a device came while it ran: ask again soon
+        assert neuron.next_due <= time.monotonic() + 0.2
+    finally:
         d.store.close()
