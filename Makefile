@@ -2,6 +2,8 @@
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
+# mypy and import-linter read the package as it installs: probes/ as hma/probes (scripts/lint-view)
+LINT_VIEW := build/lint
 
 .PHONY: all setup test unit integration lint compat demo bench clean deb rpm vendor install-test
 
@@ -11,10 +13,11 @@ setup:
 	scripts/bootstrap $(VENV)
 
 lint: setup
-	$(VENV)/bin/ruff check hma probes sources tests bench scripts
-	$(VENV)/bin/ruff format --check hma probes sources tests bench
-	$(VENV)/bin/mypy
-	$(VENV)/bin/lint-imports --no-logo
+	$(VENV)/bin/ruff check hma probes tests bench scripts packaging
+	$(VENV)/bin/ruff format --check hma probes tests bench
+	scripts/lint-view $(LINT_VIEW)
+	cd $(LINT_VIEW) && $(CURDIR)/$(VENV)/bin/mypy --config-file $(CURDIR)/pyproject.toml hma
+	cd $(LINT_VIEW) && PYTHONPATH=. $(CURDIR)/$(VENV)/bin/lint-imports --no-logo --config $(CURDIR)/setup.cfg
 
 unit: setup
 	$(PY) -m pytest -q tests/unit

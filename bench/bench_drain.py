@@ -70,7 +70,7 @@ def summary(name: str, samples: list[float]) -> str:
 
 
 def bench_remediator(cluster: SlurmCluster, tmp: Path, runs: int) -> list[float]:
-    from hma.model import Action, Clears
+    from hma.contracts.model import Action, Clears
     from tests.integration.remediation_helpers import fault, make, verdict
 
     rem, _store = make(tmp, cluster, "node1", {"resume_after": 0.0})

@@ -31,7 +31,7 @@ from common import machine  # noqa: E402
 from netns_fabric import Fabric, sweep, usable  # noqa: E402
 from trn_support import make_ctx  # noqa: E402
 
-from hma.probes.efa_mesh import (  # noqa: E402
+from hma.probes.efa.mesh import (  # noqa: E402
     EfaMeshProbe,
     Mesh,
     resolve_endpoints,

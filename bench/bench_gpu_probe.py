@@ -5,7 +5,7 @@ Two figures, each the median (and p99) over RUNS runs:
 - collect in this process (`read_all`: init, ~130 NVML calls per GPU incl. 18 NVLink links x 4
   counters, shutdown) + evaluate;
 - a full cycle as the daemon runs it: request to the persistent worker process, collect there,
-  JSON answer back, evaluate (hma.runner.run_probe through a ProcessSlot).
+  JSON answer back, evaluate (hma.detection.runner.run_probe through a ProcessSlot).
 The stand-in answers instantly, so this measures the agent's own cost, not the driver's.
 """
 
@@ -34,9 +34,9 @@ def main() -> None:
 
         from hma.adapters.command import CommandRunner
         from hma.adapters.files import RootReader
-        from hma.probe import ProbeContext
-        from hma.probes.gpu import GpuProbe, read_all
-        from hma.runner import ProcessSlot, run_probe
+        from hma.contracts.probe import ProbeContext
+        from hma.detection.runner import ProcessSlot, run_probe
+        from hma.probes.nvidia.gpu import GpuProbe, read_all
 
         probe = GpuProbe()
         options = {k: o.default for k, o in probe.options.items()}

@@ -43,8 +43,8 @@ def child(fifo: str) -> int:
     """Run the source on ``fifo``; print one JSON line per finding, then the stats."""
     from hma.adapters.command import CommandRunner
     from hma.adapters.files import RootReader
-    from hma.source import SourceContext
-    from hma.sources.kernel_log import KernelLogSource
+    from hma.contracts.source import SourceContext
+    from hma.probes.kernel_log.source import KernelLogSource
 
     options = {k: o.default for k, o in KernelLogSource.options.items()}
     options.update(path=fifo, backend="kmsg", rules_dir="/nonexistent")

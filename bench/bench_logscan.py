@@ -87,8 +87,8 @@ def main() -> int:
     args = parser.parse_args()
 
     from hma.commands.logscan import scan
-    from hma.rules import RuleSet
-    from hma.rules.lines import saved_line
+    from hma.probes.kernel_log.lines import saved_line
+    from hma.probes.kernel_log.rules import RuleSet
 
     rules = RuleSet.load(None)
     print(f"machine: {machine()}")

@@ -23,8 +23,8 @@ sys.path.insert(0, str(HERE.parent / "tests" / "unit"))
 from common import machine  # noqa: E402
 from trn_support import gen_sysfs, make_ctx  # noqa: E402
 
-from hma.probes.efa import EfaProbe  # noqa: E402
-from hma.probes.neuron import NeuronProbe  # noqa: E402
+from hma.probes.efa.adapters import EfaProbe  # noqa: E402
+from hma.probes.neuron.probe import NeuronProbe  # noqa: E402
 
 
 def cycle(probe_cls, root: Path, instance: str, runs: int) -> list[float]:  # type: ignore[no-untyped-def]

@@ -201,7 +201,7 @@ def measure_probes(config: Path, env: dict[str, str], runs: int) -> None:
     """CPU per run (collect + evaluate) of each enabled probe, as the daemon runs it."""
     os.environ.update(env)
     from hma import assembly
-    from hma.runner import make_slot, run_probe
+    from hma.detection.runner import make_slot, run_probe
 
     setup = assembly.load(str(config))
     previous: dict[str, Any] = {}

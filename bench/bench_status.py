@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from hma import statusfile
+from hma.reporters import statusfile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine, median_ms, time_command  # noqa: E402

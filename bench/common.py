@@ -1,5 +1,5 @@
 """Shared helpers for the benchmarks: machine description, robust statistics, and the CPU and
-memory of a process tree (read from /proc)."""
+memory of a process tree (psutil)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Sequence
 
-TICK = os.sysconf("SC_CLK_TCK")  # /proc/PID/stat times are in clock ticks
+import psutil
 
 
 def machine() -> str:
@@ -89,26 +89,13 @@ def stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-def _stat(pid: int) -> list[str]:
-    with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-        return fh.read().rsplit(")", 1)[1].split()
-
-
 def tree(pid: int) -> list[int]:
     """``pid`` and its live descendants."""
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                parents[int(entry)] = int(_stat(int(entry))[1])
-            except (OSError, IndexError, ValueError):
-                continue
-    out, todo = [], [pid]
-    while todo:
-        cur = todo.pop()
-        out.append(cur)
-        todo += [p for p, parent in parents.items() if parent == cur]
-    return out
+    try:
+        root = psutil.Process(pid)
+        return [pid] + [child.pid for child in root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
 
 
 def tree_cpu(pid: int) -> float:
@@ -122,18 +109,14 @@ def split_cpu(pid: int) -> dict[str, float]:
     out = {"agent": 0.0, "workers": 0.0, "reaped": 0.0}
     for proc in tree(pid):
         try:
-            fields = [int(x) / TICK for x in _stat(proc)[11:15]]  # utime stime cutime cstime
-        except OSError:
+            times = psutil.Process(proc).cpu_times()
+        except psutil.NoSuchProcess:
             continue
-        out["agent" if proc == pid else "workers"] += fields[0] + fields[1]
-        out["reaped"] += fields[2] + fields[3]
+        out["agent" if proc == pid else "workers"] += times.user + times.system
+        out["reaped"] += times.children_user + times.children_system
     return out
 
 
 def pss_kib(pid: int) -> int:
     """Proportional set size of one process (KiB)."""
-    with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as fh:
-        for line in fh:
-            if line.startswith("Pss:"):
-                return int(line.split()[1])
-    return 0
+    return int(psutil.Process(pid).memory_full_info().pss) // 1024

@@ -5,109 +5,39 @@ Shared by every command (``check``, ``run``, ``config check``) so each piece of 
 
 from __future__ import annotations
 
-import os
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Collection, Mapping, Optional, Sequence
 
-from hma import catalogue as catalogue_mod
-from hma import config as config_mod
-from hma import configfile
-from hma.adapters.command import TOOL_OUTPUT_CAP, CommandRunner
-from hma.adapters.files import ReadError, RootReader
-from hma.catalogue import Catalogue
-from hma.config import CORE_SECTIONS, Config, Schema
-from hma.configfile import ConfigError
-from hma.model import Finding
-from hma.options import Option
-from hma.probe import NodeFacts, Probe, ProbeContext
-from hma.record import field, record, replace
-from hma.registry import (
+from hma.config import files as configfile
+from hma.config import schema as config_mod
+from hma.config.files import ConfigError
+from hma.config.schema import CORE_SECTIONS, Schema
+from hma.contracts import catalogue as catalogue_mod
+from hma.contracts.catalogue import Catalogue
+from hma.contracts.options import Option
+from hma.contracts.probe import Probe
+from hma.deepcheck import options as deepcheck_options
+from hma.detection.registry import (
     Broken,
-    broken_finding,
     discover,
     entry_point_names,
     exec_probes,
     rescan,
 )
+from hma.detection.setup import Setup
 from hma.remediation import options as remediation_options
+from hma.topology import options as topology_options
 
 if TYPE_CHECKING:  # event sources and reporters are imported when the configuration has some
-    from hma.source import EventSource, KeyValue, SourceContext
+    from hma.contracts.source import EventSource
 
 
-@record
-class Setup:
-    """Everything loaded once per (re)configuration."""
-
-    config: Config
-    catalogue: Catalogue
-    probes: dict[str, Probe]  # enabled or not; see ``enabled``
-    sources: dict[str, EventSource] = field(default_factory=dict)
-    broken: list[Broken] = field(default_factory=list)
-    exec_names: frozenset[str] = frozenset()  # executable (Nagios) probes among ``probes``
-
-    def enabled(self) -> list[str]:
-        """Names of the enabled probes, sorted."""
-        return sorted(n for n in self.probes if self.config.probe(n)["enabled"])
-
-    def load_findings(self) -> list[Finding]:
-        """Findings about plugins that failed to load."""
-        return [broken_finding(b) for b in self.broken]
-
-    @property
-    def node_name(self) -> str:
-        """``[agent] node_name`` or the short hostname."""
-        return self.config.section("agent")["node_name"] or os.uname().nodename.split(".")[0]
-
-    def instance_type(self) -> Optional[str]:
-        """``[agent] instance_type``, else DMI product_name under the sysfs root."""
-        configured = self.config.section("agent")["instance_type"]
-        if configured:
-            return str(configured)
-        try:
-            return (
-                RootReader(self.config.section("paths")["sysfs"]).text("class/dmi/id/product_name")
-                or None
-            )
-        except ReadError:
-            return None
-
-    def context(
-        self, name: str, facts: Optional[NodeFacts] = None, oneshot: bool = False, boot_id: str = ""
-    ) -> ProbeContext:
-        """A fresh context for one run of probe ``name``."""
-        paths = self.config.section("paths")
-        return ProbeContext(
-            options=self.config.probe(name),
-            sysfs=RootReader(paths["sysfs"]),
-            procfs=RootReader(paths["procfs"]),
-            runner=self._runner(exec_probe=name in self.exec_names),
-            instance_type=self.instance_type(),
-            facts=facts or NodeFacts(node_name=self.node_name),
-            oneshot=oneshot,
-            boot_id=boot_id,
-        )
-
-    def _runner(self, exec_probe: bool) -> CommandRunner:
-        """``[agent] exec_output_cap`` for Nagios plugins; tools are read whole."""
-        if exec_probe:
-            return CommandRunner(int(self.config.section("agent")["exec_output_cap"]))
-        return CommandRunner(TOOL_OUTPUT_CAP)
-
-    def source_context(
-        self, name: str, boot_id: str, kv: Optional[KeyValue] = None
-    ) -> SourceContext:
-        """Context for event source ``name``."""
-        from hma.source import MemoryKV, SourceContext
-
-        paths = self.config.section("paths")
-        return SourceContext(
-            options=self.config.sources[name],
-            sysfs=RootReader(paths["sysfs"]),
-            procfs=RootReader(paths["procfs"]),
-            runner=self._runner(exec_probe=False),
-            boot_id=boot_id,
-            kv=kv or MemoryKV(),
-        )
+# Sections of the features the agent wires, in the order the reference documents list them
+# (``[cluster]``, ``[recovery]`` and the backends' follow).
+FEATURE_SECTIONS: dict[str, dict[str, Option]] = {
+    "deep_check": deepcheck_options.DEEP_CHECK,
+    "topology": topology_options.TOPOLOGY,
+}
 
 
 def schema_for(
@@ -134,8 +64,8 @@ def schema_for(
         probes.setdefault(item.name, dict(config_mod.PROBE_COMMON))
     backends: dict[str, Any] = {}
     if backend_names is None or backend_names:  # `hma check` on a file without one: none
-        from hma.remediation.backend import GROUP as BACKEND_GROUP
-        from hma.remediation.backend import Backend
+        from hma.contracts.cluster import GROUP as BACKEND_GROUP
+        from hma.contracts.cluster import Backend
 
         backends = discover(BACKEND_GROUP, Backend, backend_names)[0]
     reporters: dict[str, Mapping[str, Option]] = {}
@@ -146,6 +76,7 @@ def schema_for(
     return Schema(
         sections={
             **CORE_SECTIONS,
+            **FEATURE_SECTIONS,
             "cluster": remediation_options.cluster_options(backends),
             "recovery": remediation_options.RECOVERY,
             **{name: dict(cls.options) for name, cls in sorted(backends.items())},
@@ -201,7 +132,16 @@ def _backend_sections(raw: dict[str, Any]) -> set[str]:
     them: ``hma check`` then imports no backend)."""
     cluster = raw.get("cluster")
     chosen = cluster.get("backend") if isinstance(cluster, dict) else None
-    core = {*CORE_SECTIONS, "cluster", "recovery", "probes", "sources", "reporters", "codes"}
+    core = {
+        *CORE_SECTIONS,
+        *FEATURE_SECTIONS,
+        "cluster",
+        "recovery",
+        "probes",
+        "sources",
+        "reporters",
+        "codes",
+    }
     others = {name for name, table in raw.items() if isinstance(table, dict) and name not in core}
     return {chosen, *others} if isinstance(chosen, str) else others
 
@@ -234,8 +174,8 @@ def load(config_file: Optional[str] = None, only: Optional[Sequence[str]] = None
     wanted = {n for n in executables if n in only} if only is not None else set()
     registered = set(classes) if only is None else set(entry_point_names(among=wanted))
     if only is None or _site_codes(raw, cat):
-        from hma.source import GROUP as SOURCE_GROUP
-        from hma.source import EventSource
+        from hma.contracts.source import GROUP as SOURCE_GROUP
+        from hma.contracts.source import EventSource
 
         source_classes, source_broken = discover(SOURCE_GROUP, EventSource)
         broken += source_broken
@@ -243,7 +183,7 @@ def load(config_file: Optional[str] = None, only: Optional[Sequence[str]] = None
         source_classes = {}
         named = _tables(raw, "sources")
         if named:
-            from hma.source import GROUP as SOURCE_GROUP
+            from hma.contracts.source import GROUP as SOURCE_GROUP
 
             unchecked |= {f"sources.{n}" for n in entry_point_names(SOURCE_GROUP, among=named)}
     exec_names = set()

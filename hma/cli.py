@@ -8,7 +8,7 @@ import sys
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from hma import __version__
-from hma.configfile import ConfigError
+from hma.config.files import ConfigError
 
 if TYPE_CHECKING:  # argparse is imported when a parser is built: `hma status` skips it
     import argparse
@@ -60,8 +60,8 @@ def cmd_config_check(args: argparse.Namespace) -> int:
 
 def cmd_config_defaults(args: argparse.Namespace) -> int:
     """Print every key with its default and documentation, as a commented TOML file."""
-    from hma import docs
-    from hma.config import render_defaults
+    from hma.commands import docs
+    from hma.config.schema import render_defaults
 
     print(render_defaults(docs.schema()))
     return 0

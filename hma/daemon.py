@@ -3,8 +3,8 @@
 One thread owns the health model: it takes probe results, event findings, device events and
 signals from a queue, so every input is processed when it arrives (not at the next poll) and the
 status file, the state store, reporters and remediation see each change at once. Probe runs
-happen in their own threads or worker processes (hma.runner); a stuck probe never delays the loop
-or the watchdog, which is pinged only from the loop itself.
+happen in their own threads or worker processes (hma.detection.runner); a stuck probe never delays
+the loop or the watchdog, which is pinged only from the loop itself.
 """
 
 from __future__ import annotations
@@ -18,25 +18,27 @@ import socket
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Union
 
 from hma import __version__, assembly
 from hma.adapters.notify import Notifier
-from hma.config import EX_CONFIG, ConfigError
-from hma.configfile import empty_files
+from hma.config.files import empty_files
+from hma.config.schema import EX_CONFIG, ConfigError
+from hma.contracts.alert import Alert
+from hma.contracts.model import Clears, Finding, ProbeRun, RunStatus, Severity
+from hma.contracts.probe import NodeFacts
+from hma.contracts.reporter import Reporter
+from hma.contracts.source import StopEvent
 from hma.deepcheck import record as deepcheck_record
 from hma.deepcheck.gate import RecoveryGate
-from hma.devices import DeviceWatcher
-from hma.model import Clears, Finding, ProbeRun, RunStatus, Severity
-from hma.pipeline import Applied, Pipeline
-from hma.probe import NodeFacts
-from hma.record import record
+from hma.detection.devices import DeviceWatcher
+from hma.detection.runner import make_slot, run_probe
+from hma.health.pipeline import Applied, Pipeline
+from hma.health.store import RETRY_MIN_S, StateError, Store
 from hma.remediation.engine import Remediator
-from hma.reporters import Alert, Reporter, start_reporters
-from hma.runner import make_slot, run_probe
-from hma.source import StopEvent
-from hma.state import RETRY_MIN_S, StateError, Store
-from hma.statusfile import StatusWriter, boot_id, status_path
+from hma.reporters import start_reporters
+from hma.reporters.statusfile import StatusWriter, boot_id, status_path
 from hma.topology import domain as topology_domain
 
 log = logging.getLogger("hma")
@@ -49,7 +51,7 @@ STATE_PROBE = "agent:state"  # the findings about writing state are this pseudo 
 PRUNE_EVERY_S = 3600.0
 
 
-@record
+@dataclass
 class ProbeState:
     """Scheduling and last-result facts of one probe, shown in status.json."""
 
@@ -67,7 +69,7 @@ class ProbeState:
 # --- the loop's input messages: one type per kind, dispatched on type by Daemon._handle ---------
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class ProbeDone:
     """A run that the loop started finished; ``state`` is the probe it was started for."""
 
@@ -75,21 +77,21 @@ class ProbeDone:
     run: ProbeRun
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class RunReport:
     """A run the loop did not schedule: an event source starting or stopping, state writes."""
 
     run: ProbeRun
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class EventFound:
     """A finding an event source emitted."""
 
     finding: Finding
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class DeviceChanged:
     """A device of ``subsystem`` was added or removed (a uevent)."""
 
@@ -98,14 +100,14 @@ class DeviceChanged:
     device: str
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class SignalReceived:
     """A signal the process received (handled in the loop, not in the handler)."""
 
     signum: int
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class AlertsQueued:
     """Remediation queued alerts (``Remediator.alerts``): the loop sleeps until it says so."""
 
@@ -144,7 +146,8 @@ class Daemon:
         self.stopping = threading.Event()
         self.setup = assembly.load(config_file)  # ConfigError propagates: exit 78
         agent = self.setup.config.section("agent")
-        # from memory: a full or failing disk never stops detection or remediation (hma.state)
+        # from memory: a full or failing disk never stops detection or remediation
+        # (hma.health.store)
         self.store = Store(os.path.join(agent["state_dir"], "state.db"), memory=True)
         self.status_path = status_path(agent["run_dir"])
         self.status_writer = StatusWriter(self.status_path, HEARTBEAT_S)

@@ -48,9 +48,12 @@ sys.exit(main())
 DEFAULTS_SNIPPET = """
 import sys
 sys.path[:0] = sys.argv[1:3]
-from hma import assembly, catalogue, config, registry
-from hma.probe import Probe
-from hma.source import EventSource, GROUP
+from hma import assembly
+from hma.contracts import catalogue
+from hma.config import schema as config
+from hma.detection import registry
+from hma.contracts.probe import Probe
+from hma.contracts.source import EventSource, GROUP
 classes, broken = registry.discover()
 sources, broken2 = registry.discover(GROUP, EventSource)
 broken += broken2

@@ -15,7 +15,7 @@ from typing import Any, Iterator, Optional
 
 import pytest
 
-from hma.statusfile import pid_alive
+from hma.reporters.statusfile import pid_alive
 from tests import slurmchroot
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from typing import Optional
 
-from hma.health import Fault
-from hma.model import Action, Clears, Severity
+from hma.contracts.model import Action, Clears, Severity
+from hma.health.model import Fault
 
 
 def fault(

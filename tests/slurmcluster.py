@@ -45,7 +45,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from hma.statusfile import pid_alive
+from hma.reporters.statusfile import pid_alive
 from tests import slurmchroot
 
 PREFIX = "hma-slurm-"

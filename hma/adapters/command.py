@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping, Optional, Sequence
-
-from hma.record import record
 
 if TYPE_CHECKING:  # subprocess, selectors and signal are imported when a command runs
     import subprocess
@@ -22,7 +21,7 @@ TOOL_OUTPUT_CAP = 64 << 20
 many processes is about 2 MB, ``sinfo --json`` about 1.2 KB per node)."""
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class CommandResult:
     """What a command did. ``rc`` is None when it was killed on timeout or could not start."""
 

@@ -7,7 +7,7 @@ import stat
 from pathlib import Path
 from typing import Optional
 
-from hma.strict import ParseError, parse_uint
+from hma.adapters.strict import ParseError, parse_uint
 
 
 class ReadError(Exception):
@@ -78,7 +78,7 @@ class RootReader:
             return None
 
     def integer(self, rel: str) -> int:
-        """File content as an unsigned 64-bit int (ASCII decimal or 0x hex; ``hma.strict``)."""
+        """File content as an unsigned 64-bit int (ASCII decimal or 0x hex; hma.adapters.strict)."""
         try:
             return parse_uint(self.text(rel))
         except ParseError as exc:

@@ -2,8 +2,8 @@
 
 The request is recorded (who, when) in the state store; a running daemon is told with SIGUSR1
 and applies it at once (alerting through journald). Without a daemon it is applied to the state
-store directly, as the daemon would (hma.pipeline: history and alerts), and the next start finds
-the fault gone.
+store directly, as the daemon would (hma.health.pipeline: history and alerts), and the next start
+finds the fault gone.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ import sys
 import time
 from typing import Optional
 
-from hma import statusfile
-from hma.assembly import Setup
-from hma.catalogue import Entry, clears_text
-from hma.model import Clears
-from hma.pipeline import Pipeline, reporter_alerts
-from hma.state import StateError, Store
+from hma.contracts.catalogue import Entry, clears_text
+from hma.contracts.model import Clears
+from hma.detection.setup import Setup
+from hma.health.pipeline import Pipeline, reporter_alerts
+from hma.health.store import StateError, Store
+from hma.reporters import statusfile
 
 EX_NOPERM = 77  # sysexits: not root
 EX_CANTCREAT = 73  # sysexits: the state store cannot be opened (as for `hma run`)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import sys
 from typing import Any, Optional, Sequence
 
-from hma.assembly import Setup, load
-from hma.model import Finding, ProbeRun, Severity
-from hma.runner import run_once
-from hma.severity import worst
+from hma.assembly import load
+from hma.contracts.model import Finding, ProbeRun, Severity
+from hma.contracts.severity import worst
+from hma.detection.runner import run_once
+from hma.detection.setup import Setup
 
 
 def document(node: str, runs: Sequence[ProbeRun], extra: Sequence[Finding] = ()) -> dict[str, Any]:
@@ -65,8 +66,8 @@ def select(setup: Setup, wanted: Sequence[str]) -> tuple[list[str], Optional[str
     missing = [n for n in wanted if n not in setup.probes and n not in broken]
     if not missing:
         return [n for n in wanted if n in setup.probes], None
-    from hma.registry import entry_point_names
-    from hma.source import GROUP as SOURCE_GROUP
+    from hma.contracts.source import GROUP as SOURCE_GROUP
+    from hma.detection.registry import entry_point_names
 
     sources = set(setup.sources) | set(entry_point_names(SOURCE_GROUP))
     known = sorted(set(setup.probes) | set(entry_point_names()))
@@ -90,10 +91,10 @@ def select(setup: Setup, wanted: Sequence[str]) -> tuple[list[str], Optional[str
 
 def probes_help(config_file: Optional[str]) -> str:
     """The probes and event sources installed here, for ``hma check --help``."""
-    from hma import registry
-    from hma.configfile import early_agent_path
-    from hma.source import GROUP as SOURCE_GROUP
-    from hma.source import EventSource
+    from hma.config.files import early_agent_path
+    from hma.contracts.source import GROUP as SOURCE_GROUP
+    from hma.contracts.source import EventSource
+    from hma.detection import registry
 
     probes, broken = registry.discover()
     sources, _ = registry.discover(SOURCE_GROUP, EventSource)

@@ -18,12 +18,12 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from hma.configfile import ConfigError
+from hma.config.files import ConfigError
 
 if TYPE_CHECKING:
     import argparse
 
-    from hma.assembly import Setup
+    from hma.detection.setup import Setup
 
 EXIT = {"pass": 0, "warn": 1, "fail": 2, "unknown": 3, "skipped": 3}
 EX_USAGE, EX_TEMPFAIL, EX_NOPERM = 64, 75, 77
@@ -121,11 +121,11 @@ def _connectivity_result(setup: Setup, text: str) -> int:
 
 
 def _run(setup: Setup, args: argparse.Namespace) -> int:
+    from hma.cluster.slurm import SlurmError
     from hma.commands.srun import from_config
     from hma.deepcheck import orchestrate
     from hma.deepcheck.node import overall
     from hma.deepcheck.options import STAGES
-    from hma.remediation.slurm import SlurmError
 
     opts = setup.config.section("deep_check")
     try:
@@ -167,7 +167,7 @@ def _run(setup: Setup, args: argparse.Namespace) -> int:
 def _record(setup: Setup, results: Any) -> str:
     from hma.commands.ack import operator
     from hma.deepcheck.record import record
-    from hma.state import StateError
+    from hma.health.store import StateError
 
     try:
         return record(setup, results, operator(), time.time())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Optional
 
-from hma import catalogue
+from hma.contracts import catalogue
 
 
 def main(code: Optional[str], list_all: bool) -> int:

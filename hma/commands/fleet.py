@@ -11,11 +11,11 @@ import sys
 import time
 from typing import Any, Optional
 
-from hma.assembly import Setup
+from hma.cluster.slurm import SlurmClient, SlurmError
+from hma.contracts import label as label_mod
+from hma.contracts.cluster import OWNED_PREFIX, NodeState
+from hma.detection.setup import Setup
 from hma.remediation import breaker
-from hma.remediation import label as label_mod
-from hma.remediation.backend import OWNED_PREFIX, NodeState
-from hma.remediation.slurm import SlurmClient, SlurmError
 
 
 def _from_reason(reason: str) -> tuple[str, str]:

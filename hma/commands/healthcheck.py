@@ -7,8 +7,8 @@ node's drain state match the verdict per policy.
 - When the daemon runs (fresh ``status.json`` whose pid is alive), the daemon's verdict is the
   answer: it prints it and returns within a second. The daemon itself remediates (its outbox).
 - Otherwise it runs the probes once, feeds them through the health model kept in the state
-  database (so hysteresis holds across runs) the way the daemon does (hma.pipeline: a new boot,
-  a reset database, history and alerts) and applies the remediation decisions at once:
+  database (so hysteresis holds across runs) the way the daemon does (hma.health.pipeline: a new
+  boot, a reset database, history and alerts) and applies the remediation decisions at once:
   labels, drains and resumes, with the same ownership rules, breaker and outbox as the daemon.
 
 Exit code: the node's worst severity (0..3), like ``hma check``.
@@ -21,16 +21,16 @@ import sys
 import time
 from typing import Any, Optional
 
-from hma import statusfile
-from hma.configfile import ConfigError
-from hma.model import Severity
+from hma.config.files import ConfigError
+from hma.contracts.model import Severity
+from hma.reporters import statusfile
 
 
 def daemon_status(
     run_dir: str, now: float, boot_id: Optional[str] = None
 ) -> Optional[dict[str, Any]]:
     """The daemon's status document when it is running and fresh (``hma status`` would trust it:
-    hma.statusfile.read), else None."""
+    hma.reporters.statusfile.read), else None."""
     doc, problem = statusfile.read(run_dir, now=now, boot_id=boot_id)
     return None if problem else doc
 
@@ -76,10 +76,10 @@ def run(config_file: Optional[str] = None, quiet: bool = False) -> int:
 
 def _standalone(setup: Any, now: float, quiet: bool) -> int:
     """No daemon: probes once, health model from the state database, remediation applied."""
-    from hma.pipeline import Pipeline, reporter_alerts
+    from hma.detection.runner import run_once
+    from hma.health.pipeline import Pipeline, reporter_alerts
+    from hma.health.store import Store
     from hma.remediation.engine import Remediator
-    from hma.runner import run_once
-    from hma.state import Store
 
     agent = setup.config.section("agent")
     store = Store(os.path.join(agent["state_dir"], "state.db"))

@@ -11,8 +11,8 @@ import argparse
 import os
 import sys
 
-from hma import xid
-from hma.model import gpu_component
+from hma.contracts.model import gpu_component
+from hma.probes.nvidia import xid
 
 DEFAULT_TEXT = "injected by hma inject (test of alerting and drain, not a hardware fault)"
 KMSG_LEVEL = 4  # warning; the kernel files writes from user space under the user facility

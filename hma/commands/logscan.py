@@ -15,19 +15,19 @@ import json
 import re
 import sys
 import zlib
+from dataclasses import dataclass
 from typing import IO, Any, Iterator, Optional, Sequence
 
-from hma.catalogue import Catalogue
-from hma.model import Finding, Severity
-from hma.record import record
-from hma.rules import RuleSet
-from hma.rules.lines import saved_line
-from hma.severity import worst
+from hma.contracts.catalogue import Catalogue
+from hma.contracts.model import Finding, Severity
+from hma.contracts.severity import worst
+from hma.probes.kernel_log.lines import saved_line
+from hma.probes.kernel_log.rules import RuleSet
 
 SOURCE = "logscan"
 
 
-@record
+@dataclass
 class Hit:
     """One fault found in the logs: its first finding, how often it matched, the last line."""
 
@@ -212,8 +212,8 @@ def render_text(doc: dict[str, Any]) -> str:
 def main(args: argparse.Namespace) -> int:
     """``hma logscan`` handler: exit code is the worst severity (3 for unreadable files)."""
     from hma import assembly
-    from hma.configfile import ConfigError
-    from hma.rules import RulesError
+    from hma.config.files import ConfigError
+    from hma.probes.kernel_log.rules import RulesError
 
     try:
         setup = assembly.load(args.config)
@@ -232,7 +232,7 @@ def main(args: argparse.Namespace) -> int:
         return 3
     catalogue = setup.catalogue
     if args.rules_dir is not None:  # codes of an explicitly named folder join the catalogue
-        from hma.rules import load_site
+        from hma.probes.kernel_log.rules import load_site
 
         catalogue = catalogue.extended(
             e for e in load_site(args.rules_dir)[1] if e.code not in catalogue

@@ -29,14 +29,15 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from hma.model import Action, Severity
-from hma.record import field, record
-from hma.remediation import label as label_mod
+from hma.cluster.slurm import NodeState, SlurmClient, SlurmError
+from hma.contracts import label as label_mod
+from hma.contracts.alert import Alert
+from hma.contracts.model import Action, Severity
+from hma.contracts.reporter import Reporter
 from hma.remediation.requeue import Marker, find_marker, with_marker
-from hma.remediation.slurm import NodeState, SlurmClient, SlurmError
-from hma.reporters import Alert, Reporter
 
 GRACE_S = 60.0
 POLL_S = 1.0
@@ -48,7 +49,7 @@ class UsageError(Exception):
     """Bad arguments or wrong context (not in an allocation, job not requeueable); exit 2."""
 
 
-@record
+@dataclass
 class Options:
     """What ``hma srun`` was asked to do."""
 
@@ -146,7 +147,7 @@ def settled(nodes: Sequence[NodeState]) -> bool:
     return bool(faulty) and all(n.out_of_service or _held(n) for n in faulty)
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Decision:
     """What ``hma srun`` does after srun failed."""
 
@@ -469,7 +470,7 @@ def from_config(config_file: Optional[str]) -> tuple[SlurmClient, Optional[Repor
     """The Slurm client of ``[slurm]`` and the journald reporter of ``[reporters.journald]``;
     defaults (with a warning) when the configuration cannot be read."""
     from hma import assembly
-    from hma.config import ConfigError
+    from hma.config.schema import ConfigError
     from hma.reporters.journal import JournalReporter
 
     quiet = io.StringIO()  # journald missing: we print our own stderr line anyway

@@ -1,6 +1,6 @@
 """``hma status``: read and judge ``status.json`` (docs/status.md), render it.
 
-The daemon writes the file (hma.statusfile); ``hma status`` calls ``read``, ``render`` and
+The daemon writes the file (hma.reporters.statusfile); ``hma status`` calls ``read``, ``render`` and
 ``exit_code``. Reading never raises: every problem (no file, no daemon, stale file, garbage) comes
 back as a plain sentence, and the exit code is then 3 (unknown).
 """
@@ -12,8 +12,8 @@ import sys
 import time
 from typing import Any, Mapping, Optional
 
-from hma import statusfile
-from hma.severity import Severity, worst
+from hma.contracts.severity import Severity, worst
+from hma.reporters import statusfile
 
 _FAILED_PROBE = ("failed", "timed_out")
 
@@ -240,7 +240,7 @@ def _remediation_lines(rem: Mapping[str, Any], now: float) -> list[str]:
 def boot_id_of(config_file: Optional[str]) -> Optional[str]:
     """This boot's id as the daemon reads it: under ``[paths] procfs`` when the configuration
     sets one other than /proc ("" when unreadable there), else None (statusfile.read uses /proc)."""
-    from hma import configfile
+    from hma.config import files as configfile
 
     raw, _files, _errors = configfile.read_raw(configfile.config_path(config_file))
     paths = raw.get("paths")
@@ -253,7 +253,7 @@ def boot_id_of(config_file: Optional[str]) -> Optional[str]:
 def run_dir_of(config_file: Optional[str]) -> tuple[str, list[str]]:
     """``[agent] run_dir`` from the configuration files (default when unset or unreadable),
     with the problems met. Only this key is read, so a config broken elsewhere does not matter."""
-    from hma import configfile
+    from hma.config import files as configfile
 
     return configfile.early_agent_path(config_file, "run_dir")
 

@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
-from hma.remediation.backend import NodeState
-from hma.remediation.slurm import SlurmClient, SlurmError
-from hma.statusfile import write_text
+from hma.cluster.slurm import SlurmClient, SlurmError
+from hma.contracts.cluster import NodeState
+from hma.reporters.statusfile import write_text
 from hma.topology import conf, spares
 
 EX_CHANGES = 1  # --check: something would change
@@ -103,7 +103,7 @@ def run(
 def main(config: Optional[str], fmt: Optional[str], path: Optional[str], check: bool) -> int:
     """``hma topology [--format F] [--file PATH] [--check]``."""
     from hma import assembly
-    from hma.configfile import ConfigError
+    from hma.config.files import ConfigError
 
     try:
         setup = assembly.load(config)

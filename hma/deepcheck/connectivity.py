@@ -8,10 +8,10 @@ no reading (which is never blamed on a node). Everything here is pure given ``me
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Callable, Mapping, Optional, Sequence
 
-from hma.model import Finding
-from hma.record import field, record
+from hma.contracts.model import Finding
 
 # Minimum inter-node all-reduce bus bandwidth (GB/s) per instance type: half the instance's
 # network line rate (AWS instance-type pages: p5/p5e/p5en and trn2 3200 Gbps EFA, p4d/p4de
@@ -40,7 +40,7 @@ def minimum(instance_type: Optional[str], configured: Mapping[str, float]) -> Op
     return float(value) if value is not None else None
 
 
-@record
+@dataclass
 class Outcome:
     """The group's reading, each pair tested, the nodes blamed and those left unjudged."""
 

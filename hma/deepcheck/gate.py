@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from hma.assembly import Setup
+from hma.detection.setup import Setup
 
 
 def gate_stages(setup: Setup) -> list[str]:

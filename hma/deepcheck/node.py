@@ -8,7 +8,6 @@ from contextlib import contextmanager
 from typing import IO, Any, Iterable, Iterator, Mapping, Optional, Sequence
 
 from hma.adapters.command import CommandRunner
-from hma.assembly import Setup
 from hma.deepcheck.stages import (
     NODE_STAGE_FUNCS,
     SKIPPED,
@@ -18,6 +17,7 @@ from hma.deepcheck.stages import (
     unknown,
     verdict_of,
 )
+from hma.detection.setup import Setup
 
 TICK_S = 5.0
 

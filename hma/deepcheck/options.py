@@ -1,13 +1,13 @@
 """``[deep_check]``: which stages run, their bounds and the limits they are judged against.
 
-Registered in ``hma.config.CORE_SECTIONS``; documented in docs/deep-check.md.
+Registered in ``hma.assembly.FEATURE_SECTIONS``; documented in docs/deep-check.md.
 """
 
 from __future__ import annotations
 
 from typing import Any, Optional
 
-from hma.options import Option, positive
+from hma.contracts.options import Option, positive
 
 NODE_STAGES = ("stress", "accelerators", "dcgm", "efa", "neuron")
 STAGES = (*NODE_STAGES, "connectivity")

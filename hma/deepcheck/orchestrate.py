@@ -19,14 +19,14 @@ from __future__ import annotations
 import json
 import threading
 import time
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
+from hma.cluster.slurm import NodeState, SlurmClient, SlurmError
 from hma.deepcheck import connectivity, parse
 from hma.deepcheck.options import NODE_STAGES
 from hma.deepcheck.record import finding_json
 from hma.deepcheck.stages import stage_timeout
-from hma.record import field, record
-from hma.remediation.slurm import NodeState, SlurmClient, SlurmError
 
 RESERVATION = "hma-deep-check"
 LABEL_PREFIX = "hma-deep="
@@ -38,7 +38,7 @@ class RunRefused(Exception):
     """Another deep check holds the reservation, or Slurm refused it."""
 
 
-@record
+@dataclass
 class NodeReport:
     """One row of the table."""
 
@@ -60,7 +60,7 @@ class NodeReport:
         }
 
 
-@record
+@dataclass
 class Orchestrator:
     """Drives one run; ``client`` is the Slurm client, ``opts`` the ``[deep_check]`` section."""
 

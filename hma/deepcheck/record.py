@@ -12,7 +12,7 @@ import os
 import signal
 from typing import Any, Mapping, Sequence
 
-from hma.model import Finding, ProbeRun, RunStatus
+from hma.contracts.model import Finding, ProbeRun, RunStatus
 
 PROBE_PREFIX = "deep_check."
 REQUEST_KIND = "deep_check"
@@ -84,10 +84,11 @@ def from_payload(payload: Mapping[str, Any]) -> list[ProbeRun]:
 
 def record(setup: Any, results: Sequence[Any], who: str, now: float) -> str:
     """Hand the results to the running daemon, else apply them to the state store; returns
-    what was done, in words. Raises ``hma.state.StateError`` when the store cannot be opened."""
-    from hma import statusfile
-    from hma.pipeline import Pipeline, reporter_alerts
-    from hma.state import Store
+    what was done, in words. Raises ``hma.health.store.StateError`` when the store cannot be
+    opened."""
+    from hma.health.pipeline import Pipeline, reporter_alerts
+    from hma.health.store import Store
+    from hma.reporters import statusfile
 
     agent = setup.config.section("agent")
     payload = to_payload(results)

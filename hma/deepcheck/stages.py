@@ -13,13 +13,13 @@ import shutil
 import tempfile
 import threading
 import time
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from hma.adapters.command import CommandResult, CommandRunner
-from hma.assembly import Setup
+from hma.contracts.model import Finding, RunStatus, Severity
 from hma.deepcheck import parse
-from hma.model import Finding, RunStatus, Severity
-from hma.record import field, record
+from hma.detection.setup import Setup
 
 PASS, WARN, FAIL, UNKNOWN, SKIPPED = "pass", "warn", "fail", "unknown", "skipped"
 DCGM_TIMEOUTS = {1: 300.0, 2: 900.0, 3: 3600.0, 4: 7200.0}
@@ -42,7 +42,7 @@ STRESSORS = ("cpu", "vm", "hdd")
 STRESS_FAILED_RC = 2  # stress-ng: "one or more stressors failed" (verification included)
 
 
-@record
+@dataclass
 class StageResult:
     """The outcome of one stage."""
 
@@ -71,7 +71,7 @@ class StageResult:
         }
 
 
-@record
+@dataclass
 class StageContext:
     """What a stage needs: the ``[deep_check]`` options, the setup, a runner and its timeout."""
 
@@ -223,7 +223,7 @@ def judge_stress(result: CommandResult, yaml_text: str) -> StageResult:
 
 def accelerators(ctx: StageContext) -> StageResult:
     """GPU and Neuron devices present and wired, judged by the gpu and neuron probes."""
-    from hma.runner import run_once
+    from hma.detection.runner import run_once
 
     names = [n for n in ("gpu", "neuron") if n in ctx.setup.probes]
     if not names:

@@ -13,20 +13,20 @@ import json
 import logging
 import os
 import tempfile
+from dataclasses import replace
 from typing import Any, Mapping, Optional
 
 from hma.adapters.command import CommandRunner
-from hma.record import replace
-from hma.remediation import label as label_mod
-from hma.remediation.backend import (
+from hma.contracts import label as label_mod
+from hma.contracts.cluster import (
     HYPERPOD_REBOOT,
     HYPERPOD_REPLACE,
     Backend,
     BackendError,
     NodeState,
 )
+from hma.contracts.label import Label
 from hma.remediation.breaker import Breaker, Count
-from hma.remediation.label import Label
 from hma.remediation.outbox import Outbox, Row
 from hma.remediation.planner import Acted, Episode, Reboot, reboot_count
 from hma.remediation.shared import Shared

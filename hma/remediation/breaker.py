@@ -12,20 +12,20 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from hma.model import Action, Severity
-from hma.record import record
-from hma.remediation import label as label_mod
-from hma.remediation.backend import HYPERPOD_REBOOT, HYPERPOD_REPLACE, Backend, NodeState
+from hma.contracts import label as label_mod
+from hma.contracts.alert import Alert
+from hma.contracts.cluster import HYPERPOD_REBOOT, HYPERPOD_REPLACE, Backend, NodeState
+from hma.contracts.model import Action, Severity
 from hma.remediation.planner import Episode
 from hma.remediation.shared import Shared
-from hma.reporters import Alert
 
 log = logging.getLogger("hma.remediation")
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Count:
     """What the breaker saw."""
 

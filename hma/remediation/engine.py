@@ -15,22 +15,22 @@ import logging
 import random
 import threading
 import time
+from dataclasses import replace
 from typing import Any, Callable, Optional
 
-from hma.config import ConfigError
-from hma.health import Verdict
-from hma.probe import NodeFacts
-from hma.record import replace
-from hma.registry import discover
+from hma.config.schema import ConfigError
+from hma.contracts.alert import Alert
+from hma.contracts.cluster import GROUP, Backend, BackendError
+from hma.contracts.probe import NodeFacts
+from hma.detection.registry import discover
+from hma.health.model import Verdict
 from hma.remediation import options as options_mod
 from hma.remediation.actions import Applier
-from hma.remediation.backend import GROUP, Backend, BackendError
 from hma.remediation.breaker import Breaker
 from hma.remediation.outbox import OPEN, Outbox, Row, backoff
 from hma.remediation.planner import Cancel, Enqueue, Episode, Policy, Situation, plan
 from hma.remediation.requeue import AutoResume
 from hma.remediation.shared import Shared
-from hma.reporters import Alert
 from hma.topology import domain as topology_domain
 
 log = logging.getLogger("hma.remediation")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Collection, Mapping
 
-from hma.options import Option, positive
+from hma.contracts.options import Option, positive
 
 RECOVERY: dict[str, Option] = {
     "policy": Option(

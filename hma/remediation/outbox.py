@@ -9,9 +9,9 @@ The open episode and the reboot counts are kept in the store's key-value table.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any, Optional
 
-from hma.record import record
 from hma.remediation.planner import Enqueue, Episode, Reboot
 
 KV_STATE = "remediation"
@@ -35,7 +35,7 @@ _SHOWN = (
 )
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Row:
     """An open action, as the worker applies it."""
 

@@ -9,13 +9,13 @@ once. Every rule is described in docs/remediation.md.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Optional, Sequence, Union
 
-from hma.health import Fault, Verdict
-from hma.model import Action, Clears
-from hma.record import field, record, replace
-from hma.remediation import label as label_mod
-from hma.remediation.backend import OWNED_PREFIX, NodeState
+from hma.contracts import label as label_mod
+from hma.contracts.cluster import OWNED_PREFIX, NodeState
+from hma.contracts.model import Action, Clears
+from hma.health.model import Fault, Verdict
 
 
 def reason_for(fault: Fault) -> str:
@@ -28,7 +28,7 @@ def recovery_action(action: Action, auto_resume: bool) -> Action:
     return Action.REPLACE if auto_resume and action is Action.REBOOT else action
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Acted:
     """A reboot or replace hma asked for, in which boot."""
 
@@ -37,7 +37,7 @@ class Acted:
     at: float
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Episode:
     """One stretch of unhealthiness of this node, from the first draining fault to the resume
     (status.json ``remediation.episode``)."""
@@ -124,7 +124,7 @@ class Episode:
         )
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Reboot:
     """One reboot hma had done for a fault (counted within ``reboot_window``)."""
 
@@ -144,7 +144,7 @@ def reboot_count(
     )
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Policy:
     """The ``[recovery]`` keys the planner uses."""
 
@@ -172,7 +172,7 @@ class Policy:
         )
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Situation:
     """Everything the planner looks at besides the episode and the policy."""
 
@@ -191,7 +191,7 @@ class Situation:
     resume_hold: str = ""
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Enqueue:
     """Add the action ``kind`` under ``key`` to the outbox (once per key)."""
 
@@ -213,7 +213,7 @@ class Enqueue:
         }
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Cancel:
     """Cancel the open action ``row_id``."""
 
@@ -224,7 +224,7 @@ class Cancel:
 Intent = Union[Enqueue, Cancel]
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Plan:
     """The planner's answer."""
 
@@ -259,7 +259,7 @@ def primary(s: Situation, policy: Policy) -> tuple[Optional[Fault], Action]:
     return ranked[0], _effective(ranked[0], policy, s)
 
 
-@record
+@dataclass
 class _Work:
     """One planning pass (the mutable part)."""
 

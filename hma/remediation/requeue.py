@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from typing import Callable, Optional, Protocol, Sequence
 
-from hma.record import record
-from hma.remediation import label as label_mod
-from hma.remediation.backend import BackendError, Job, JobInfo
+from hma.contracts import label as label_mod
+from hma.contracts.cluster import BackendError, Job, JobInfo
 
 log = logging.getLogger("hma.remediation")
 
@@ -33,7 +33,7 @@ REMEMBER_S = 600.0  # how long a marked job that left the node is watched for it
 MAX_REMEMBERED = 256
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Marker:
     """The parsed ``hma-resume=`` token of a job comment."""
 

@@ -10,19 +10,19 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from hma.health import Verdict
-from hma.model import Action, Severity
-from hma.record import field, record
-from hma.remediation.backend import NodeState
+from hma.contracts.alert import Alert
+from hma.contracts.cluster import NodeState
+from hma.contracts.model import Action, Severity
+from hma.health.model import Verdict
 from hma.remediation.planner import Episode
-from hma.reporters import Alert
 
 log = logging.getLogger("hma.remediation")
 
 
-@record
+@dataclass
 class Shared:
     """The engine's state outside the store (see module doc)."""
 

@@ -9,64 +9,10 @@ it never stops the loop.
 
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar, Collection, Mapping, Optional
+from typing import Any, Callable, Collection, Mapping, Optional
 
-from hma.model import Action, Severity
-from hma.options import Option
-from hma.record import field, record
-
-GROUP = "hma.reporters"
-
-ALERT_KINDS = (
-    "raised",  # a fault became active
-    "escalated",  # an active fault's severity or action rose
-    "cleared",  # an active fault went away
-    "action_requested",  # remediation decided an action (written to the outbox)
-    "action_applied",  # the action took effect in Slurm / the cluster hook
-    "action_held",  # the action is held back (breaker, rate limit, policy none, dry run)
-    "action_failed",  # an attempt failed (will be retried)
-    "acknowledged",  # an operator ran `hma ack`
-    "agent",  # about the agent itself (started, config reload failed, state reset)
-)
-
-
-@record(frozen=True)
-class Alert:
-    """One state change worth telling people about.
-
-    ``message`` says what happened in words; reporters show it with the kind, code and component,
-    so it need not repeat them.
-    """
-
-    kind: str
-    code: str
-    component: str
-    severity: Severity
-    message: str
-    action: Action = Action.NONE
-    probe: str = ""
-    details: Mapping[str, Any] = field(default_factory=dict)
-    ts: float = 0.0
-
-
-class Reporter:
-    """Base class of reporters."""
-
-    name: ClassVar[str] = ""
-    options: ClassVar[Mapping[str, Option]] = {}
-    default_enabled: ClassVar[bool] = False
-
-    def __init__(self, options: Mapping[str, Any]) -> None:
-        self.config = options
-
-    def alert(self, alert: Alert) -> None:
-        """Deliver one alert."""
-
-    def publish(self, status: Mapping[str, Any]) -> None:
-        """Publish the full status document after a change."""
-
-    def close(self) -> None:
-        """Release resources at shutdown."""
+from hma.contracts.options import Option
+from hma.contracts.reporter import GROUP, Reporter
 
 
 def discover(
@@ -74,7 +20,7 @@ def discover(
 ) -> tuple[dict[str, type[Reporter]], list[Any]]:
     """Reporter classes of the entry point group, or those named (and the ones that failed to
     load)."""
-    from hma.registry import discover as discover_group
+    from hma.detection.registry import discover as discover_group
 
     return discover_group(GROUP, Reporter, names)
 

@@ -16,10 +16,11 @@ import sys
 import uuid
 from typing import IO, Any, ClassVar, Mapping, Optional, Sequence
 
-from hma.catalogue import FAMILIES
-from hma.model import Severity
-from hma.options import Option
-from hma.reporters import ALERT_KINDS, Alert, Reporter
+from hma.contracts.alert import ALERT_KINDS, Alert
+from hma.contracts.catalogue import FAMILIES
+from hma.contracts.model import Severity
+from hma.contracts.options import Option
+from hma.contracts.reporter import Reporter
 
 DEFAULT_SOCKET = "/run/systemd/journal/socket"
 IDENTIFIER = "hma"

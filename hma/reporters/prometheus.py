@@ -15,9 +15,9 @@ import threading
 from collections import Counter
 from typing import Any, ClassVar, Iterable, Iterator, Mapping, Optional
 
-from hma.model import Action, Severity
-from hma.options import Option
-from hma.reporters import Reporter
+from hma.contracts.model import Action, Severity
+from hma.contracts.options import Option
+from hma.contracts.reporter import Reporter
 
 DEFAULT_TEXTFILE = "/var/lib/prometheus/node-exporter/hma.prom"  # Debian's textfile folder
 

@@ -14,9 +14,8 @@ domain not yet full) lowers ``BlockSizes`` to its size.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Iterable, Mapping, Optional, Sequence
-
-from hma.record import record
 
 HEADER = "# Written by hma topology from the nodes' NVLink domains; edits are overwritten.\n"
 NO_DOMAIN = "nodomain"
@@ -24,7 +23,7 @@ TOP_SWITCH = "hma-top"
 _NUMBERED = re.compile(r"^(.*?)(\d+)$")
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Block:
     """One block: its name, the domain it stands for ("" for a node without one), its nodes."""
 

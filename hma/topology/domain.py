@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
-from hma.remediation import label
+from hma.contracts import label
 
 TOKEN = "hma-domain="
 # Probes whose summary may carry the GPUs' domain, in order of trust.

@@ -1,10 +1,10 @@
-"""Configuration keys of ``[topology]`` (registered in ``hma.config.CORE_SECTIONS``)."""
+"""Configuration keys of ``[topology]`` (registered in ``hma.assembly.FEATURE_SECTIONS``)."""
 
 from __future__ import annotations
 
 from typing import Any, Optional
 
-from hma.options import Option
+from hma.contracts.options import Option
 
 # Characters a domain name may hold: it is a word of the node's Extra field and part of a block
 # name in topology.conf.

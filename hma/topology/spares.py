@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from hma.remediation import label
-from hma.remediation.backend import NodeState
+from hma.contracts import label
+from hma.contracts.cluster import NodeState
 from hma.topology import conf
 from hma.topology import domain as domain_mod
 

@@ -28,9 +28,9 @@ CACHE = Path(os.environ.get("HMA_TEST_CACHE", "/var/cache/hma-test"))
 MAX_AGE_S = 7 * 24 * 3600
 SYSPATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 # What `apt-get install ./hma_*.deb` pulls in (Depends and Recommends), prefetched in the cache.
-PREFETCH = ["python3", "python3-pyudev", "python3-systemd"]
+PREFETCH = ["python3", "python3-psutil", "python3-pyudev", "python3-systemd"]
 RECOMMENDS = ["python3-prometheus-client"]
-CACHE_FORMAT = "1"  # bump to invalidate cached tarballs when what they hold changes
+CACHE_FORMAT = "2"  # bump to invalidate cached tarballs when what they hold changes
 
 
 def mirror() -> str:
@@ -269,11 +269,10 @@ def hma_version() -> str:
 def source_files() -> list[str]:
     """Every file the installed package must carry, relative to the private tree (hma/...).
 
-    Python modules of hma/ and of the plugin folders (probes/ and sources/ install as hma/probes/
-    and hma/sources/) and every data file under hma/: what setup.cfg's packages and package_data
-    must cover as the project grows.
+    Python modules of hma/ and of probes/ (installed as hma/probes/) and every data file under
+    them: what setup.py's packages and setup.cfg's package_data must cover as the project grows.
     """
-    plugins = ("probes", "sources")
+    plugins = ("probes",)
     try:
         listed = subprocess.run(
             ["git", "ls-files", "-co", "--exclude-standard", "hma", *plugins],
@@ -293,6 +292,6 @@ def source_files() -> list[str]:
             continue
         if top == "hma":
             out.append(name)
-        elif top in plugins and name.endswith(".py"):
+        elif top in plugins:
             out.append(f"hma/{top}/{rel}")
     return out

@@ -37,10 +37,9 @@ def deb_files(deb: Path) -> set[str]:
 def test_deb_metadata(deb: Path) -> None:
     assert deb.name == f"hma_{hma_version()}_all.deb"
     depends = deb_field(deb, "Depends")
-    for dep in ("python3 (>= 3.9)", "python3-pyudev", "python3-systemd"):
+    for dep in ("python3 (>= 3.9)", "python3-psutil", "python3-pyudev", "python3-systemd"):
         assert dep in depends
     assert "nvidia" not in depends and "tomli" not in depends  # shipped inside instead
-    assert "psutil" not in depends  # hma reads /proc itself
     assert deb_field(deb, "Recommends") == "python3-prometheus-client"
     assert deb_field(deb, "Architecture") == "all"
 

@@ -59,11 +59,10 @@ def test_rpm_files(rpm: Path) -> None:
 
 def test_rpm_requires(rpm: Path) -> None:
     requires = {line.strip() for line in rpmq(rpm, "--requires").splitlines()}
-    assert {"python3 >= 3.9", "python3-pyudev", "python3-systemd"} <= requires
+    assert {"python3 >= 3.9", "python3-psutil", "python3-pyudev", "python3-systemd"} <= requires
     assert "/usr/bin/python3" in requires
     text = " ".join(requires)
     assert "nvidia" not in text and "tomli" not in text  # shipped inside the package
-    assert "psutil" not in text  # hma reads /proc itself
     assert "python(abi)" not in text and "python3." not in text  # no build-host Python version
     assert "python3-prometheus_client" in rpmq(rpm, "--recommends")
 

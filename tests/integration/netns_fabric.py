@@ -19,7 +19,7 @@ import subprocess
 import sys
 from typing import Optional
 
-from hma.statusfile import pid_alive
+from hma.reporters.statusfile import pid_alive
 
 PREFIX = "hmamesh-"
 

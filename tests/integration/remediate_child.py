@@ -12,9 +12,9 @@ import sys
 import time
 
 from hma import assembly
-from hma.model import Action
+from hma.contracts.model import Action
+from hma.health.store import Store
 from hma.remediation.engine import Remediator
-from hma.state import Store
 from tests.integration.remediation_helpers import fault, verdict
 
 

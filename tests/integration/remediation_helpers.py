@@ -12,9 +12,9 @@ from typing import Any, Iterator, Optional
 import pytest
 
 from hma import assembly
-from hma.health import Fault, Verdict
+from hma.health.model import Fault, Verdict
+from hma.health.store import Store
 from hma.remediation.engine import Remediator
-from hma.state import Store
 from tests.faults import fault  # noqa: F401 (the remediation suites import it from here)
 from tests.slurmcluster import SlurmCluster, available
 

@@ -17,7 +17,7 @@ from typing import Iterator
 
 import pytest
 
-from hma.remediation import label as label_mod
+from hma.contracts import label as label_mod
 from hma.remediation.engine import Remediator
 from hma.remediation.requeue import find_marker
 from tests.integration.autoresume_helpers import (

@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from netns_fabric import Fabric, ip, sweep, usable  # noqa: E402
 from test_daemon import agent_factory  # noqa: E402,F401 (fixture)
 
-from hma.state import Store  # noqa: E402
+from hma.health.store import Store  # noqa: E402
 
 pytestmark = pytest.mark.integration
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "deepcheck"

@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 from netns_fabric import Fabric, sweep, usable  # noqa: E402
 from trn_support import codes, make_ctx  # noqa: E402
 
-from hma.probes.efa_mesh import EfaMeshProbe, tournament_rounds  # noqa: E402
+from hma.probes.efa.mesh import EfaMeshProbe, tournament_rounds  # noqa: E402
 
 REASON = usable()
 pytestmark = [

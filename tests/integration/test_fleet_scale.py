@@ -8,7 +8,7 @@ from typing import Iterator
 
 import pytest
 
-from hma.model import Action, Clears
+from hma.contracts.model import Action, Clears
 from tests.integration.remediation_helpers import fault, make, verdict, wait
 from tests.slurmcluster import SlurmCluster, available
 

@@ -7,8 +7,8 @@ import json
 import pytest
 from conftest import journald_usable, read_back
 
-from hma.model import Action, Severity
-from hma.reporters import Alert
+from hma.contracts.alert import Alert
+from hma.contracts.model import Action, Severity
 from hma.reporters import journal as j
 
 pytestmark = [

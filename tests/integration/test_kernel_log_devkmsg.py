@@ -14,9 +14,9 @@ import pytest
 
 from hma.adapters.command import CommandRunner
 from hma.adapters.files import RootReader
-from hma.model import Finding
-from hma.source import MemoryKV, SourceContext
-from hma.sources.kernel_log import CURSOR_KEY, KernelLogSource
+from hma.contracts.model import Finding
+from hma.contracts.source import MemoryKV, SourceContext
+from hma.probes.kernel_log.source import CURSOR_KEY, KernelLogSource
 
 pytestmark = [
     pytest.mark.integration,

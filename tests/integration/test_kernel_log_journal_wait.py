@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 from conftest import journald_usable
 
-from hma.source import StopEvent
-from hma.sources import kernel_log
+from hma.contracts.source import StopEvent
+from hma.probes.kernel_log import source as kernel_log
 
 journal = pytest.importorskip("systemd.journal")
 

@@ -15,10 +15,10 @@ from conftest import User, journald_usable, read_back, users_usable
 
 from hma.adapters.command import CommandRunner
 from hma.adapters.files import RootReader
-from hma.model import Finding
-from hma.source import MemoryKV, SourceContext
-from hma.sources import kernel_log
-from hma.sources.kernel_log import KernelLogSource
+from hma.contracts.model import Finding
+from hma.contracts.source import MemoryKV, SourceContext
+from hma.probes.kernel_log import source as kernel_log
+from hma.probes.kernel_log.source import KernelLogSource
 
 pytestmark = [
     pytest.mark.integration,

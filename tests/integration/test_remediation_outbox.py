@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hma.model import Action, Clears
+from hma.contracts.model import Action, Clears
 from tests.integration.remediation_helpers import (  # noqa: F401 (fixtures)
     cluster,
     fault,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from hma.model import Action, Clears
-from hma.remediation import label as label_mod
+from hma.contracts import label as label_mod
+from hma.contracts.model import Action, Clears
 from tests.integration.remediation_helpers import (  # noqa: F401 (fixtures)
     back_in_service,
     cluster,
@@ -218,8 +218,8 @@ def test_stuck_drain_escalates_to_down_and_the_action(fresh: SlurmCluster, tmp_p
 def _slurm_findings(rem: object) -> list:
     from hma.adapters.command import CommandRunner
     from hma.adapters.files import RootReader
-    from hma.probe import ProbeContext
-    from hma.probes.slurm import SlurmProbe
+    from hma.contracts.probe import ProbeContext
+    from hma.probes.slurm.probe import SlurmProbe
 
     probe = SlurmProbe()
     c = ProbeContext({}, RootReader("/"), RootReader("/"), CommandRunner(), facts=rem.facts())  # type: ignore[attr-defined]
@@ -230,8 +230,8 @@ def _slurm_findings(rem: object) -> list:
 def test_slurm_own_drain_reported_and_adopted(
     fresh: SlurmCluster, tmp_path: Path, adopt: bool
 ) -> None:
-    from hma.health import Fault
-    from hma.model import Severity
+    from hma.contracts.model import Severity
+    from hma.health.model import Fault
 
     fresh.scontrol("update", "NodeName=node3", "State=DRAIN", "Reason=Kill task failed")
     rem, _store = make(tmp_path, fresh, "node3", {"adopt_slurm_drains": adopt, "resume_after": 0.5})

@@ -20,7 +20,7 @@ from typing import Any, Iterator
 import pytest
 from conftest import Env, journald_usable, read_back
 
-from hma.state import Store
+from hma.health.store import Store
 from tests.simnode import SimNode
 from tests.slurmcluster import SlurmCluster, available
 from tests.standin import nvmlstub

@@ -12,9 +12,9 @@ from typing import Iterator
 import pytest
 
 from hma import assembly
-from hma.model import Action
+from hma.contracts.model import Action
+from hma.health.store import Store
 from hma.remediation.engine import Remediator
-from hma.state import Store
 from hma.topology import spares
 from tests.integration import topology_helpers as th
 from tests.integration.remediation_helpers import (

@@ -14,9 +14,9 @@ import pytest
 
 from hma.adapters.command import CommandRunner
 from hma.adapters.files import RootReader
-from hma.probe import ProbeContext
-from hma.probes.gpu import GpuProbe
-from hma.remediation.slurm import SlurmBackend, SlurmClient
+from hma.cluster.slurm import SlurmBackend, SlurmClient
+from hma.contracts.probe import ProbeContext
+from hma.probes.nvidia.gpu import GpuProbe
 from hma.topology import domain
 from tests.integration.remediation_helpers import write_config
 from tests.slurmcluster import SlurmCluster, available

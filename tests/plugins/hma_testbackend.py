@@ -3,11 +3,11 @@ folder): nodes kept in memory, every write logged."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, ClassVar, Collection, Mapping, Optional, Sequence
 
-from hma.options import Option
-from hma.record import replace
-from hma.remediation.backend import Backend, BackendError, Job, JobInfo, NodeState
+from hma.contracts.cluster import Backend, BackendError, Job, JobInfo, NodeState
+from hma.contracts.options import Option
 
 
 class MemoryBackend(Backend):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 from typing import Any, ClassVar, Mapping
 
-from hma.model import Finding
-from hma.options import Option
-from hma.probe import Probe, ProbeContext
+from hma.contracts.model import Finding
+from hma.contracts.options import Option
+from hma.contracts.probe import Probe, ProbeContext
 
 
 class StuckProbe(Probe):

@@ -20,7 +20,7 @@ from typing import Iterator, Union
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from hma.strict import ParseError, parse_uint
+from hma.adapters.strict import ParseError, parse_uint
 
 
 def budget(examples: int) -> settings:

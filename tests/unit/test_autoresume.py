@@ -17,17 +17,7 @@ import pytest
 
 from hma import cli
 from hma.adapters.command import CommandResult
-from hma.commands import srun as ar
-from hma.model import Action
-from hma.remediation.planner import recovery_action
-from hma.remediation.requeue import (
-    AutoResume,
-    Marker,
-    find_marker,
-    parse_marker,
-    with_marker,
-)
-from hma.remediation.slurm import (
+from hma.cluster.slurm import (
     JOB_FIELDS,
     SEP,
     Job,
@@ -35,6 +25,16 @@ from hma.remediation.slurm import (
     SlurmClient,
     SlurmError,
     parse_sinfo,
+)
+from hma.commands import srun as ar
+from hma.contracts.model import Action
+from hma.remediation.planner import recovery_action
+from hma.remediation.requeue import (
+    AutoResume,
+    Marker,
+    find_marker,
+    parse_marker,
+    with_marker,
 )
 
 pytestmark = pytest.mark.timeout(20)

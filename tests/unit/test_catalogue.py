@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hma.catalogue import CatalogueError, load_builtin, parse_entry
+from hma.contracts.catalogue import CatalogueError, load_builtin, parse_entry
 
 ROOT = Path(__file__).resolve().parents[2]
 FAMILY = "GPU|NEURON|EFA|SYS|KERNEL|HMA|SLURM|SITE|DEEP"
@@ -25,7 +25,11 @@ NOT_CODES = re.compile(
 def emitted_literals() -> dict[str, str]:
     """Code-like literals in the program (not the catalogue itself), with one place each."""
     found: dict[str, str] = {}
-    sources = [*ROOT.glob("hma/**/*.py"), *ROOT.glob("probes/*.py"), *ROOT.glob("hma/rules/*.toml")]
+    sources = [
+        *ROOT.glob("hma/**/*.py"),
+        *ROOT.glob("probes/**/*.py"),
+        *ROOT.glob("probes/**/*.toml"),
+    ]
     for path in sources:
         for match in LITERAL.finditer(path.read_text()):
             code = match.group(1)
@@ -42,7 +46,7 @@ def test_every_emitted_code_is_catalogued() -> None:
 
 def test_every_catalogued_code_is_emitted() -> None:
     emitted = set(emitted_literals())
-    # GPU_XID_<n> codes are built from the Xid number by hma.xid (PREFIX + n).
+    # GPU_XID_<n> codes are built from the Xid number by hma.probes.nvidia.xid (PREFIX + n).
     generated = re.compile(r"^GPU_XID_\d+$")
     unused = [
         e.code for e in load_builtin() if e.code not in emitted and not generated.match(e.code)

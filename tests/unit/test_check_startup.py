@@ -17,31 +17,25 @@ LOADED = (
 # imported by nothing `hma check system` needs: the full parser, the scan of every installed
 # distribution, the health model (its types too), the state store, the remediation engine and
 # backends (the file has no [slurm]), the daemon, event sources and their contract, reporters and
-# their base module (no [sources.*] or [reporters.*] table), subprocess and selectors (the system
-# probe runs no command), queue (a thread probe's result comes back in a list), dataclasses and
-# the inspect module it imports (hma's value types are hma.record classes)
+# their base module (no [sources.*] or [reporters.*] table), queue (a thread probe's result comes
+# back in a list)
 NOT_NEEDED = (
     "argparse",
-    "dataclasses",
-    "inspect",
     "importlib.metadata",
     "sqlite3",
-    "hma.health",
+    "hma.health.model",
     "hma.remediation.engine",
-    "hma.remediation.backend",
-    "hma.remediation.slurm",
+    "hma.contracts.cluster",
+    "hma.cluster.slurm",
     "hma.daemon",
-    "hma.source",
-    "hma.state",
-    "hma.sources.kernel_log",
-    "hma.sources.nvml_events",
+    "hma.contracts.source",
+    "hma.health.store",
+    "hma.probes.kernel_log.source",
+    "hma.probes.nvidia.events",
     "hma.reporters",
     "hma.reporters.journal",
     "hma.reporters.prometheus",
-    "psutil",
     "queue",
-    "selectors",
-    "subprocess",
     "traceback",
     "zipfile",
 )
@@ -59,7 +53,8 @@ def test_check_system_imports_no_other_probe(hma_env) -> None:  # type: ignore[n
     )
     modules = json.loads(out.stdout.strip().splitlines()[-1])
     assert [m for m in modules if m.startswith(("hma.probes.", "pynvml"))] == [
-        "hma.probes.system"
+        "hma.probes.system",
+        "hma.probes.system.probe",
     ], out.stderr
     assert [m for m in NOT_NEEDED if m in modules] == []
 

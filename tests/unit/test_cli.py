@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from hma import catalogue, cli
+from hma import cli
+from hma.contracts import catalogue
 
 
 def run(capsys: Any, *argv: str) -> tuple[int, str, str]:

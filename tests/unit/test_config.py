@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from hma import assembly, catalogue, registry
-from hma.config import ConfigError, render_defaults, validate
+from hma import assembly
+from hma.config.schema import ConfigError, render_defaults, validate
+from hma.contracts import catalogue
+from hma.detection import registry
 
 CLASSES, BROKEN = registry.discover()
 SCHEMA = assembly.schema_for(CLASSES, BROKEN, catalogue.load_builtin())
@@ -206,7 +208,7 @@ def test_run_refuses_invalid_config_with_78(hma_env) -> None:  # type: ignore[no
 def test_toml_parser_is_imported_only_for_a_file(tmp_path: Path) -> None:
     """A start without a configuration file does not pay for importing the TOML parser."""
     probe = (
-        "import sys; from pathlib import Path; from hma import configfile; "
+        "import sys; from pathlib import Path; from hma.config import files as configfile; "
         "layers, errors = configfile.read_layers(Path(sys.argv[1])); "
         "print(len(layers), any(m in sys.modules for m in ('tomllib', 'tomli')))"
     )
@@ -228,7 +230,8 @@ def test_load_parses_each_file_once_and_merging_keeps_the_layers(
 ) -> None:
     """`hma check` and the daemon read each file once (it was three times: the probe folder, the
     merge, the validation); merging a drop-in over the main file changes neither."""
-    from hma import configfile, tomlcompat
+    from hma.adapters import tomlcompat
+    from hma.config import files as configfile
 
     dropins = hma_env.base / "hma.d"
     dropins.mkdir()

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from hma.contracts.model import Finding, ProbeRun, RunStatus
 from hma.daemon import (
     HEARTBEAT_S,
     UNSUPPORTED_RECHECK_S,
@@ -15,8 +16,7 @@ from hma.daemon import (
     DeviceChanged,
     ProbeState,
 )
-from hma.model import Finding, ProbeRun, RunStatus
-from hma.runner import make_slot
+from hma.detection.runner import make_slot
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from hma.adapters.command import CommandResult
+from hma.contracts.model import Finding, RunStatus, Severity
 from hma.deepcheck import parse, record, stages
-from hma.model import Finding, RunStatus, Severity
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "deepcheck"
 DCGM = (FIX / "dcgmi-diag-sm-stress-fail.json").read_text()
@@ -24,7 +24,7 @@ def done(stdout: str = "", rc: int = 0, stderr: str = "", **kw: object) -> Comma
 
 def resolved(result: stages.StageResult) -> stages.StageResult:
     """Severity from the catalogue, as run_stages does."""
-    from hma.catalogue import load_builtin
+    from hma.contracts.catalogue import load_builtin
 
     cat = load_builtin()
     result.findings = [cat.resolve(f) for f in result.findings]
@@ -156,7 +156,7 @@ def test_payload_round_trip_and_malformed_entries() -> None:
 
 def test_config_refuses_unknown_stages_and_bad_limits(tmp_path: Path) -> None:
     from hma import assembly
-    from hma.configfile import ConfigError
+    from hma.config.files import ConfigError
 
     cfg = tmp_path / "hma.toml"
     cfg.write_text(

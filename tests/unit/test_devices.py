@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hma.devices import DeviceWatcher
+from hma.detection.devices import DeviceWatcher
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -12,9 +12,9 @@ from typing import Any, Optional
 import pytest
 from trn_support import codes, gen_sysfs, make_ctx
 
-from hma.model import Severity
-from hma.probe import NodeFacts
-from hma.probes.efa_mesh import (
+from hma.contracts.model import Severity
+from hma.contracts.probe import NodeFacts
+from hma.probes.efa.mesh import (
     EfaMeshProbe,
     Mesh,
     allowed_cores,
@@ -225,7 +225,7 @@ def test_real_fi_pingpong_on_loopback(tmp_path: Path) -> None:
     assert all(p["latency_us"] > 0 for p in snap["tournament"])
     assert PROBE.evaluate(snap, ctx) == []
     # a second run while the lock is held reports it instead of overlapping
-    from hma.probes.efa_mesh import _locked
+    from hma.probes.efa.mesh import _locked
 
     with _locked(str(tmp_path / "lock")):
         held = PROBE.collect(ctx)

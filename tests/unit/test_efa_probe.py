@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 from mutate import apply_file, budget
 from trn_support import codes, gen_sysfs, make_ctx
 
-from hma.catalogue import load_builtin
-from hma.model import Severity
-from hma.probes.efa import DEFAULT_RATE_LIMITS, IB, PORT_STATES, U64, EfaProbe, delta
-from hma.strict import ParseError, parse_uint, parse_word
+from hma.adapters.strict import ParseError, parse_uint, parse_word
+from hma.contracts.catalogue import load_builtin
+from hma.contracts.model import Severity
+from hma.probes.efa.adapters import DEFAULT_RATE_LIMITS, IB, PORT_STATES, U64, EfaProbe, delta
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import User, users_usable
 
-from hma.registry import unsafe_reason
+from hma.detection.registry import unsafe_reason
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="ownership checks need root")
 

@@ -6,9 +6,9 @@ from typing import Optional
 
 import pytest
 
-from hma.catalogue import Catalogue, load_builtin
-from hma.health import HealthModel
-from hma.model import Action, Finding, ProbeRun, RunStatus, Severity
+from hma.contracts.catalogue import Catalogue, load_builtin
+from hma.contracts.model import Action, Finding, ProbeRun, RunStatus, Severity
+from hma.health.model import HealthModel
 
 CAT = load_builtin()
 

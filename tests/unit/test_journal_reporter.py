@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from hma.model import Action, Severity
-from hma.reporters import ALERT_KINDS, Alert
+from hma.contracts.alert import ALERT_KINDS, Alert
+from hma.contracts.model import Action, Severity
 from hma.reporters import journal as j
 
 pytestmark = pytest.mark.timeout(30)

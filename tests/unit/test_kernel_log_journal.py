@@ -14,10 +14,10 @@ import pytest
 
 from hma.adapters.command import CommandRunner
 from hma.adapters.files import RootReader
-from hma.model import Finding
-from hma.source import MemoryKV, SourceContext
-from hma.sources import kernel_log
-from hma.sources.kernel_log import (
+from hma.contracts.model import Finding
+from hma.contracts.source import MemoryKV, SourceContext
+from hma.probes.kernel_log import source as kernel_log
+from hma.probes.kernel_log.source import (
     CURSOR_EVERY_S,
     JOURNAL_CURSOR_KEY,
     POLL_S,

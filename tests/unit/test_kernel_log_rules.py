@@ -6,10 +6,10 @@ from typing import Optional
 
 import pytest
 
-from hma.catalogue import load_builtin
-from hma.model import Severity
-from hma.rules import RulesError, RuleSet, compile_rule
-from hma.rules.lines import parse_record, saved_line
+from hma.contracts.catalogue import load_builtin
+from hma.contracts.model import Severity
+from hma.probes.kernel_log.lines import parse_record, saved_line
+from hma.probes.kernel_log.rules import RulesError, RuleSet, compile_rule
 
 # (saved line, format, expected code, component, severity decided by the line or None)
 TABLE: list[tuple[str, str, Optional[str], str, Optional[str]]] = [

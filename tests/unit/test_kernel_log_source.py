@@ -13,11 +13,11 @@ import pytest
 from hma import assembly
 from hma.adapters.command import CommandRunner
 from hma.adapters.files import RootReader
-from hma.config import ConfigError
-from hma.model import Finding
-from hma.source import MemoryKV, SourceContext
-from hma.sources import kernel_log
-from hma.sources.kernel_log import CURSOR_KEY, KernelLogSource
+from hma.config.schema import ConfigError
+from hma.contracts.model import Finding
+from hma.contracts.source import MemoryKV, SourceContext
+from hma.probes.kernel_log import source as kernel_log
+from hma.probes.kernel_log.source import CURSOR_KEY, KernelLogSource
 
 BOOT = "0b8d3c1e-boot-a"
 XID_79 = (

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from hma.commands import inject
-from hma.rules.lines import parse_record
+from hma.probes.kernel_log.lines import parse_record
 from tests.standin.kmsg import KmsgStandIn
 
 pytestmark = pytest.mark.timeout(20)

@@ -1,12 +1,25 @@
-"""Repository layout rules that pytest and packaging rely on."""
+"""Repository layout rules that pytest, packaging and the import contracts rely on."""
 
 from __future__ import annotations
 
 import configparser
+import os
+import shutil
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def _setup_cfg() -> configparser.ConfigParser:
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "setup.cfg", encoding="utf-8")
+    return cfg
 
 
 def test_test_module_basenames_are_unique() -> None:
@@ -19,35 +32,102 @@ def test_test_module_basenames_are_unique() -> None:
     assert [n for n, c in names.items() if c > 1] == []
 
 
-def test_builtin_plugins_live_in_their_group_folder() -> None:
-    """Each built-in entry point of ``hma.probes``/``hma.sources`` names a module of probes/ or
-    sources/ (the folders setup.cfg installs under those names): event sources are not probes."""
-    cfg = configparser.ConfigParser()
-    cfg.read(ROOT / "setup.cfg", encoding="utf-8")
+def test_builtin_plugins_live_in_probes() -> None:
+    """Each built-in entry point of ``hma.probes``/``hma.sources`` names a module of probes/ (the
+    folder setup.cfg maps to ``hma.probes``), inside a check family's folder."""
+    cfg = _setup_cfg()
     folders = dict(
         line.replace(" ", "").split("=")
         for line in cfg["options"]["package_dir"].strip().splitlines()
     )
+    assert folders == {"hma": "hma", "hma.probes": "probes"}
     entry_points = cfg["options.entry_points"]
     for group in ("hma.probes", "hma.sources"):
-        folder = ROOT / folders[group]
-        names = [
-            line.partition("=")[2].strip() for line in entry_points[group].strip().splitlines()
-        ]
-        assert names, group
-        for target in names:
-            module = target.partition(":")[0]
-            assert module.rpartition(".")[0] == group, target
-            assert (folder / f"{module.rpartition('.')[2]}.py").is_file(), target
+        targets = [line.partition("=")[2].strip() for line in entry_points[group].split("\n")]
+        assert [t for t in targets if t], group
+        for target in filter(None, targets):
+            module = target.partition(":")[0].split(".")
+            assert module[:2] == ["hma", "probes"] and len(module) == 4, target
+            assert (ROOT / "probes" / module[2] / f"{module[3]}.py").is_file(), target
 
 
-def test_every_package_is_installed() -> None:
-    """Each folder of hma/ with an ``__init__.py`` is in setup.cfg ``packages`` (the editable
+def test_setup_py_finds_every_package() -> None:
+    """setup.py lists every folder of hma/ and probes/ with an ``__init__.py`` (the editable
     install finds a missing one, the .deb and .rpm do not)."""
-    cfg = configparser.ConfigParser()
-    cfg.read(ROOT / "setup.cfg", encoding="utf-8")
-    listed = set(cfg["options"]["packages"].split())
+    seen: dict[str, Any] = {}
+    code = compile((ROOT / "setup.py").read_text(), "setup.py", "exec")
+    setuptools = pytest.importorskip("setuptools")
+    real = setuptools.setup
+    setuptools.setup = lambda **kw: seen.update(kw)
+    try:
+        cwd = Path.cwd()
+        os.chdir(ROOT)
+        try:
+            exec(code, {"__name__": "__main__"})  # noqa: S102  # the project's own setup.py
+        finally:
+            os.chdir(cwd)
+    finally:
+        setuptools.setup = real
     found = {
         ".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "hma").rglob("__init__.py")
+    } | {
+        "hma." + ".".join(p.parent.relative_to(ROOT).parts)
+        for p in (ROOT / "probes").rglob("__init__.py")
     }
-    assert found - listed == set()
+    assert set(seen["packages"]) == found
+
+
+def test_the_top_of_hma_is_entry_and_wiring() -> None:
+    """At most five modules sit loose in hma/; every folder and module there is in a layer."""
+    modules = sorted(p.stem for p in (ROOT / "hma").glob("*.py"))
+    assert modules == ["__init__", "__main__", "assembly", "cli", "daemon"]
+    layers = _setup_cfg()["importlinter:contract:layers"]["layers"].split()
+    children = {p.stem for p in (ROOT / "hma").glob("*.py") if p.stem != "__init__"}
+    children |= {p.parent.name for p in (ROOT / "hma").glob("*/__init__.py")} | {"probes"}
+    assert sorted(children - set(layers)) == []
+    assert sorted(set(layers) - children) == []
+
+
+def _lint_imports(tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """lint-imports over a copy of the tree (hma/, probes/, setup.cfg) in ``tmp_path``."""
+    view = tmp_path / "view"
+    subprocess.run([str(tmp_path / "scripts" / "lint-view"), str(view)], check=True, timeout=60)
+    return subprocess.run(
+        [
+            str(Path(sys.executable).parent / "lint-imports"),
+            "--no-logo",
+            "--config",
+            str(tmp_path / "setup.cfg"),
+        ],
+        cwd=view,
+        env={"PYTHONPATH": str(view), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("module", "planted", "contract"),
+    [
+        ("probes/system/probe.py", "from hma.remediation import engine", "One way down"),
+        ("probes/nvidia/smi.py", "from hma.probes.efa import adapters", "families are independent"),
+        ("hma/config/schema.py", "from hma.topology import options", "One way down"),
+        ("hma/remediation/engine.py", "from hma.cluster import slurm", "cluster backend"),
+        ("hma/detection/runner.py", "from hma.probes.system import probe", "One way down"),
+    ],
+)
+def test_a_planted_forbidden_import_breaks_the_contracts(
+    tmp_path: Path, module: str, planted: str, contract: str
+) -> None:
+    pytest.importorskip("importlinter")
+    for name in ("hma", "probes", "scripts"):
+        shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "setup.cfg", tmp_path / "setup.cfg")
+    assert _lint_imports(tmp_path).returncode == 0
+    target = tmp_path / module
+    target.write_text(target.read_text() + f"\n{planted}  # noqa\n")
+    res = _lint_imports(tmp_path)
+    assert res.returncode == 1, res.stdout
+    assert contract in res.stdout.replace("\n", " ")

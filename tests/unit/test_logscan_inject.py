@@ -14,7 +14,7 @@ import pytest
 from hma import cli
 from hma.commands import inject
 from hma.commands import logscan as logscan_mod
-from hma.rules import RuleSet, compile_rule
+from hma.probes.kernel_log.rules import RuleSet, compile_rule
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "kernel-log"
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from trn_support import codes, gen_sysfs, make_ctx
 
-from hma.catalogue import load_builtin
-from hma.model import Severity
-from hma.probes.neuron import EXPECTED_DEVICES, NeuronProbe, trn2_topology
+from hma.contracts.catalogue import load_builtin
+from hma.contracts.model import Severity
+from hma.probes.neuron.probe import EXPECTED_DEVICES, NeuronProbe, trn2_topology
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -9,10 +9,10 @@ from typing import Any
 
 from hma import assembly
 from hma.commands import ack, healthcheck
-from hma.model import Severity
-from hma.pipeline import Pipeline
-from hma.reporters import Alert
-from hma.state import Store
+from hma.contracts.alert import Alert
+from hma.contracts.model import Severity
+from hma.health.pipeline import Pipeline
+from hma.health.store import Store
 
 
 def corrupt_state(env: Any) -> Path:

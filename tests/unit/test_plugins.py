@@ -63,9 +63,9 @@ def test_thread_slot_reports_hung_and_recovers(tmp_path: Path) -> None:
         sys.path.pop(0)
     from hma.adapters.command import CommandRunner
     from hma.adapters.files import RootReader
-    from hma.model import RunStatus
-    from hma.probe import ProbeContext
-    from hma.runner import ThreadSlot, run_probe
+    from hma.contracts.model import RunStatus
+    from hma.contracts.probe import ProbeContext
+    from hma.detection.runner import ThreadSlot, run_probe
 
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)

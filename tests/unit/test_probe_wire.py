@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -9,12 +10,11 @@ from typing import Any
 
 import pytest
 
-from hma import record
 from hma.adapters.command import CommandRunner
 from hma.adapters.files import RootReader
-from hma.model import RunStatus
-from hma.probe import NodeFacts, ProbeContext
-from hma.runner import ProcessSlot, run_probe
+from hma.contracts.model import RunStatus
+from hma.contracts.probe import NodeFacts, ProbeContext
+from hma.detection.runner import ProcessSlot, run_probe
 
 PLUGINS = Path(__file__).resolve().parent.parent / "plugins"
 NOT_SENT = {"clock"}  # a function: the worker uses time.time
@@ -48,7 +48,7 @@ def full_context() -> ProbeContext:
     # the same required fields, every other field at its default
     blank = ProbeContext(ctx.options, ctx.sysfs, ctx.procfs, ctx.runner)
     for obj, default in ((facts, NodeFacts()), (ctx, blank)):
-        for name in record.fields(obj):
+        for name in (f.name for f in dataclasses.fields(obj)):
             if name not in ("options", "sysfs", "procfs", "runner"):
                 assert getattr(obj, name) != getattr(default, name), f"set {name} here"
     return ctx
@@ -56,12 +56,14 @@ def full_context() -> ProbeContext:
 
 def comparable(ctx: ProbeContext) -> dict[str, Any]:
     """Every field of the context as plain values (readers by root, runner by output cap)."""
-    out = {f: getattr(ctx, f) for f in record.fields(ctx) if f not in NOT_SENT}
+    out = {
+        f: getattr(ctx, f) for f in (x.name for x in dataclasses.fields(ctx)) if f not in NOT_SENT
+    }
     out.update(
         sysfs=ctx.sysfs.root,
         procfs=ctx.procfs.root,
         runner=ctx.runner.output_cap,
-        facts=record.asdict(ctx.facts),
+        facts=dataclasses.asdict(ctx.facts),
     )
     return out
 
@@ -78,7 +80,7 @@ def test_previous_keys_trim_only_a_mapping() -> None:
     ctx = full_context()
     assert ctx.to_wire(("kept", "absent"))["previous"] == {"kept": {"0000:3b:00": 16}}
     assert ctx.to_wire(())["previous"] == {}
-    listed = record.replace(ctx, previous=[1, 2])
+    listed = dataclasses.replace(ctx, previous=[1, 2])
     assert listed.to_wire(("kept",))["previous"] == [1, 2]
 
 

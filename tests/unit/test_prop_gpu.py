@@ -14,10 +14,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from mutate import budget, garbage_text, replace_leaf, xml_leaves
 
-from hma.catalogue import load_builtin
-from hma.model import Severity
-from hma.probes import _gpu_common as rules
-from hma.probes.nvidia_smi import NvidiaSmiProbe, parse_result
+from hma.contracts.catalogue import load_builtin
+from hma.contracts.model import Severity
+from hma.probes.nvidia import common as rules
+from hma.probes.nvidia.smi import NvidiaSmiProbe, parse_result
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi"
 # Small real captures (the big ones cost time per example without adding shapes).

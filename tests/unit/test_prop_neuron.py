@@ -22,9 +22,9 @@ from mutate import (
 )
 from trn_support import gen_sysfs, make_ctx
 
-from hma.catalogue import load_builtin
-from hma.model import Severity
-from hma.probes.neuron import BASE, NeuronProbe
+from hma.contracts.catalogue import load_builtin
+from hma.contracts.model import Severity
+from hma.probes.neuron.probe import BASE, NeuronProbe
 
 PROBE = NeuronProbe()
 CATALOGUE = load_builtin()

@@ -23,10 +23,10 @@ from mutate import (
 
 from hma.adapters.command import CommandRunner
 from hma.adapters.files import RootReader
-from hma.catalogue import load_builtin
-from hma.model import Severity
-from hma.probe import ProbeContext
-from hma.probes.system import SystemProbe
+from hma.contracts.catalogue import load_builtin
+from hma.contracts.model import Severity
+from hma.contracts.probe import ProbeContext
+from hma.probes.system.probe import SystemProbe
 
 HEALTHY = Path(__file__).resolve().parents[1] / "fixtures" / "roots" / "healthy"
 PROBE = SystemProbe()

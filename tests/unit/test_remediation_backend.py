@@ -10,11 +10,12 @@ from typing import Iterator
 
 import pytest
 
-from hma import assembly, registry
-from hma.config import ConfigError
-from hma.health import Verdict
+from hma import assembly
+from hma.config.schema import ConfigError
+from hma.detection import registry
+from hma.health.model import Verdict
+from hma.health.store import Store
 from hma.remediation.engine import Remediator
-from hma.state import Store
 from tests.faults import fault
 
 pytestmark = pytest.mark.timeout(30)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from hma.cluster.slurm import NodeState
 from hma.remediation.breaker import count, limit_for
-from hma.remediation.slurm import NodeState
 
 
 def node(

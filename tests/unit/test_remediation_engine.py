@@ -7,18 +7,18 @@ odd Slurm states or many reboots, and run anywhere (no Slurm installed).
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
 import pytest
 
 from hma import assembly
-from hma.health import Fault, Verdict
-from hma.model import Action, Clears
-from hma.record import replace
+from hma.cluster.slurm import Job, NodeState, SlurmBackend, SlurmClient, SlurmError
+from hma.contracts.model import Action, Clears
+from hma.health.model import Fault, Verdict
+from hma.health.store import Store
 from hma.remediation.engine import Remediator
-from hma.remediation.slurm import Job, NodeState, SlurmBackend, SlurmClient, SlurmError
-from hma.state import Store
 from tests.faults import fault
 
 pytestmark = pytest.mark.timeout(30)
@@ -236,7 +236,7 @@ def test_seeds_reboot_count_from_label_after_wiped_disk(tmp_path: Path) -> None:
 
 
 def test_missing_hook_is_a_config_error(tmp_path: Path) -> None:
-    from hma.config import ConfigError
+    from hma.config.schema import ConfigError
 
     with pytest.raises(ConfigError, match="reboot_command"):
         make(tmp_path, FakeSlurm("n1"), reboot_mode="command")

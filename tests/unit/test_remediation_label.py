@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hma.remediation import label as lab
+from hma.contracts import label as lab
 
 
 def test_token_round_trip() -> None:

@@ -3,14 +3,14 @@ episode and intents out (no store, no cluster)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Optional
 
 import pytest
 
-from hma.health import Fault, Verdict
-from hma.model import Action, Clears
-from hma.record import replace
-from hma.remediation.backend import NodeState
+from hma.contracts.cluster import NodeState
+from hma.contracts.model import Action, Clears
+from hma.health.model import Fault, Verdict
 from hma.remediation.planner import (
     Acted,
     Cancel,

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from hma.adapters.command import CommandResult
-from hma.remediation.slurm import (
+from hma.cluster.slurm import (
     OUTPUT_CAP,
     SEP,
     NodeState,

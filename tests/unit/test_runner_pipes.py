@@ -13,9 +13,9 @@ import pytest
 
 from hma.adapters.command import CommandRunner
 from hma.adapters.files import RootReader
-from hma.model import RunStatus
-from hma.probe import ProbeContext
-from hma.runner import ProcessSlot, run_probe
+from hma.contracts.model import RunStatus
+from hma.contracts.probe import ProbeContext
+from hma.detection.runner import ProcessSlot, run_probe
 
 PLUGINS = Path(__file__).resolve().parent.parent / "plugins"
 

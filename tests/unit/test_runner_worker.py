@@ -9,10 +9,10 @@ import pytest
 
 from hma.adapters.command import CommandRunner
 from hma.adapters.files import RootReader
-from hma.model import RunStatus
-from hma.probe import ProbeContext
-from hma.probes.gpu import GpuProbe
-from hma.runner import ProcessSlot, run_probe
+from hma.contracts.model import RunStatus
+from hma.contracts.probe import ProbeContext
+from hma.detection.runner import ProcessSlot, run_probe
+from hma.probes.nvidia.gpu import GpuProbe
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from hma.adapters.command import CommandResult
-from hma.remediation.slurm import SlurmClient, parse_sinfo, parse_squeue
+from hma.cluster.slurm import SlurmClient, parse_sinfo, parse_squeue
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
 VERSIONS = ("22.05", "24.11")

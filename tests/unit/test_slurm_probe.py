@@ -8,8 +8,8 @@ import pytest
 
 from hma.adapters.command import CommandRunner
 from hma.adapters.files import RootReader
-from hma.probe import NodeFacts, ProbeContext
-from hma.probes.slurm import SlurmProbe, match
+from hma.contracts.probe import NodeFacts, ProbeContext
+from hma.probes.slurm.probe import SlurmProbe, match
 
 
 def ctx(**facts: Any) -> ProbeContext:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import select
 
-from hma.source import StopEvent
+from hma.contracts.source import StopEvent
 
 
 def test_stop_event_turns_readable_when_set() -> None:

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from hma import state
-from hma.catalogue import load_builtin
-from hma.health import HealthModel
-from hma.model import Finding
-from hma.state import MIGRATIONS, SCHEMA_VERSION, Store
+from hma.contracts.catalogue import load_builtin
+from hma.contracts.model import Finding
+from hma.health import store as state
+from hma.health.model import HealthModel
+from hma.health.store import MIGRATIONS, SCHEMA_VERSION, Store
 
 
 def test_records_survive_reopen(tmp_path: Path) -> None:

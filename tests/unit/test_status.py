@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from hma import cli, statusfile
+from hma import cli
 from hma.commands import status
+from hma.reporters import statusfile
 
 pytestmark = pytest.mark.timeout(30)
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "status"

@@ -1,4 +1,4 @@
-"""The strict reader of numbers and state words (hma.strict) and RootReader on bad files."""
+"""The strict reader of numbers and state words (hma.adapters.strict); RootReader on bad files."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from hma.adapters.files import ReadError, RootReader
-from hma.strict import U64_MAX, ParseError, parse_decimal, parse_uint, parse_word
+from hma.adapters.strict import U64_MAX, ParseError, parse_decimal, parse_uint, parse_word
 
 
 @pytest.mark.parametrize("raw,value", [("0", 0), ("12\n", 12), (" 7 ", 7), ("0x1d0f", 0x1D0F)])

@@ -9,8 +9,8 @@ import pytest
 
 from hma.adapters.command import CommandRunner
 from hma.adapters.files import RootReader
-from hma.probe import ProbeContext
-from hma.probes.system import SystemProbe, _mounts
+from hma.contracts.probe import ProbeContext
+from hma.probes.system.probe import SystemProbe, _mounts
 
 # What /proc/self/mountinfo shows inside a ProtectSystem=strict service: the host's root mount,
 # then the read-only bind mount of it that systemd stacks on top.

@@ -47,13 +47,13 @@ def test_golden_check_json(hma_env, variant: str, rc: int) -> None:  # type: ign
 
 
 def test_evaluate_table() -> None:
-    from hma.probes.system import SystemProbe, parse_cpulist
+    from hma.probes.system.probe import SystemProbe, parse_cpulist
 
     assert parse_cpulist("0-3,8-11,15") == 9
     assert parse_cpulist("0") == 1
     from hma.adapters.command import CommandRunner
     from hma.adapters.files import RootReader
-    from hma.probe import ProbeContext
+    from hma.contracts.probe import ProbeContext
 
     opts = {k: o.default for k, o in SystemProbe.options.items()}
     ctx = ProbeContext(
@@ -112,9 +112,9 @@ def test_garbage_values_are_read_failures(tmp_path: Path, rel: str, text: str) -
 
     from hma.adapters.command import CommandRunner
     from hma.adapters.files import RootReader
-    from hma.model import Severity
-    from hma.probe import ProbeContext
-    from hma.probes.system import SystemProbe
+    from hma.contracts.model import Severity
+    from hma.contracts.probe import ProbeContext
+    from hma.probes.system.probe import SystemProbe
 
     root = tmp_path / "root"
     shutil.copytree(ROOTS / "healthy", root, symlinks=True)

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from hma.cluster.slurm import SlurmBackend
 from hma.commands import topology as command
-from hma.remediation.backend import NodeState
-from hma.remediation.slurm import SlurmBackend
+from hma.contracts.cluster import NodeState
 from hma.topology import conf, domain, options, spares
 
 

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from hma.runner import worker_env
+from hma.detection.runner import worker_env
 
 
 def test_worker_env_carries_the_import_path(monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -19,7 +19,7 @@ def test_worker_env_carries_the_import_path(monkeypatch) -> None:  # type: ignor
 
 def test_worker_restores_the_callers_pythonpath() -> None:
     code = (
-        "import os, hma.worker as w; w._restore_pythonpath(); "
+        "import os, hma.detection.worker as w; w._restore_pythonpath(); "
         "print(os.environ.get('PYTHONPATH'), 'WORKER_CALLER_PYTHONPATH' in os.environ)"
     )
     env = {**worker_env(), "WORKER_CALLER_PYTHONPATH": "/site/tools"}

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from hma import xid
-from hma.catalogue import load_builtin
-from hma.model import Action, Clears, Severity
+from hma.contracts.catalogue import load_builtin
+from hma.contracts.model import Action, Clears, Severity
+from hma.probes.nvidia import xid
 
 ROOT = Path(__file__).resolve().parents[2]
 # Every Xid named in the Xid table of REFERENCE.md section 2 (ranges expanded).
@@ -137,7 +137,7 @@ def test_dedup_counts_repeats_within_the_window() -> None:
 
 
 def test_one_xid_through_nvml_and_the_kernel_log_is_one_fault_in_the_health_model() -> None:
-    from hma.health import HealthModel
+    from hma.health.model import HealthModel
 
     cat = load_builtin()
     model = HealthModel(cat, "boot-1")

@@ -8,8 +8,8 @@ from typing import Any, Callable, Optional
 
 from hma.adapters.command import CommandRunner
 from hma.adapters.files import RootReader
-from hma.config import probe_options
-from hma.probe import NodeFacts, Probe, ProbeContext
+from hma.config.schema import probe_options
+from hma.contracts.probe import NodeFacts, Probe, ProbeContext
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 if str(FIXTURES) not in sys.path:

@@ -85,7 +85,7 @@ typedef struct {
 
 /* The deprecated v1 struct as nvml.h declares it (clusterUuid[NVML_GPU_FABRIC_UUID_LEN = 16]).
  * pynvml's c_nvmlGpuFabricInfo_t sizes it with NVML_DEVICE_UUID_BUFFER_SIZE (80) instead, so
- * the gpu probe passes its own struct (hma.probes.gpu.FabricInfoV1) to that call. */
+ * the gpu probe passes its own struct (hma.probes.nvidia.gpu.FabricInfoV1) to that call. */
 typedef struct {
     unsigned char clusterUuid[16];
     unsigned int status;

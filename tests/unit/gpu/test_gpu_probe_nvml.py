@@ -1,7 +1,8 @@
 """gpu probe over the real nvidia-ml-py binding and the stand-in libnvidia-ml.so.1.
 
 Most scenarios collect in this process (the binding loads the stand-in once); the hang scenarios
-run the probe in its real worker process (hma.runner.ProcessSlot), which is killed afterwards.
+run the probe in its real worker process (hma.detection.runner.ProcessSlot), which is killed
+afterwards.
 """
 
 from __future__ import annotations
@@ -23,10 +24,10 @@ from nvmlstub import (
 
 from hma.adapters.command import CommandRunner
 from hma.adapters.files import RootReader
-from hma.model import RunStatus, Severity
-from hma.probe import ProbeContext
-from hma.probes.gpu import GpuProbe
-from hma.runner import ProcessSlot, run_probe
+from hma.contracts.model import RunStatus, Severity
+from hma.contracts.probe import ProbeContext
+from hma.detection.runner import ProcessSlot, run_probe
+from hma.probes.nvidia.gpu import GpuProbe
 
 
 def ctx(lib: Path, tmp_path: Path, **opts: Any) -> ProbeContext:

@@ -1,4 +1,4 @@
-"""Table tests of the shared GPU rules (probes/_gpu_common.py) on normalized snapshots."""
+"""Table tests of the shared GPU rules (probes/nvidia/common.py) on normalized snapshots."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from hma.catalogue import load_builtin
-from hma.model import Action, Severity
-from hma.probes import _gpu_common as rules
+from hma.contracts.catalogue import load_builtin
+from hma.contracts.model import Action, Severity
+from hma.probes.nvidia import common as rules
 
 OPTS = {k: o.default for k, o in rules.RULE_OPTIONS.items()}
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pynvml
 import pytest
 
-import hma.probes.gpu as gpu_probe
-import hma.sources.nvml_events as events
+import hma.probes.nvidia.events as events
+import hma.probes.nvidia.gpu as gpu_probe
 
 STRUCTS = {
     "nvmlPciInfo_t": pynvml.nvmlPciInfo_t,
@@ -19,7 +19,7 @@ STRUCTS = {
     "nvmlValue_t": pynvml.c_nvmlValue_t,
     "nvmlEventData_t": pynvml.c_nvmlEventData_t,
     # the binding's c_nvmlGpuFabricInfo_t has an 80-byte clusterUuid where nvml.h has 16; the
-    # probe passes its own struct to the deprecated v1 call (see hma.probes.gpu.FabricInfoV1)
+    # probe passes its own struct to the deprecated v1 call (see hma.probes.nvidia.gpu.FabricInfoV1)
     "nvmlGpuFabricInfo_t": gpu_probe.FabricInfoV1,
     "nvmlGpuFabricInfo_v2_t": pynvml.c_nvmlGpuFabricInfo_v2_t,
     "nvmlGpuFabricInfo_v3_t": pynvml.c_nvmlGpuFabricInfo_v3_t,

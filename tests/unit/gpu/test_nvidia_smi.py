@@ -13,9 +13,9 @@ from nvmlstub import SMI_FIXTURES as FIXTURES
 
 from hma.adapters.command import CommandRunner
 from hma.adapters.files import RootReader
-from hma.model import Severity
-from hma.probe import ProbeContext
-from hma.probes.nvidia_smi import NvidiaSmiProbe, parse_result, parse_xml
+from hma.contracts.model import Severity
+from hma.contracts.probe import ProbeContext
+from hma.probes.nvidia.smi import NvidiaSmiProbe, parse_result, parse_xml
 
 V11, V12, V13 = FIXTURES / "a10g.xml", FIXTURES / "a100-sxm4-v12.xml", FIXTURES / "h100-v13.xml"
 

@@ -12,10 +12,10 @@ import pytest
 
 from hma.adapters.command import CommandRunner
 from hma.adapters.files import RootReader
-from hma.model import Finding
-from hma.source import SourceContext
-from hma.sources.nvml_events import NvmlEventSource
-from hma.xid import line_finding, parse_xid_line
+from hma.contracts.model import Finding
+from hma.contracts.source import SourceContext
+from hma.probes.nvidia.events import NvmlEventSource
+from hma.probes.nvidia.xid import line_finding, parse_xid_line
 
 
 @pytest.mark.timeout(30)

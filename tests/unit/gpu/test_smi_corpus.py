@@ -13,10 +13,10 @@ from nvmlstub import SMI_FIXTURES as FIXTURES
 
 from hma.adapters.command import TOOL_OUTPUT_CAP, CommandRunner
 from hma.adapters.files import RootReader
-from hma.catalogue import load_builtin
-from hma.model import Severity
-from hma.probe import ProbeContext
-from hma.probes.nvidia_smi import NvidiaSmiProbe
+from hma.contracts.catalogue import load_builtin
+from hma.contracts.model import Severity
+from hma.contracts.probe import ProbeContext
+from hma.probes.nvidia.smi import NvidiaSmiProbe
 
 CORPUS = sorted(FIXTURES.glob("*.xml"))
 EIGHT = FIXTURES / "a100-sxm4-8gpu-v12.xml"

@@ -10,10 +10,10 @@ import pytest
 from nvmlstub import ERROR_FUNCTION_NOT_FOUND
 from nvmlstub import SMI_FIXTURES as FIXTURES
 
-from hma.model import Severity
-from hma.probes import _gpu_common as rules
-from hma.probes.gpu import GpuProbe
-from hma.probes.nvidia_smi import NvidiaSmiProbe
+from hma.contracts.model import Severity
+from hma.probes.nvidia import common as rules
+from hma.probes.nvidia.gpu import GpuProbe
+from hma.probes.nvidia.smi import NvidiaSmiProbe
 from tests.unit.gpu.test_gpu_probe_nvml import check, codes
 from tests.unit.gpu.test_nvidia_smi import edited, run
 

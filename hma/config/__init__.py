@@ -1,0 +1,1 @@
+"""The configuration: files, drop-ins, the schema and its validation."""

@@ -1,0 +1,148 @@
+"""The node label: one ``hma=...`` token in the node's Extra (or Comment) field.
+
+Format (no spaces; fields after the first comma are optional and in any order)::
+
+    hma=<state>:<CODE>:<action>,c=<component>,t=<since>,r=<reboots>,j=<job>+<job>,h=<held>
+
+``state`` is ``unhealthy`` while a fault is active, ``recovered`` after a resume while reboots are
+still counted within the window (so that a node whose disk a reboot wiped still knows), ``t`` the
+unix time the fault was first seen, ``r`` the reboots for this fault within the window, ``j`` the
+jobs on the node when the fault hit (at most 8), ``h`` why an action is held (``breaker``,
+``rate``, ``policy``, ``dry_run``, ``not_owned``), ``d`` when hma drained the node (the circuit
+breaker orders simultaneous drains by it). The rest of the field is never touched: the
+token is replaced in place, added at the end, or removed with its separating space.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+PREFIX = "hma="
+MAX_JOBS = 8
+
+
+@dataclass(frozen=True)
+class Label:
+    """A parsed (or to be written) label token."""
+
+    state: str
+    code: str
+    action: str
+    component: str = ""
+    since: float = 0.0
+    reboots: int = 0
+    jobs: tuple[str, ...] = ()
+    held: str = ""
+    drained: float = 0.0  # when hma drained the node (ms): the breaker's order
+
+    def token(self) -> str:
+        """The token text."""
+        parts = [f"{PREFIX}{self.state}:{self.code}:{self.action}"]
+        if self.component:
+            parts.append(f"c={_clean(self.component)}")
+        if self.since:
+            parts.append(f"t={int(self.since)}")
+        if self.reboots:
+            parts.append(f"r={self.reboots}")
+        if self.jobs:
+            parts.append("j=" + "+".join(_clean(j) for j in self.jobs[:MAX_JOBS]))
+        if self.held:
+            parts.append(f"h={_clean(self.held)}")
+        if self.drained:
+            parts.append(f"d={self.drained:.3f}")
+        return ",".join(parts)
+
+
+def _clean(text: str) -> str:
+    return "".join(ch for ch in text if not ch.isspace() and ch not in ",+=")
+
+
+def parse(token: str) -> Optional[Label]:
+    """A label from its token; None when it is not a well-formed hma token."""
+    if not token.startswith(PREFIX):
+        return None
+    head, _, rest = token[len(PREFIX) :].partition(",")
+    parts = head.split(":")
+    if len(parts) != 3 or not all(parts):
+        return None
+    values: dict[str, str] = {}
+    for item in rest.split(",") if rest else ():
+        key, sep, value = item.partition("=")
+        if sep:
+            values[key] = value
+    try:
+        since = float(values.get("t", 0) or 0)
+        reboots = int(values.get("r", 0) or 0)
+        drained = float(values.get("d", 0) or 0)
+    except ValueError:
+        return None
+    jobs = tuple(j for j in values.get("j", "").split("+") if j)
+    return Label(
+        parts[0],
+        parts[1],
+        parts[2],
+        values.get("c", ""),
+        since,
+        reboots,
+        jobs,
+        values.get("h", ""),
+        drained,
+    )
+
+
+def find(text: str) -> Optional[Label]:
+    """The hma label in a field's text, if any."""
+    for word in text.split():
+        if word.startswith(PREFIX):
+            return parse(word)
+    return None
+
+
+def edit(text: str, label: Optional[Label]) -> str:
+    """``text`` with the hma token replaced by ``label`` (removed when None), the rest unchanged."""
+    return edit_token(text, PREFIX, label.token() if label is not None else None)
+
+
+def find_token(text: str, prefix: str) -> Optional[str]:
+    """The first space-separated word of ``text`` that starts with ``prefix``, if any."""
+    for word in text.split():
+        if word.startswith(prefix):
+            return word
+    return None
+
+
+def edit_token(text: str, prefix: str, token: Optional[str]) -> str:
+    """``text`` with its ``prefix`` token replaced by ``token`` (removed when None), added at the
+    end when absent; every other word and its spacing is kept (also used for job comments)."""
+    words = text.split(" ")
+    out: list[str] = []
+    placed = False
+    for word in words:
+        if word.startswith(prefix):
+            if token is not None and not placed:
+                out.append(token)
+                placed = True
+            continue
+        out.append(word)
+    if token is not None and not placed:
+        out.append(token)
+    result = " ".join(out)
+    if token is None or not placed:
+        result = _squeeze(result, text)
+    return result.strip(" ")
+
+
+def _squeeze(result: str, original: str) -> str:
+    """Drop the space a removed token leaves behind (keep other spacing as it was)."""
+    while "  " in result and "  " not in original:
+        result = result.replace("  ", " ")
+    return result
+
+
+def jobs_of(labels: Sequence[Optional[Label]]) -> tuple[str, ...]:
+    """Jobs named by the first label that names any."""
+    for item in labels:
+        if item is not None and item.jobs:
+            return item.jobs
+    return ()

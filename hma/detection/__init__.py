@@ -1,0 +1,1 @@
+"""Running probes: discovery (entry points, executables), isolated runs, workers, device events."""

@@ -1,0 +1,305 @@
+"""Probe discovery: entry points (``hma.probes``) and executables in ``[agent] probes_dir``.
+
+Built-in probes register through the same entry point group as third-party ones, so the core
+never imports a probe module by name. A plugin that fails to load is reported, never fatal.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+import stat
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Collection, Mapping, Optional
+
+from hma.contracts.model import Finding, Severity
+from hma.contracts.options import Option
+from hma.contracts.probe import Probe, ProbeContext
+
+GROUP = "hma.probes"
+
+
+@dataclass(frozen=True)
+class Broken:
+    """A probe that could not be loaded, with the reason."""
+
+    name: str
+    error: str
+
+
+@dataclass(frozen=True)
+class _EntryPoint:
+    """An entry point of hma's own distribution (what discovery uses of
+    ``importlib.metadata.EntryPoint``, read without importing it)."""
+
+    name: str
+    value: str
+    group: str
+
+    def load(self) -> Any:
+        """The object ``module:attr`` names."""
+        module, _, attr = self.value.partition(":")
+        obj = importlib.import_module(module.strip())
+        for part in filter(None, attr.strip().split(".")):
+            obj = getattr(obj, part)
+        return obj
+
+
+@functools.cache
+def _own_entry_points() -> tuple[_EntryPoint, ...]:
+    """The entry points of the first ``hma`` distribution on ``sys.path`` (as
+    ``importlib.metadata`` would find it), read from its ``entry_points.txt`` alone: looking up
+    a built-in probe costs a directory listing, not a parse of every installed distribution."""
+    for folder in sys.path:
+        try:
+            names = os.listdir(folder or ".")
+        except OSError:
+            continue
+        for name in names:
+            stem, _, suffix = name.rpartition(".")
+            if suffix in ("dist-info", "egg-info") and stem.split("-")[0].lower() == "hma":
+                return _parse_entry_points(os.path.join(folder or ".", name, "entry_points.txt"))
+    return ()
+
+
+def _parse_entry_points(path: str) -> tuple[_EntryPoint, ...]:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return ()
+    out, group = [], ""
+    for line in map(str.strip, lines):
+        if line.startswith("[") and line.endswith("]"):
+            group = line[1:-1].strip()
+        elif "=" in line and group and not line.startswith(("#", ";")):
+            name, _, value = line.partition("=")
+            out.append(_EntryPoint(name.strip(), value.strip(), group))
+    return tuple(out)
+
+
+@functools.cache
+def _all_entry_points() -> tuple[tuple[str, Any], ...]:
+    """(group, entry point) of every installed distribution (the first of each name on the
+    path, as ``importlib.metadata.entry_points`` does): one scan for every group, read only
+    when a name is not one of hma's own; ``rescan`` forgets it."""
+    from importlib import metadata
+
+    seen: set[str] = set()
+    out: list[tuple[str, Any]] = []
+    for dist in metadata.distributions():
+        name = (dist.metadata["Name"] or "").lower().replace("-", "_")
+        if name in seen:
+            continue
+        seen.add(name)
+        out += [(ep.group, ep) for ep in dist.entry_points]
+    return tuple(out)
+
+
+def _entry_points(group: str, among: Optional[Collection[str]] = None) -> list[Any]:
+    """The group's entry points; with ``among``, hma's own suffice when they name all of
+    ``among`` (third-party plugins are looked for only otherwise)."""
+    if among is not None:
+        own = [ep for ep in _own_entry_points() if ep.group == group]
+        if set(among) <= {ep.name for ep in own}:
+            return own
+    return [ep for g, ep in _all_entry_points() if g == group]
+
+
+def rescan() -> None:
+    """Read the installed entry points again at the next discovery (a reload may follow an
+    installation)."""
+    _own_entry_points.cache_clear()
+    _all_entry_points.cache_clear()
+
+
+def entry_point_names(group: str = GROUP, among: Optional[Collection[str]] = None) -> list[str]:
+    """Names registered in an entry point group, without loading them (with ``among``: enough
+    of them to tell which of ``among`` are registered)."""
+    return sorted({ep.name for ep in _entry_points(group, among)})
+
+
+def discover(
+    group: str = GROUP, base: Any = Probe, names: Optional[Collection[str]] = None
+) -> tuple[dict[str, Any], list[Broken]]:
+    """Load every class of an entry point group (probes by default; event sources too), or
+    only those in ``names``."""
+    found: dict[str, Any] = {}
+    broken: list[Broken] = []
+    for ep in sorted(_entry_points(group, names), key=lambda e: e.name):
+        if names is not None and ep.name not in names:
+            continue
+        try:
+            cls = ep.load()
+            if not (isinstance(cls, type) and issubclass(cls, base)):
+                raise TypeError(f"{ep.value} is not a {base.__module__}.{base.__name__} subclass")
+            if getattr(cls, "name", None) != ep.name:
+                raise TypeError(f"entry point {ep.name!r} names a class whose name differs")
+        except Exception as exc:  # noqa: BLE001 - any plugin failure is reported, not fatal
+            broken.append(Broken(ep.name, f"{type(exc).__name__}: {exc}"))
+            continue
+        found[ep.name] = cls
+    return found, broken
+
+
+def broken_finding(item: Broken) -> Finding:
+    """The finding that reports a plugin that failed to load."""
+    return Finding(
+        "HMA_PLUGIN_BROKEN",
+        f"probe:{item.name}",
+        f"probe plugin {item.name!r} failed to load: {item.error}",
+        {"error": item.error},
+    )
+
+
+# --- executable probes (Nagios plugin protocol) --------------------------------------------------
+
+NAGIOS_CODES = {
+    0: Severity.OK,
+    1: Severity.WARNING,
+    2: Severity.CRITICAL,
+    3: Severity.UNKNOWN,
+}
+_SITE_CODE = {
+    Severity.WARNING: "SITE_PROBE_WARNING",
+    Severity.CRITICAL: "SITE_PROBE_CRITICAL",
+    Severity.UNKNOWN: "SITE_PROBE_UNKNOWN",
+}
+
+
+MAX_LINKS = 40  # symlinks followed for one path, as the kernel does
+
+
+def _untrusted(path: str, st: os.stat_result) -> Optional[str]:
+    if st.st_uid != 0:
+        return f"{path} is owned by uid {st.st_uid}, not root"
+    if not stat.S_ISLNK(st.st_mode) and st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"{path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
+def unsafe_reason(path: Path) -> Optional[str]:
+    """Why an executable probe must not run, as OpenSSH's StrictModes judges a path: every
+    directory from / down, every symlink on the way (and every component of what it points to)
+    and the file itself must be owned by root, and none but a symlink writable by group or
+    others. Otherwise someone but root could choose which program hma runs as root."""
+    # ".." is resolved on the way, after the links before it (abspath would drop it lexically)
+    pending = [part for part in os.path.join(os.getcwd(), path).split("/") if part]
+    current = "/"
+    try:
+        reason = _untrusted(current, os.lstat(current))
+        links = 0
+        while pending and reason is None:
+            name = pending.pop(0)
+            if name == ".":
+                continue
+            if name == "..":  # an ancestor of a checked, symlink-free path: checked already
+                current = os.path.dirname(current)
+                continue
+            candidate = os.path.join(current, name)
+            st = os.lstat(candidate)
+            reason = _untrusted(candidate, st)
+            if reason is None and stat.S_ISLNK(st.st_mode):
+                links += 1
+                if links > MAX_LINKS:
+                    return f"{path}: too many levels of symbolic links"
+                target = os.readlink(candidate)
+                pending[:0] = [part for part in target.split("/") if part]
+                if target.startswith("/"):
+                    current = "/"
+                continue
+            if reason is None and pending and not stat.S_ISDIR(st.st_mode):
+                return f"{candidate} is not a directory"
+            current = candidate
+        if reason is None and not stat.S_ISREG(os.lstat(current).st_mode):
+            reason = f"{current} is not a regular file"
+    except OSError as exc:
+        return f"{exc.filename or path}: {exc.strerror}"
+    return reason
+
+
+def exec_probe_class(path: Path) -> type[Probe]:
+    """A probe class that runs one executable file of probes_dir."""
+    probe_name = path.name.split(".")[0]
+
+    class ExecProbe(Probe):
+        name = probe_name
+        description = f"executable probe {path}"
+        options: ClassVar[Mapping[str, Option]] = {
+            "args": Option("strlist", [], "Arguments passed to the executable."),
+        }
+        default_interval = 300.0
+        default_timeout = 30.0
+
+        def collect(self, ctx: ProbeContext) -> Any:
+            reason = unsafe_reason(path)
+            if reason:
+                return {"refused": reason}
+            result = ctx.runner.run(
+                [str(path), *ctx.options.get("args", [])],
+                # below the probe timeout, so the kill is ours and the result still arrives
+                timeout=float(ctx.options["timeout"]) * 0.8,
+            )
+            return {
+                "rc": result.rc,
+                "stdout": result.stdout,
+                "timed_out": result.timed_out,
+                "truncated": result.truncated,
+                "error": result.error,
+            }
+
+        def evaluate(self, snapshot: Any, ctx: ProbeContext) -> list[Finding]:
+            return evaluate_exec(self.name, str(path), snapshot)
+
+    ExecProbe.__name__ = f"ExecProbe[{probe_name}]"
+    return ExecProbe
+
+
+def evaluate_exec(name: str, path: str, snap: Mapping[str, Any]) -> list[Finding]:
+    """Nagios protocol: exit 0/1/2/3, first line of stdout is the message."""
+    component = f"site:{name}"
+    if "refused" in snap:
+        return [
+            Finding(
+                "HMA_PROBE_REFUSED",
+                f"probe:{name}",
+                f"refused to run {path}: {snap['refused']}",
+                {"path": path, "reason": snap["refused"]},
+            )
+        ]
+    lines = (snap.get("stdout") or "").splitlines()
+    message = lines[0].strip()[:400] if lines else ""
+    details = {"path": path, "rc": snap.get("rc"), "output": "\n".join(lines[:20])[:4000]}
+    if snap.get("truncated"):
+        details["truncated"] = True
+    if snap.get("error") or snap.get("timed_out"):
+        why = snap.get("error") or "timed out (killed with its process group)"
+        return [
+            Finding("SITE_PROBE_UNKNOWN", component, f"{name}: {why}", details, Severity.UNKNOWN)
+        ]
+    rc = snap.get("rc")
+    severity = NAGIOS_CODES.get(rc, Severity.UNKNOWN) if isinstance(rc, int) else Severity.UNKNOWN
+    if severity is Severity.OK:
+        return []
+    if snap.get("rc") not in NAGIOS_CODES:
+        message = f"exit status {snap.get('rc')} is not a Nagios code; {message}".rstrip("; ")
+    return [Finding(_SITE_CODE[severity], component, message or f"{name}: {severity}", details)]
+
+
+def exec_probes(folder: str) -> dict[str, type[Probe]]:
+    """Probe classes for the executable files of ``folder`` (hidden and backup files skipped)."""
+    out: dict[str, type[Probe]] = {}
+    try:
+        entries = sorted(Path(folder).iterdir())
+    except OSError:
+        return out
+    for path in entries:
+        if path.name.startswith(".") or path.name.endswith(("~", ".dpkg-old", ".rpmsave")):
+            continue
+        if path.is_file() and os.access(path, os.X_OK):
+            cls = exec_probe_class(path)
+            out.setdefault(cls.name, cls)
+    return out

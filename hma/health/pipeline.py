@@ -1,0 +1,158 @@
+"""Applying the health model's results to the state store, one way for every caller.
+
+The daemon (``hma run``), ``hma ack`` without a daemon and the healthcheck without a daemon keep
+the health model in the state store. All three go through a ``Pipeline``:
+
+- ``start``: the boot-id check (a new boot clears what clears by reboot) and the agent's own
+  findings (plugins that failed to load, a state database that was reset);
+- each verdict: the changed records saved, each transition written to the history and alerted.
+
+What comes after (remediation, status.json) is the caller's: ``Applied`` says whether records
+changed.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from hma.contracts.alert import Alert
+from hma.contracts.model import Finding, ProbeRun, Severity
+from hma.contracts.reporter import Reporter
+from hma.detection.setup import Setup
+from hma.health.model import HealthModel, Transition, Verdict
+from hma.health.store import Store
+from hma.reporters import start_reporters
+
+
+@dataclass(frozen=True)
+class Applied:
+    """A verdict after it was applied; ``changed``: fault records were saved."""
+
+    verdict: Verdict
+    changed: bool
+
+
+def ack_alert(code: str, component: Optional[str], who: str, now: float) -> Alert:
+    """The alert that records an acknowledgement."""
+    return Alert(
+        "acknowledged",
+        code,
+        component or "node",
+        Severity.OK,
+        f"{code} acknowledged by {who}",
+        details={"who": who},
+        ts=now,
+    )
+
+
+def reporter_alerts(setup: Setup, prog: str) -> Callable[[Alert], None]:
+    """Alerting for a command that runs without the daemon: through the enabled reporters,
+    started at the first alert; their problems go to stderr as ``prog: ...``."""
+    reporters: list[Reporter] = []
+    started = False
+
+    def complain(fmt: str, *args: object) -> None:
+        print(f"{prog}: " + fmt % args, file=sys.stderr)
+
+    def alert(item: Alert) -> None:
+        nonlocal started
+        if not started:
+            started = True
+            reporters.extend(start_reporters(setup.config.reporters, complain))
+        for reporter in reporters:
+            try:
+                reporter.alert(item)
+            except Exception as exc:  # noqa: BLE001 - what it alerts is already recorded
+                complain("reporter %s failed: %s", reporter.name, exc)
+
+    return alert
+
+
+class Pipeline:
+    """The health model loaded from ``store``, and every change to it written back."""
+
+    def __init__(
+        self, setup: Setup, store: Store, boot_id: str, alert: Callable[[Alert], None]
+    ) -> None:
+        records, self.dropped = store.load_records()  # dropped: notes on unreadable rows
+        self.model = HealthModel(setup.catalogue, boot_id, records)
+        self.setup, self.store, self.boot_id, self.alert = setup, store, boot_id, alert
+
+    def start(self, now: float) -> list[Applied]:
+        """A new boot id and the agent's own findings (broken plugins, a reset database)."""
+        out = []
+        if self.boot_id and self.store.note_boot(self.boot_id, now) and self.store.boot_count() > 1:
+            out.append(self.apply(self.model.new_boot(self.boot_id, now)))
+        findings = list(self.setup.load_findings())
+        if self.store.reset_reason:
+            reason = self.store.reset_reason
+            findings.append(
+                Finding(
+                    "HMA_STATE_RESET",
+                    "agent",
+                    f"state database was reset: {reason}",
+                    {"error": reason},
+                )
+            )
+        for finding in findings:
+            out += self.event(finding.with_(probe=finding.probe or "agent"), now)
+        return out
+
+    def observe_run(self, run: ProbeRun, now: float) -> Applied:
+        """A probe run (its findings resolved against the catalogue)."""
+        resolved = ProbeRun(
+            run.probe,
+            run.status,
+            run.started,
+            run.duration_s,
+            tuple(self.model.catalogue.resolve_all(run.findings)),
+            run.error,
+        )
+        return self.apply(self.model.observe_run(resolved, now))
+
+    def event(self, finding: Finding, now: float) -> list[Applied]:
+        """A finding outside a probe run (event sources, the agent's own)."""
+        found = self.model.catalogue.resolve_all([finding.with_(ts=finding.ts or now)])
+        return [self.apply(self.model.observe_event(f, now)) for f in found]
+
+    def ack(self, code: str, component: Optional[str], who: str, now: float) -> Applied:
+        """An operator's acknowledgement, recorded and alerted, then its clears."""
+        verdict = self.model.ack(code, component, now, who)
+        self.store.add_history(now, "acknowledged", code, component or "", "", "", who=who)
+        self.alert(ack_alert(code, component, who, now))
+        return self.apply(verdict)
+
+    def apply(self, verdict: Verdict) -> Applied:
+        """Save the records the model changed; history and an alert per transition."""
+        changed = sorted(self.model.changed)
+        self.model.changed.clear()
+        if changed:
+            present = {(r.component, r.code): r for r in self.model.records()}
+            self.store.save_records(changed, present)
+        for transition in verdict.transitions:
+            self._transition(transition)
+        return Applied(verdict, bool(changed))
+
+    def _transition(self, t: Transition) -> None:
+        f = t.fault
+        severity = Severity.OK if t.kind == "cleared" else f.severity
+        reason = f" ({t.reason})" if t.reason else ""
+        message = f"{t.kind}: {f.code} {f.component}: {f.message}{reason}"
+        self.store.add_history(
+            t.ts, t.kind, f.code, f.component, str(f.severity), message, dict(f.details)
+        )
+        self.alert(
+            Alert(
+                t.kind,
+                f.code,
+                f.component,
+                severity,
+                f.message + reason,  # reporters add kind/code
+                f.action,
+                f.probe,
+                dict(f.details),
+                t.ts,
+            )
+        )

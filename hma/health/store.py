@@ -1,0 +1,433 @@
+"""The state store: SQLite (standard library) in ``[agent] state_dir``.
+
+Tables: ``faults`` (health-model records), ``history`` (findings and transitions, bounded by
+``[agent] history_days``), ``boots``, ``kv`` (counters, cursors, probe baselines), ``actions``
+(the remediation outbox) and ``requests`` (operator requests such as ``hma ack`` for the daemon).
+The schema is versioned with ``PRAGMA user_version`` and migrated forward step by step. A corrupt
+database is moved aside, a fresh one created and ``reset`` set, so that the daemon raises
+``HMA_STATE_RESET`` and goes on. The database and its -wal/-shm files are 0600.
+
+The daemon's store works from memory (``memory=True``): reads and writes go to an in-memory copy
+loaded at start, and every write transaction is then replayed on the file at once. When the file
+cannot be written (full disk, I/O error, another process's lock held past 0.5 s) nothing the
+agent does fails: the writes queue, ``write_error`` names the path and the error, ``flush()``
+retries with backoff (1 s doubling to 60 s) and until a retry is due no transaction touches the
+file; once a retry succeeds the file holds everything again. When the file cannot even be opened
+at start (it needs to create its -wal and -shm), the memory copy is read from it without writing
+and the file is opened by a later retry. Past ``MAX_PENDING`` bytes of queued statements the queue
+is dropped and the whole memory copy is written back instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import sqlite3
+import stat
+import threading
+import time
+import urllib.parse
+from pathlib import Path
+from typing import Any, Callable, Iterator, Optional
+
+from hma.health.model import Record
+
+SCHEMA_VERSION = 2
+
+# MIGRATIONS[n] takes a database from version n to n + 1.
+MIGRATIONS: list[str] = [
+    # 0 -> 1: the first schema.
+    """
+    CREATE TABLE faults (component TEXT NOT NULL, code TEXT NOT NULL, data TEXT NOT NULL,
+                         PRIMARY KEY (component, code));
+    CREATE TABLE history (id INTEGER PRIMARY KEY, ts REAL NOT NULL, kind TEXT NOT NULL,
+                          code TEXT, component TEXT, severity TEXT, message TEXT, details TEXT);
+    CREATE TABLE boots (boot_id TEXT PRIMARY KEY, first_seen REAL NOT NULL);
+    CREATE TABLE kv (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+    CREATE TABLE actions (id INTEGER PRIMARY KEY, key TEXT UNIQUE, kind TEXT, node TEXT,
+                          reason TEXT, payload TEXT, state TEXT, attempts INTEGER DEFAULT 0,
+                          last_error TEXT DEFAULT '', created REAL, updated REAL, next_try REAL);
+    """,
+    # 1 -> 2: who did what (acks), operator requests to the daemon, history index for retention.
+    """
+    ALTER TABLE history ADD COLUMN who TEXT DEFAULT '';
+    CREATE INDEX history_ts ON history (ts);
+    CREATE TABLE requests (id INTEGER PRIMARY KEY, ts REAL NOT NULL, kind TEXT NOT NULL,
+                           payload TEXT NOT NULL, who TEXT DEFAULT '', done REAL);
+    """,
+]
+assert len(MIGRATIONS) == SCHEMA_VERSION
+
+
+class StateError(Exception):
+    """The state folder itself is unusable (not the database file)."""
+
+
+FILE_MODE = 0o600
+SUFFIXES = ("", "-wal", "-shm")  # SQLite creates -wal/-shm with the database file's mode
+MAX_PENDING = 8 << 20  # bytes of queued statements; beyond, the whole memory copy is written back
+RETRY_MIN_S, RETRY_MAX_S = 1.0, 60.0
+LOCKED_WAIT_S = 0.5
+Statement = tuple[str, tuple[Any, ...]]
+
+
+class _Recorder:
+    """The connection a memory store's transaction hands out: runs statements in memory and
+    notes the writes among them for the file."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+        self.writes: list[Statement] = []
+
+    def execute(self, sql: str, params: Any = ()) -> sqlite3.Cursor:
+        """Run ``sql``; a statement other than SELECT is noted for the file."""
+        cur = self._conn.execute(sql, params)
+        if sql.lstrip()[:6].upper() != "SELECT":
+            self.writes.append((sql, tuple(params)))
+        return cur
+
+
+class Store:
+    """Thread-safe access to the state database (see the module doc for ``memory``)."""
+
+    def __init__(
+        self, path: str, memory: bool = False, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.path = Path(path)
+        self.reset_reason = ""  # set when a broken database was moved aside
+        self.write_error = ""  # "" while the file holds every write
+        self._lock = threading.RLock()
+        self._clock = clock
+        self._pending: list[Statement] = []
+        self._pending_bytes = 0
+        self._resync = False  # the queue overflowed: write the whole memory copy back
+        self._retry_at = 0.0
+        self._retry_s = RETRY_MIN_S
+        self._taken: set[int] = set()  # requests handled but not yet marked done in the file
+        try:
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StateError(f"{self.path.parent}: {exc.strerror}") from None
+        self.memory = memory
+        self._disk: Optional[sqlite3.Connection] = None  # None: the file could not be opened
+        try:
+            self._disk = self._open()
+        except sqlite3.OperationalError as exc:
+            # full disk, I/O error, locked: the file may be fine, never move it aside
+            if not memory:
+                raise
+            self._conn = self._read_only()
+            self.write_error, self._resync = f"{type(exc).__name__}: {exc}", True
+            self._retry_at = self._clock() + self._retry_s
+            return
+        except sqlite3.DatabaseError as exc:
+            self.reset_reason = f"{type(exc).__name__}: {exc}"
+            self._move_aside()
+            self._disk = self._open()
+        self._conn = self._disk
+        if memory:
+            self._conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+            self._disk.backup(self._conn)
+
+    def _read_only(self) -> sqlite3.Connection:
+        """A memory copy of what the file holds, read without writing anything (``immutable``:
+        no -wal or -shm; what a crash left in the -wal only is not seen), else an empty one."""
+        mem = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+        try:
+            uri = f"file:{urllib.parse.quote(str(self.path))}?immutable=1"
+            with contextlib.closing(sqlite3.connect(uri, uri=True)) as src:
+                src.execute("PRAGMA quick_check").fetchone()
+                src.backup(mem)
+        except sqlite3.Error:
+            mem.close()
+            mem = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+        self._migrate(mem)
+        return mem
+
+    def _open(self) -> sqlite3.Connection:
+        try:
+            _private(self.path, create=True)
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS):
+                raise sqlite3.OperationalError(f"{self.path}: {exc.strerror}") from None
+            raise StateError(f"{self.path}: {exc.strerror}") from None
+        # memory mode: another process's write lock (`hma ack`) is waited for briefly, then the
+        # writes stay queued for the next retry
+        timeout = LOCKED_WAIT_S if self.memory else 10.0
+        conn = sqlite3.connect(
+            str(self.path), timeout=timeout, check_same_thread=False, isolation_level=None
+        )
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            row = conn.execute("PRAGMA quick_check").fetchone()
+            if row is None or row[0] != "ok":
+                raise sqlite3.DatabaseError(f"quick_check: {row[0] if row else 'no answer'}")
+            self._migrate(conn)
+        except sqlite3.DatabaseError:
+            conn.close()
+            raise
+        for suffix in SUFFIXES[1:]:
+            _private(Path(f"{self.path}{suffix}"))
+        return conn
+
+    @staticmethod
+    def _migrate(conn: sqlite3.Connection) -> None:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise sqlite3.DatabaseError(f"schema version {version} is newer than {SCHEMA_VERSION}")
+        while version < SCHEMA_VERSION:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for statement in MIGRATIONS[version].split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+                conn.execute(f"PRAGMA user_version = {version + 1}")
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            version += 1
+
+    def _move_aside(self) -> None:
+        stamp = time.strftime("%Y%m%dT%H%M%S")
+        for suffix in SUFFIXES:
+            src = Path(str(self.path) + suffix)
+            if src.exists():
+                dst = Path(f"{self.path}.corrupt-{stamp}{suffix}")
+                os.replace(src, dst)
+                _private(dst)
+
+    def close(self) -> None:
+        """Write what is queued (one last try) and close."""
+        with self._lock:
+            if self.memory:
+                self.flush(force=True)
+                self._conn.close()
+            if self._disk is not None:
+                self._disk.close()
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Any]:
+        """A connection inside BEGIN IMMEDIATE ... COMMIT (ROLLBACK on error), under the lock.
+
+        In memory mode it is a recorder: the writes are replayed on the file after the commit."""
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            conn: Any = _Recorder(self._conn) if self.memory else self._conn
+            try:
+                yield conn
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+            if self.memory and conn.writes:
+                self._queue(conn.writes)
+
+    # --- writing the file (memory mode) ---------------------------------------------------------
+
+    def _queue(self, writes: list[Statement]) -> None:
+        if not self._resync:
+            self._pending += writes
+            self._pending_bytes += sum(len(sql) + len(repr(params)) for sql, params in writes)
+            if self._pending_bytes > MAX_PENDING:
+                self._pending, self._pending_bytes, self._resync = [], 0, True
+        self.flush()
+
+    def flush(self, force: bool = False) -> bool:
+        """Write queued changes to the file when a retry is due (or ``force``); True when the
+        file holds everything. Never raises: a failure sets ``write_error`` and the backoff."""
+        with self._lock:
+            if not self._pending and not self._resync:
+                return True
+            now = self._clock()
+            if not force and now < self._retry_at:
+                return False
+            try:
+                if self._resync:
+                    self._write_back()
+                else:
+                    self._replay()
+            except (sqlite3.Error, StateError, OSError) as exc:
+                with contextlib.suppress(sqlite3.Error):
+                    if self._disk is not None and self._disk.in_transaction:
+                        self._disk.execute("ROLLBACK")
+                self.write_error = f"{type(exc).__name__}: {exc}"
+                self._retry_at = now + self._retry_s
+                self._retry_s = min(self._retry_s * 2, RETRY_MAX_S)
+                return False
+            self._pending, self._pending_bytes, self._resync = [], 0, False
+            self.write_error = ""
+            self._retry_s = RETRY_MIN_S
+            self._retry_at = 0.0
+            return True
+
+    def _file(self) -> sqlite3.Connection:
+        """The file's connection, opened now if it could not be at start."""
+        if self._disk is None:
+            self._disk = self._open()
+        return self._disk
+
+    def _replay(self) -> None:
+        disk = self._file()
+        disk.execute("BEGIN IMMEDIATE")
+        for sql, params in self._pending:
+            disk.execute(sql, params)
+        disk.execute("COMMIT")
+
+    def _write_back(self) -> None:
+        """The whole memory copy to the file, keeping the requests other processes wrote."""
+        disk = self._file()
+        rows = disk.execute("SELECT id, ts, kind, payload, who, done FROM requests")
+        requests = rows.fetchall()
+        self._conn.execute("BEGIN IMMEDIATE")
+        self._conn.execute("DELETE FROM requests")
+        self._conn.executemany("INSERT INTO requests VALUES (?, ?, ?, ?, ?, ?)", requests)
+        self._conn.execute("COMMIT")
+        self._conn.backup(disk)
+
+    # --- key/value ------------------------------------------------------------------------------
+
+    def kv_get(self, key: str, default: Any = None) -> Any:
+        """JSON value stored under ``key``, or ``default``."""
+        with self._lock:
+            row = self._conn.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()
+        return json.loads(row[0]) if row else default
+
+    def kv_set(self, key: str, value: Any) -> None:
+        """Store a JSON-able value."""
+        with self.transaction() as conn:
+            conn.execute(
+                "INSERT INTO kv (key, value) VALUES (?, ?) "
+                "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                (key, json.dumps(value)),
+            )
+
+    # --- health records -------------------------------------------------------------------------
+
+    def load_records(self) -> tuple[list[Record], list[str]]:
+        """Stored health records, and a note per row that could not be read (dropped)."""
+        records, bad = [], []
+        with self._lock:
+            rows = self._conn.execute("SELECT component, code, data FROM faults").fetchall()
+        for component, code, data in rows:
+            try:
+                records.append(Record.from_json(json.loads(data)))
+            except (ValueError, KeyError, TypeError) as exc:
+                bad.append(f"{component} {code}: {exc}")
+        return records, bad
+
+    def save_records(
+        self, changed: list[tuple[str, str]], present: dict[tuple[str, str], Record]
+    ) -> None:
+        """Write the changed keys: upsert those still present, delete the others."""
+        with self.transaction() as conn:
+            for key in changed:
+                rec = present.get(key)
+                if rec is None:
+                    conn.execute("DELETE FROM faults WHERE component = ? AND code = ?", key)
+                else:
+                    conn.execute(
+                        "INSERT INTO faults (component, code, data) VALUES (?, ?, ?) "
+                        "ON CONFLICT(component, code) DO UPDATE SET data = excluded.data",
+                        (*key, json.dumps(rec.to_json())),
+                    )
+
+    # --- history, boots, requests ---------------------------------------------------------------
+
+    def add_history(
+        self,
+        ts: float,
+        kind: str,
+        code: str = "",
+        component: str = "",
+        severity: str = "",
+        message: str = "",
+        details: Optional[dict[str, Any]] = None,
+        who: str = "",
+    ) -> None:
+        """Append one history row."""
+        with self.transaction() as conn:
+            conn.execute(
+                "INSERT INTO history (ts, kind, code, component, severity, message, details, who)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (ts, kind, code, component, severity, message, json.dumps(details or {}), who),
+            )
+
+    def history(self, limit: int = 100) -> list[dict[str, Any]]:
+        """Newest history rows first."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT ts, kind, code, component, severity, message, details, who FROM history "
+                "ORDER BY id DESC LIMIT ?",
+                (limit,),
+            ).fetchall()
+        keys = ("ts", "kind", "code", "component", "severity", "message", "details", "who")
+        return [dict(zip(keys, row)) for row in rows]
+
+    def prune_history(self, older_than: float) -> int:
+        """Delete history rows before ``older_than``; returns how many."""
+        with self.transaction() as conn:
+            return conn.execute("DELETE FROM history WHERE ts < ?", (older_than,)).rowcount
+
+    def note_boot(self, boot_id: str, now: float) -> bool:
+        """Record a boot id; True when it was not known (the node rebooted)."""
+        with self.transaction() as conn:
+            cur = conn.execute(
+                "INSERT OR IGNORE INTO boots (boot_id, first_seen) VALUES (?, ?)", (boot_id, now)
+            )
+            return cur.rowcount == 1
+
+    def boot_count(self) -> int:
+        """How many distinct boots were seen."""
+        with self._lock:
+            return int(self._conn.execute("SELECT COUNT(*) FROM boots").fetchone()[0])
+
+    def add_request(self, kind: str, payload: dict[str, Any], who: str, now: float) -> int:
+        """Queue an operator request for the daemon; returns its id."""
+        with self.transaction() as conn:
+            cur = conn.execute(
+                "INSERT INTO requests (ts, kind, payload, who) VALUES (?, ?, ?, ?)",
+                (now, kind, json.dumps(payload), who),
+            )
+            return int(cur.lastrowid or 0)
+
+    def take_requests(self, now: float) -> list[dict[str, Any]]:
+        """Pending requests, marked done. Other processes (``hma ack``) write them to the file,
+        so they are read there; one that cannot be marked done in the file is still taken once."""
+        with self._lock:
+            disk = self._disk
+            if disk is None:
+                return []  # the file could not be opened yet: taken once it can
+            try:
+                rows = disk.execute(
+                    "SELECT id, ts, kind, payload, who FROM requests WHERE done IS NULL ORDER BY id"
+                ).fetchall()
+            except sqlite3.Error:
+                return []  # unreadable now: taken with a later request
+            rows = [r for r in rows if r[0] not in self._taken]
+            self._taken.update(r[0] for r in rows)
+            try:
+                disk.execute("BEGIN IMMEDIATE")
+                disk.execute("UPDATE requests SET done = ? WHERE done IS NULL", (now,))
+                disk.execute("COMMIT")
+                self._taken.clear()
+            except sqlite3.Error:  # tried again with the next request; write_error comes from
+                with contextlib.suppress(sqlite3.Error):  # the store's own writes
+                    disk.execute("ROLLBACK")
+        return [
+            {"id": r[0], "ts": r[1], "kind": r[2], "payload": json.loads(r[3]), "who": r[4]}
+            for r in rows
+        ]
+
+
+def _private(path: Path, create: bool = False) -> None:
+    """Make ``path`` 0600 (creating it empty, already 0600, when asked); absent: nothing."""
+    if create:
+        with contextlib.suppress(FileExistsError):
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE))
+    with contextlib.suppress(FileNotFoundError):
+        if stat.S_IMODE(os.stat(path).st_mode) != FILE_MODE:
+            os.chmod(path, FILE_MODE)

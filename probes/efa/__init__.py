@@ -1,0 +1,1 @@
+"""EFA: adapters (sysfs) and the ping-mesh."""

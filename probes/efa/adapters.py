@@ -1,0 +1,556 @@
+"""``efa`` probe: Elastic Fabric Adapters through ``class/infiniband`` in sysfs.
+
+EFA devices are the RDMA devices whose PCI function has vendor 0x1d0f (Amazon); their names are
+``efa_N`` or ``rdmap<bus>s<slot>``, and other RDMA devices (mlx5, rxe, ...) are ignored. Checks:
+adapter count against the instance type (or ``expected_adapters``), port state ``ACTIVE``,
+``hw_counters`` as rates between two reads against thresholds, and growth of the device-level
+``cmds_err`` / ``no_completion_cmds``. The first read is the previous run's snapshot
+(``ctx.previous``, kept by the daemon) or, under ``hma check``, a sample taken
+``oneshot_sample_s`` earlier. A counter that goes down is a reset (or a 64-bit wrap), never a
+fault. What cannot be read or parsed strictly is ``EFA_READ_FAILED`` (unknown), never a down port
+or a missing adapter. Discovery is cached per boot until a device event (``Layout``); a run reads
+port states and the judged counters only. docs/neuron-efa.md has the details.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import time
+from dataclasses import dataclass
+from typing import Any, ClassVar, Collection, Mapping, Optional
+
+from hma.adapters.files import ReadError, RootReader
+from hma.adapters.strict import ParseError, parse_uint, parse_word
+from hma.contracts.model import Finding, Severity
+from hma.contracts.options import Option
+from hma.contracts.probe import Probe, ProbeContext, unknown
+
+IB = "class/infiniband"
+NODE = "node"
+AMAZON = "0x1d0f"
+U64 = 1 << 64
+
+
+@dataclass(frozen=True)
+class Expected:
+    """EFA adapters expected on an instance type; ``verified`` against a primary source."""
+
+    count: int
+    verified: bool
+
+
+# REFERENCE 5.3. Unverified counts only warn: a wrong table entry must not drain a fleet.
+EXPECTED_ADAPTERS: dict[str, Expected] = {
+    "p5.48xlarge": Expected(32, True),
+    "p5e.48xlarge": Expected(32, True),
+    "trn1.32xlarge": Expected(8, True),
+    "trn1n.32xlarge": Expected(16, True),
+    "p5en.48xlarge": Expected(16, False),
+    "p4d.24xlarge": Expected(4, False),
+    "p4de.24xlarge": Expected(4, False),
+    "p6-b200.48xlarge": Expected(8, False),
+    "trn2.48xlarge": Expected(16, False),
+    "trn2u.48xlarge": Expected(16, False),
+}
+
+DEFAULT_RATE_LIMITS: dict[str, float] = {
+    "rx_drops": 100.0,
+    "rdma_read_wr_err": 100.0,
+    "rdma_write_wr_err": 100.0,
+    "retrans_timeout_events": 100.0,
+    "unresponsive_remote_events": 100.0,
+    "impaired_remote_conn_events": 100.0,
+    "retrans_pkts": 1000.0,
+    "retrans_bytes": 1e6,
+}
+# Device-level counters whose growth is a fault, and their code.
+GROWTH_CODES = {"no_completion_cmds": "EFA_CMD_TIMEOUT", "cmds_err": "EFA_CMD_ERRORS"}
+
+
+def _limits_check(value: Any) -> Optional[str]:
+    for key, limit in value.items():
+        if isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit <= 0:
+            return f"{key}: expected a positive number per second"
+    return None
+
+
+def _vendor_check(value: Any) -> Optional[str]:
+    for item in value:
+        try:
+            int(item, 16)
+        except ValueError:
+            return f"not a hex vendor id: {item!r}"
+    return None
+
+
+class EfaProbe(Probe):
+    """EFA adapter count, port state and error/retransmission rates."""
+
+    name = "efa"
+    description = "EFA adapters: count, port state, error and retransmit rates, admin commands"
+    default_interval = 30.0
+    default_timeout = 20.0
+    subsystems = ("infiniband", "pci")
+    unsupported_stands = True  # no devices (or no driver) until a device event
+    options: ClassVar[Mapping[str, Option]] = {
+        "expected_adapters": Option(
+            "int",
+            None,
+            "EFA adapters expected; unset: the table by instance type (docs/neuron-efa.md).",
+            minimum=0,
+        ),
+        "vendor_ids": Option(
+            "strlist",
+            [AMAZON],
+            "PCI vendor ids that mark an RDMA device as EFA.",
+            check=_vendor_check,
+        ),
+        "rate_limits": Option(
+            "table",
+            DEFAULT_RATE_LIMITS,
+            "Per-second warning limit per hw counter (port or device level).",
+            check=_limits_check,
+        ),
+        "critical_factor": Option(
+            "float", 10.0, "A rate at this multiple of its limit is critical.", minimum=1
+        ),
+        "oneshot_sample_s": Option(
+            "float",
+            1.0,
+            "Under `hma check`: seconds between the two samples for rates (0: not evaluated).",
+            minimum=0,
+        ),
+    }
+
+    def __init__(self) -> None:
+        self._cache: Optional[tuple[tuple[Any, ...], Layout]] = None
+        self._last: Optional[tuple[ProbeContext, Layout]] = None
+
+    def layout(self, ctx: ProbeContext) -> Layout:
+        """Discovery, cached while the sysfs root, the boot, the device events seen and the list
+        of RDMA devices stay the same (one directory read a run); a layout with read errors is
+        not cached. ``applies`` and ``collect`` of one run share one discovery."""
+        if self._last is not None and self._last[0] is ctx:
+            return self._last[1]
+        vendor_ids = list(ctx.options["vendor_ids"])
+        wanted = wanted_counters(ctx.options)
+        key = (
+            str(ctx.sysfs.root),
+            ctx.boot_id,
+            ctx.device_events,
+            tuple(ctx.sysfs.listdir(IB)),
+            tuple(vendor_ids),
+            wanted,
+        )
+        if self._cache is not None and self._cache[0] == key:
+            layout = self._cache[1]
+        else:
+            layout = discover_adapters(ctx.sysfs, vendor_ids, wanted)
+            self._cache = None if layout.unresolved else (key, layout)
+        self._last = (ctx, layout)
+        return layout
+
+    def applies(self, ctx: ProbeContext) -> Optional[str]:
+        try:
+            layout = self.layout(ctx)
+        except ReadError:
+            return None  # collect reports the unreadable folder (unknown), never "unsupported"
+        if layout.adapters or layout.unresolved:
+            return None
+        if expected_adapters(ctx.options, ctx.instance_type) is not None:
+            return None
+        return "no EFA adapters"
+
+    def collect(self, ctx: ProbeContext) -> Any:
+        snap = self._read(ctx)
+        interval = float(ctx.options["oneshot_sample_s"])
+        if ctx.previous is None and ctx.oneshot and interval > 0:
+            time.sleep(interval)
+            second = self._read(ctx)
+            second["baseline"] = {"ts": snap["ts"], "adapters": snap["adapters"]}
+            return second
+        return snap
+
+    def _read(self, ctx: ProbeContext) -> dict[str, Any]:
+        try:
+            snap = read_adapters(ctx.sysfs, self.layout(ctx))
+        except ReadError as exc:
+            error = _error(ctx.sysfs, IB, exc, None)
+            snap = {"adapters": {}, "ignored": [], "errors": [error], "listed": False}
+        finally:
+            self._last = None
+        snap["ts"], snap["boot_id"] = ctx.clock(), ctx.boot_id
+        return snap
+
+    def evaluate(self, snapshot: Any, ctx: ProbeContext) -> list[Finding]:
+        opts = ctx.options
+        adapters: dict[str, Any] = snapshot.get("adapters", {})
+        out = [
+            unknown(
+                "EFA_READ_FAILED",
+                f"efa:{e['adapter']}" if e.get("adapter") else NODE,
+                f"cannot read {e['path']}: {e['error']}",
+                path=e["path"],
+                error=e["error"],
+            )
+            for e in snapshot.get("errors", [])
+        ]
+        if snapshot.get("listed", True):
+            unresolved = len(snapshot.get("unresolved", []))
+            out += _eval_count(adapters, unresolved, opts, ctx.instance_type)
+        out += _eval_ports(adapters)
+        base, base_ts = _baseline(snapshot, ctx)
+        if base is not None:
+            dt = float(snapshot.get("ts", 0.0)) - base_ts
+            if dt > 0:
+                out += _eval_rates(adapters, base, dt, opts)
+            out += _eval_growth(adapters, base)
+        return out
+
+
+def expected_adapters(opts: Mapping[str, Any], instance_type: Optional[str]) -> Optional[Expected]:
+    """The expected count: ``expected_adapters`` (verified by definition) or the table."""
+    if opts.get("expected_adapters") is not None:
+        return Expected(int(opts["expected_adapters"]), True)
+    return EXPECTED_ADAPTERS.get((instance_type or "").strip().lower())
+
+
+# --- collect ---------------------------------------------------------------------------------
+
+# IB port states (``ib_port_state``, "4: ACTIVE" in sysfs). A state word outside this list, or a
+# file that does not read "<number>: <word>", is unknown, never "down".
+PORT_STATES = ("NOP", "DOWN", "INIT", "ARMED", "ACTIVE", "ACTIVE_DEFER")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What discovery found; static until a device event or a reboot.
+
+    ``adapters``: EFA adapter -> PCI address; ``ignored``: other RDMA devices; ``unresolved``:
+    read errors of devices that could not be classified (they may be EFA adapters);
+    ``counters``: adapter -> {hw_counters folder: names present there}.
+    """
+
+    adapters: dict[str, str]
+    ignored: list[str]
+    unresolved: list[dict[str, Any]]
+    ports: dict[str, list[str]]
+    counters: dict[str, dict[str, list[str]]]
+
+
+def _error(sysfs: RootReader, rel: str, exc: Exception, adapter: Optional[str]) -> dict[str, Any]:
+    return {"path": str(sysfs.path(rel)), "error": _reason(exc), "adapter": adapter}
+
+
+def discover_adapters(
+    sysfs: RootReader, vendor_ids: list[str], wanted: Collection[str] = ()
+) -> Layout:
+    """Classify every RDMA device: EFA when ``device/vendor`` is one of ``vendor_ids``.
+
+    A device without a ``device`` link (soft RoCE) or of another vendor is ignored. A device whose
+    link is there but whose vendor cannot be read or parsed is unresolved (unknown), never
+    counted as missing. For EFA adapters, the ports and which of the ``wanted`` hw counters
+    exist are listed too. Raises ReadError when ``class/infiniband`` cannot be listed.
+    """
+    vendors = {int(v, 16) for v in vendor_ids}
+    found: dict[str, str] = {}
+    ignored: list[str] = []
+    unresolved: list[dict[str, Any]] = []
+    ports: dict[str, list[str]] = {}
+    counters: dict[str, dict[str, list[str]]] = {}
+    for name in sysfs.listdir(IB):
+        link = f"{IB}/{name}/device"
+        try:
+            if not _has_pci_function(sysfs, f"{IB}/{name}"):
+                ignored.append(name)
+                continue
+            vendor = pci_id(sysfs, f"{link}/vendor")
+            if vendor not in vendors:
+                ignored.append(name)
+                continue
+            found[name] = sysfs.realname(link)
+            ports[name] = sysfs.listdir(f"{IB}/{name}/ports")
+            folders = [f"{IB}/{name}/ports/{port}/hw_counters" for port in ports[name]]
+            counters[name] = {
+                rel: [c for c in sysfs.listdir(rel) if c in wanted]
+                for rel in [*folders, f"{IB}/{name}/hw_counters"]
+            }
+        except ReadError as exc:
+            found.pop(name, None)
+            unresolved.append(_error(sysfs, link, exc, name))
+    return Layout(found, ignored, unresolved, ports, counters)
+
+
+def _has_pci_function(sysfs: RootReader, rel: str) -> bool:
+    """Whether the listed device ``rel`` has a ``device`` link; False only when its folder
+    positively has none (soft RoCE). ReadError when ``rel`` is not a readable folder."""
+    try:
+        if not stat.S_ISDIR(os.stat(sysfs.path(rel)).st_mode):
+            raise ReadError(f"{sysfs.path(rel)}: not a device folder")
+        os.lstat(sysfs.path(f"{rel}/device"))
+        return True
+    except FileNotFoundError as exc:
+        if exc.filename == str(sysfs.path(rel)):  # listed, yet gone or a dangling link
+            raise ReadError(f"{sysfs.path(rel)}: {exc.strerror}") from None
+        return False
+    except OSError as exc:
+        raise ReadError(f"{sysfs.path(rel)}: {exc.strerror or exc}") from None
+
+
+def pci_id(sysfs: RootReader, rel: str) -> int:
+    """A PCI id attribute as the kernel writes it ("0x1d0f"), strictly; ReadError otherwise."""
+    raw = sysfs.text(rel)
+    try:
+        if not raw.startswith("0x"):
+            raise ParseError(f"not a 0x-prefixed PCI id: {raw[:40]!r}")
+        return parse_uint(raw, limit=0xFFFF)
+    except ParseError as exc:
+        raise ReadError(f"{sysfs.path(rel)}: {exc}") from None
+
+
+def _reason(exc: Exception) -> str:
+    text = str(exc)
+    return text.rsplit(": ", 1)[-1] if ": " in text else text
+
+
+def port_state(sysfs: RootReader, rel: str) -> str:
+    """The state word of a port's ``state`` file ("4: ACTIVE" -> "ACTIVE"), strictly.
+
+    Raises ReadError for a file that cannot be read, is not "<number>: <word>", or names a state
+    that is not an IB port state.
+    """
+    raw = sysfs.text(rel)
+    number, sep, word = raw.partition(":")
+    try:
+        if not sep:
+            raise ParseError(f"not '<number>: <state>': {raw[:40]!r}")
+        parse_uint(number, hex_ok=False, limit=255)
+        return parse_word(word, PORT_STATES, fold_case=False)
+    except ParseError as exc:
+        raise ReadError(f"{sysfs.path(rel)}: {exc}") from None
+
+
+def wanted_counters(opts: Mapping[str, Any]) -> frozenset[str]:
+    """The hw counters that evaluate judges: those with a rate limit and the growth ones."""
+    return frozenset(opts["rate_limits"]) | frozenset(GROWTH_CODES)
+
+
+def read_adapters(sysfs: RootReader, layout: Layout) -> dict[str, Any]:
+    """Read what changes (port states and judged counters) of the adapters in ``layout``.
+
+    Errors are recorded in the snapshot, never raised. ``phys_state`` is read only for a port
+    that is not ACTIVE (it only explains the state).
+    """
+    errors = list(layout.unresolved)
+    adapters: dict[str, Any] = {}
+    for name, pci in layout.adapters.items():
+        base = f"{IB}/{name}"
+        folders = layout.counters.get(name, {})
+        ports: dict[str, Any] = {}
+        for port in layout.ports.get(name, []):
+            prel = f"{base}/ports/{port}"
+            info: dict[str, Any] = {"state": None, "phys_state": None}
+            try:
+                info["state"] = port_state(sysfs, f"{prel}/state")
+            except ReadError as exc:
+                errors.append(_error(sysfs, f"{prel}/state", exc, name))
+            if info["state"] not in (None, "ACTIVE"):
+                with contextlib.suppress(ReadError):
+                    info["phys_state"] = sysfs.text(f"{prel}/phys_state").split(":", 1)[-1].strip()
+            rel = f"{prel}/hw_counters"
+            info["counters"] = _counters(sysfs, rel, folders.get(rel, ()), name, errors)
+            ports[port] = info
+        rel = f"{base}/hw_counters"
+        adapters[name] = {
+            "pci": pci,
+            "ports": ports,
+            "counters": _counters(sysfs, rel, folders.get(rel, ()), name, errors),
+        }
+    unresolved = [e["adapter"] for e in layout.unresolved]
+    return {
+        "adapters": adapters,
+        "ignored": layout.ignored,
+        "unresolved": unresolved,
+        "errors": errors,
+    }
+
+
+def _counters(
+    sysfs: RootReader,
+    rel: str,
+    names: Collection[str],
+    adapter: str,
+    errors: list[dict[str, Any]],
+) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for name in names:
+        try:
+            out[name] = sysfs.integer(f"{rel}/{name}")
+        except ReadError as exc:
+            errors.append(_error(sysfs, f"{rel}/{name}", exc, adapter))
+    return out
+
+
+# --- evaluate (pure) -------------------------------------------------------------------------
+
+
+def _eval_count(
+    adapters: Mapping[str, Any],
+    unresolved: int,
+    opts: Mapping[str, Any],
+    instance_type: Optional[str],
+) -> list[Finding]:
+    """Count against the expectation. Devices that could not be classified (unresolved) may be
+    adapters: "fewer" only when even counting them there are fewer (their READ_FAILED says the
+    rest)."""
+    expected = expected_adapters(opts, instance_type)
+    found = len(adapters)
+    if expected is None or found == expected.count:
+        return []
+    if found < expected.count <= found + unresolved:
+        return []
+    source = "expected_adapters" if opts.get("expected_adapters") is not None else instance_type
+    details = {
+        "found": found,
+        "expected": expected.count,
+        "expected_from": source,
+        "verified": expected.verified,
+        "adapters": sorted(adapters),
+    }
+    fewer = found < expected.count
+    severity = None if fewer and expected.verified else Severity.WARNING
+    note = "" if expected.verified else " (table entry unverified: set expected_adapters)"
+    what = "" if fewer else "more than "
+    return [
+        Finding(
+            "EFA_ADAPTER_COUNT",
+            NODE,
+            f"{found} EFA adapters found, {what}{expected.count} expected ({source}){note}",
+            details,
+            severity=severity,
+        )
+    ]
+
+
+def _eval_ports(adapters: Mapping[str, Any]) -> list[Finding]:
+    out = []
+    for name, info in sorted(adapters.items()):
+        for port, pinfo in sorted(info.get("ports", {}).items()):
+            state = pinfo.get("state")
+            if state is not None and state != "ACTIVE":
+                out.append(
+                    Finding(
+                        "EFA_PORT_DOWN",
+                        f"efa:{name}",
+                        f"{name} port {port} is {state} (phys {pinfo.get('phys_state')})",
+                        {"port": port, "state": state, "phys_state": pinfo.get("phys_state")},
+                    )
+                )
+        if not info.get("ports"):
+            out.append(
+                Finding(
+                    "EFA_PORT_DOWN",
+                    f"efa:{name}",
+                    f"{name} has no ports",
+                    {"port": None, "state": None},
+                )
+            )
+    return out
+
+
+def _baseline(
+    snapshot: Mapping[str, Any], ctx: ProbeContext
+) -> tuple[Optional[Mapping[str, Any]], float]:
+    if isinstance(snapshot.get("baseline"), dict):
+        base = snapshot["baseline"]
+        return dict(base.get("adapters", {})), float(base.get("ts", 0.0))
+    prev = ctx.previous
+    if not isinstance(prev, dict):
+        return None, 0.0
+    if prev.get("boot_id") and snapshot.get("boot_id") and prev["boot_id"] != snapshot["boot_id"]:
+        return None, 0.0  # counters restarted at boot; the next run has a baseline again
+    return dict(prev.get("adapters", {})), float(prev.get("ts", ctx.previous_ts) or ctx.previous_ts)
+
+
+def delta(now: int, before: Optional[int]) -> Optional[int]:
+    """Growth of a counter between reads: None when it was reset (went down, no wrap)."""
+    if before is None:
+        return None
+    if now >= before:
+        return now - before
+    if before >= U64 // 2:  # a u64 counter wrapped
+        return U64 - before + now
+    return None
+
+
+def _flat(info: Mapping[str, Any]) -> dict[str, int]:
+    """Port-1 (first port) counters, then device-level ones."""
+    out: dict[str, int] = {}
+    for _port, pinfo in sorted(info.get("ports", {}).items()):
+        for key, value in pinfo.get("counters", {}).items():
+            out.setdefault(key, value)
+    for key, value in info.get("counters", {}).items():
+        out.setdefault(key, value)
+    return out
+
+
+def _eval_rates(
+    adapters: Mapping[str, Any], base: Mapping[str, Any], dt: float, opts: Mapping[str, Any]
+) -> list[Finding]:
+    limits: Mapping[str, float] = opts["rate_limits"]
+    factor = float(opts["critical_factor"])
+    out = []
+    for name, info in sorted(adapters.items()):
+        before = base.get(name)
+        if not before:
+            continue
+        now_c, before_c = _flat(info), _flat(before)
+        high: dict[str, list[dict[str, Any]]] = {}
+        for counter, limit in sorted(limits.items()):
+            if counter not in now_c:
+                continue
+            grown = delta(now_c[counter], before_c.get(counter))
+            if grown is None:
+                continue
+            rate = grown / dt
+            if rate >= limit:
+                code = (
+                    "EFA_COUNTER_RATE_CRIT" if rate >= limit * factor else "EFA_COUNTER_RATE_WARN"
+                )
+                high.setdefault(code, []).append(
+                    {"counter": counter, "rate_per_s": round(rate, 3), "limit_per_s": limit}
+                )
+        for code, items in sorted(high.items()):
+            what = ", ".join(f"{i['counter']} {i['rate_per_s']:g}/s" for i in items)
+            out.append(
+                Finding(
+                    code,
+                    f"efa:{name}",
+                    f"{name}: {what} over the limit",
+                    {"counters": items, "interval_s": round(dt, 3)},
+                )
+            )
+    return out
+
+
+def _eval_growth(adapters: Mapping[str, Any], base: Mapping[str, Any]) -> list[Finding]:
+    out = []
+    for name, info in sorted(adapters.items()):
+        before = (base.get(name) or {}).get("counters", {})
+        for counter, code in GROWTH_CODES.items():
+            now = info.get("counters", {}).get(counter)
+            if now is None:
+                continue
+            grown = delta(now, before.get(counter))
+            if grown:
+                out.append(
+                    Finding(
+                        code,
+                        f"efa:{name}",
+                        f"{name}: {counter} grew by {grown} (now {now})",
+                        {"counter": counter, "grown": grown, "total": now},
+                    )
+                )
+    return out

@@ -1,0 +1,402 @@
+"""Kernel-log rules as data: regular expressions over kernel messages that raise catalogue codes.
+
+Built-in rules ship as ``*.toml`` in this package; sites add their own in ``rules_dir``
+(``/etc/hma/rules.d/*.toml``), each file declaring the ``SITE_*`` codes its rules raise. One rule
+set serves the ``kernel_log`` event source and ``hma logscan``. See docs/kernel-log.md.
+
+A rule file::
+
+    [[rules]]
+    name = "nvrm-fallen-off-bus"          # unique, used in the finding's details
+    needles = ["fallen off the bus"]      # literal prefilter: one must occur (cheap under storms)
+    pattern = 'NVRM: GPU (?P<pci>\\S+): GPU has fallen off the bus'   # Python regex, searched
+    code = "GPU_FALLEN_OFF_BUS"
+    component = ["{gpu}", "node"]         # first template whose groups matched; {gpu} <- pci
+    message = "GPU {pci} has fallen off the bus"
+    # optional: severity / action (override the catalogue for this rule), kind = "xid",
+    # before = 'regex' + before_lines = N (fill missing groups from the N previous lines)
+
+    [codes.SITE_EXAMPLE]                  # site files only: catalogue entries for their rules
+    summary = "..."  ...
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+import string
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Optional, Sequence
+
+try:
+    from re import _parser as _sre_parse  # type: ignore[attr-defined]  # Python 3.11+
+except ImportError:  # pragma: no cover - Python 3.9, 3.10
+    import sre_parse as _sre_parse
+
+from hma.adapters import tomlcompat
+from hma.contracts.catalogue import Catalogue, CatalogueError, Entry, parse_entry
+from hma.contracts.model import Action, Finding, Severity
+from hma.probes.nvidia import xid
+
+MAX_MESSAGE = 4096  # characters of a message that rules see (longer ones are cut)
+_RULE_KEYS = {
+    "name",
+    "kind",
+    "needles",
+    "pattern",
+    "code",
+    "component",
+    "message",
+    "severity",
+    "action",
+    "before",
+    "before_lines",
+}
+
+
+class RulesError(ValueError):
+    """Rule files are malformed; ``errors`` holds one ``file: problem`` line each."""
+
+    def __init__(self, errors: Sequence[str]) -> None:
+        super().__init__("\n".join(errors))
+        self.errors = list(errors)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One compiled rule."""
+
+    name: str
+    kind: str  # "code" (raise ``code``) or "xid" (code from the Xid number, hma.probes.nvidia.xid)
+    pattern: re.Pattern[str]
+    code: str
+    needles: tuple[str, ...] = ()
+    component: tuple[str, ...] = ("node",)
+    message: str = ""
+    severity: Optional[Severity] = None
+    action: Optional[Action] = None
+    before: Optional[re.Pattern[str]] = None
+    before_lines: int = 0
+    origin: str = ""
+
+
+def derive_needles(pattern: re.Pattern[str]) -> list[str]:
+    """A literal every match of ``pattern`` contains (the longest run of plain characters at its
+    top level, 3 or more), as a one-needle list; [] when there is none (no prefilter then)."""
+    if pattern.flags & re.IGNORECASE:
+        return []
+    try:
+        parsed = _sre_parse.parse(pattern.pattern, pattern.flags)
+    except Exception:  # noqa: BLE001 - compiled already; a parser difference only costs speed
+        return []
+    best, run = "", ""
+    for op, arg in [*parsed, (None, None)]:
+        if op is _sre_parse.LITERAL:
+            run += chr(arg)
+            continue
+        best, run = max(best, run, key=len), ""
+    return [best] if len(best) >= 3 else []
+
+
+def _fields(template: str) -> list[str]:
+    return [f for _, f, _, _ in string.Formatter().parse(template) if f]
+
+
+def compile_rule(raw: Mapping[str, Any], origin: str) -> Rule:
+    """A rule from its TOML table; raises ``ValueError`` naming the problem."""
+    unknown = set(raw) - _RULE_KEYS
+    if unknown:
+        raise ValueError(f"unknown key(s) {', '.join(sorted(unknown))}")
+    name = raw.get("name")
+    if not isinstance(name, str) or not name:
+        raise ValueError("name: required string")
+    kind = raw.get("kind", "code")
+    if kind not in ("code", "xid"):
+        raise ValueError(f"{name}: kind must be 'code' or 'xid'")
+    pattern_text = raw.get("pattern", xid.XID_RE.pattern if kind == "xid" else None)
+    if not isinstance(pattern_text, str) or not pattern_text:
+        raise ValueError(f"{name}: pattern: required string")
+    try:
+        pattern = re.compile(pattern_text)
+        before = re.compile(raw["before"]) if "before" in raw else None
+    except (re.error, TypeError) as exc:
+        raise ValueError(f"{name}: bad regular expression: {exc}") from None
+    code = raw.get("code", xid.OTHER if kind == "xid" else None)
+    if not isinstance(code, str) or not code:
+        raise ValueError(f"{name}: code: required string")
+    needles = raw.get("needles", [])
+    if not isinstance(needles, list) or not all(isinstance(n, str) and n for n in needles):
+        raise ValueError(f"{name}: needles: expected a list of non-empty strings")
+    if not needles:
+        needles = derive_needles(pattern)
+    component = raw.get("component", ["node"])
+    if isinstance(component, str):
+        component = [component]
+    if not isinstance(component, list) or not all(isinstance(c, str) for c in component):
+        raise ValueError(f"{name}: component: expected a string or a list of strings")
+    groups = set(pattern.groupindex) | set(before.groupindex if before else ())
+    groups.add("gpu")
+    for template in [*component, str(raw.get("message", ""))]:
+        missing = [f for f in _fields(template) if f not in groups]
+        if missing:
+            raise ValueError(f"{name}: template {template!r} names unknown group(s) {missing}")
+    try:
+        severity = Severity.parse(raw["severity"]) if "severity" in raw else None
+        action = Action.parse(raw["action"]) if "action" in raw else None
+    except (ValueError, AttributeError) as exc:
+        raise ValueError(f"{name}: {exc}") from None
+    before_lines = raw.get("before_lines", 3 if before else 0)
+    if not isinstance(before_lines, int) or not 0 <= before_lines <= 32:
+        raise ValueError(f"{name}: before_lines: expected an integer 0..32")
+    return Rule(
+        name=name,
+        kind=kind,
+        pattern=pattern,
+        code=code,
+        needles=tuple(needles),
+        component=tuple(component),
+        message=str(raw.get("message", "")),
+        severity=severity,
+        action=action,
+        before=before,
+        before_lines=before_lines,
+        origin=origin,
+    )
+
+
+def _parse_file(name: str, text: str, site: bool) -> tuple[list[Rule], list[Entry], list[str]]:
+    errors: list[str] = []
+    try:
+        data = tomlcompat.loads(text)
+    except tomlcompat.TOMLDecodeError as exc:
+        return [], [], [f"{name}: invalid TOML: {exc}"]
+    extra = set(data) - {"rules", "codes"}
+    if extra:
+        errors.append(f"{name}: unknown table(s) {', '.join(sorted(extra))}")
+    entries: list[Entry] = []
+    codes = data.get("codes", {})
+    if codes and not site:
+        errors.append(f"{name}: built-in rule files declare no codes (the catalogue does)")
+    if not isinstance(codes, dict):
+        errors.append(f"{name}: codes: expected tables")
+        codes = {}
+    for code, raw in codes.items():
+        if not code.startswith("SITE_"):
+            errors.append(f"{name}: codes.{code}: site codes must start with SITE_")
+            continue
+        if not isinstance(raw, dict):
+            errors.append(f"{name}: codes.{code}: expected a table")
+            continue
+        try:
+            entries.append(parse_entry(code, raw))
+        except CatalogueError as exc:
+            errors.append(f"{name}: codes.{exc}")
+    rules: list[Rule] = []
+    raw_rules = data.get("rules", [])
+    if not isinstance(raw_rules, list):
+        errors.append(f"{name}: rules: expected [[rules]] tables")
+        raw_rules = []
+    for i, raw in enumerate(raw_rules):
+        if not isinstance(raw, dict):
+            errors.append(f"{name}: rules[{i}]: expected a table")
+            continue
+        try:
+            rule = compile_rule(raw, name)
+        except ValueError as exc:
+            errors.append(f"{name}: rules[{i}]: {exc}")
+            continue
+        if site and (rule.kind != "code" or not rule.code.startswith("SITE_")):
+            errors.append(f"{name}: rules[{i}] {rule.name}: site rules raise SITE_ codes only")
+            continue
+        rules.append(rule)
+    return rules, entries, errors
+
+
+def builtin_rules() -> list[Rule]:
+    """The rules shipped with hma (``probes/kernel_log/rules/*.toml``, in file-name order)."""
+    rules: list[Rule] = []
+    errors: list[str] = []
+    folder = resources.files(__name__)
+    for item in sorted(folder.iterdir(), key=lambda p: p.name):
+        if item.name.endswith(".toml"):
+            more, _codes, errs = _parse_file(item.name, item.read_text(encoding="utf-8"), False)
+            rules += more
+            errors += errs
+    if errors:
+        raise RulesError(errors)
+    return rules
+
+
+def load_site(folder: Optional[str]) -> tuple[list[Rule], list[Entry]]:
+    """Site rules and the SITE_ codes they declare, from ``folder/*.toml`` (absent: none).
+
+    Raises ``RulesError`` with every problem at once; a rule whose code no site file declares
+    (and that is not a built-in SITE_ code) is an error too.
+    """
+    if not folder:
+        return [], []
+    path = Path(folder)
+    if not path.is_dir():
+        return [], []
+    rules: list[Rule] = []
+    entries: list[Entry] = []
+    errors: list[str] = []
+    for item in sorted(path.glob("*.toml")):
+        try:
+            text = item.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            errors.append(f"{item}: cannot read: {exc}")
+            continue
+        more, codes, errs = _parse_file(str(item), text, True)
+        rules += more
+        entries += codes
+        errors += errs
+    seen: set[str] = set()
+    for entry in entries:
+        if entry.code in seen:
+            errors.append(f"{folder}: {entry.code} declared twice")
+        seen.add(entry.code)
+    if errors:
+        raise RulesError(errors)
+    return rules, entries
+
+
+class RuleSet:
+    """Built-in rules followed by site rules; the first matching rule of a line wins."""
+
+    def __init__(self, rules: Iterable[Rule]) -> None:
+        self.rules = list(rules)
+        names = [r.name for r in self.rules]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise RulesError([f"rule name(s) used twice: {', '.join(dupes)}"])
+        self.history = max((r.before_lines for r in self.rules), default=0)
+        # the literal prefilter: a message without any of these matches no rule (None: a rule
+        # without a literal, every message goes through the regular expressions)
+        self.needles: Optional[tuple[str, ...]] = None
+        if all(r.needles for r in self.rules):
+            self.needles = tuple(sorted({n for r in self.rules for n in r.needles}))
+
+    @classmethod
+    def load(cls, site_folder: Optional[str] = None) -> RuleSet:
+        """Built-in plus site rules; raises ``RulesError``."""
+        site, _codes = load_site(site_folder)
+        return cls([*builtin_rules(), *site])
+
+    def codes(self) -> set[str]:
+        """Codes the rules can raise (Xid rules: every GPU_XID_ code)."""
+        out = {r.code for r in self.rules if r.kind == "code"}
+        if any(r.kind == "xid" for r in self.rules):
+            out |= {xid.xid_code(n) for n in xid.catalogued_xids()} | {xid.OTHER}
+        return out
+
+    def check(self, catalogue: Catalogue) -> list[str]:
+        """Problems: rule codes the catalogue does not declare."""
+        return [
+            f"{r.origin}: rule {r.name} raises {r.code}, which the catalogue does not declare"
+            for r in self.rules
+            if r.kind == "code" and r.code not in catalogue
+        ]
+
+    def matcher(self, source: str = "kernel_log") -> Matcher:
+        """A stateful matcher (it remembers the previous lines for multi-line rules)."""
+        return Matcher(self, source)
+
+
+class _Groups(dict[str, str]):
+    def __missing__(self, key: str) -> str:
+        return "?"
+
+
+class Matcher:
+    """Feeds kernel messages one at a time through a rule set."""
+
+    def __init__(self, ruleset: RuleSet, source: str) -> None:
+        self.rules = ruleset.rules
+        self.needles = ruleset.needles
+        self.source = source
+        self._recent: collections.deque[str] = collections.deque(maxlen=max(ruleset.history, 1))
+
+    def feed(
+        self, message: str, ts: float = 0.0, evidence: Optional[Mapping[str, Any]] = None
+    ) -> Optional[Finding]:
+        """The finding of the first rule that matches ``message``, or None."""
+        if len(message) > MAX_MESSAGE:
+            message = message[:MAX_MESSAGE]
+        try:
+            if self.needles is not None and not any(n in message for n in self.needles):
+                return None  # the common case: one cheap check, no regular expression
+            return self._match(message, ts, evidence or {})
+        finally:
+            self._recent.append(message)
+
+    def context(self, messages: Sequence[str]) -> None:
+        """The messages before the next one fed (for multi-line rules), when the caller skipped
+        lines without feeding them (``hma logscan`` feeds prefiltered lines only)."""
+        self._recent.clear()
+        self._recent.extend(m[:MAX_MESSAGE] for m in messages)
+
+    def _match(self, message: str, ts: float, evidence: Mapping[str, Any]) -> Optional[Finding]:
+        for rule in self.rules:
+            if rule.needles and not any(n in message for n in rule.needles):
+                continue
+            m = rule.pattern.search(message)
+            if m is None:
+                continue
+            details: dict[str, Any] = {"line": message[:1000], "rule": rule.name, **evidence}
+            if rule.kind == "xid":
+                line = xid.parse_xid_line(message)
+                if line is None:
+                    continue
+                finding = xid.line_finding(line, details, self.source, ts)
+                return _override(finding, rule)
+            groups = {k: v for k, v in m.groupdict().items() if v is not None}
+            if rule.before is not None:
+                missing = set(rule.before.groupindex) - set(groups)
+                if missing:
+                    groups.update(self._look_back(rule))
+            if "pci" in groups:
+                groups["gpu"] = xid.component_of(groups["pci"])
+            component = _component(rule.component, groups)
+            message_text = (
+                string.Formatter().vformat(rule.message, (), _Groups(groups))
+                if rule.message
+                else message
+            )
+            details.update({k: v for k, v in groups.items() if k != "gpu"})
+            return Finding(
+                rule.code,
+                component,
+                message_text[:400],
+                details,
+                rule.severity,
+                rule.action,
+                probe=self.source,
+                ts=ts,
+            )
+        return None
+
+    def _look_back(self, rule: Rule) -> dict[str, str]:
+        assert rule.before is not None
+        for previous in list(self._recent)[-rule.before_lines :][::-1]:
+            m = rule.before.search(previous)
+            if m:
+                return {k: v for k, v in m.groupdict().items() if v is not None}
+        return {}
+
+
+def _override(finding: Finding, rule: Rule) -> Finding:
+    if rule.severity is None and rule.action is None:
+        return finding
+    return finding.with_(
+        severity=rule.severity or finding.severity, action=rule.action or finding.action
+    )
+
+
+def _component(templates: Sequence[str], groups: Mapping[str, str]) -> str:
+    for template in templates:
+        if all(f in groups for f in _fields(template)):
+            return template.format_map(groups)
+    return "node"

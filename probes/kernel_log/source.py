@@ -1,0 +1,322 @@
+"""``kernel_log`` event source: kernel messages through the rules of probes/kernel_log/rules, as
+they arrive.
+
+Reads /dev/kmsg in a poll that blocks on the device and the stop's descriptor (no idle wake-ups):
+a line is matched the moment the kernel prints it. Each record carries a sequence number; the last
+one handled is kept in the state store with the boot id, so after a restart in the same boot the
+ring buffer is read again but records up to the stored one are skipped (nothing missed, nothing
+repeated), and after a reboot everything in the buffer is new. Where /dev/kmsg cannot be read,
+journald (systemd-python's ``journal.Reader``, optional) serves the kernel messages instead, with
+its own cursor, blocking the same way on the journal's inotify descriptor. The path is
+configurable: tests feed a FIFO of kmsg records.
+
+Only kernel records are trusted: every /dev/kmsg record (only root may write the device, as
+``hma inject`` does), and journald entries with ``_TRANSPORT=kernel`` (journald sets that field
+itself; syslog and native entries, which any user can send, are never read).
+
+Bad input is survived: lines longer than ``max_line`` are cut, bytes that are not UTF-8 replaced,
+records that do not parse counted and skipped, and EPIPE (the kernel overwrote records before we
+read them) is counted and reading goes on.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import select
+import stat
+import time
+from typing import Any, Callable, ClassVar, Mapping, Optional
+
+from hma.contracts.catalogue import Entry
+from hma.contracts.model import Finding
+from hma.contracts.options import Option, positive
+from hma.contracts.source import EventSource, SourceContext
+from hma.probes.kernel_log.lines import from_identifier, parse_record
+from hma.probes.kernel_log.rules import RuleSet, load_site
+from hma.probes.nvidia import xid
+
+CURSOR_KEY = "kernel_log.cursor"
+JOURNAL_CURSOR_KEY = "kernel_log.journal_cursor"
+POLL_S = 1.0  # idle wake-ups when ctx.stop has no fileno
+CURSOR_EVERY_S = 5.0  # a line that raised a finding saves the cursor at once
+READ_SIZE = 65536
+
+
+class KernelLogSource(EventSource):
+    """Kernel messages (/dev/kmsg, else journald) through the kernel-log rules."""
+
+    name = "kernel_log"
+    description = "NVRM Xid, fallen-off-bus, machine-check, hung-task and Neuron kernel messages"
+    options: ClassVar[Mapping[str, Option]] = {
+        "path": Option("path", "/dev/kmsg", "Kernel message device (tests: a FIFO of records)."),
+        "backend": Option(
+            "choice",
+            "auto",
+            "auto: /dev/kmsg, journald when it cannot be read; or force kmsg or journal.",
+            choices=("auto", "kmsg", "journal"),
+        ),
+        "rules_dir": Option(
+            "path", "/etc/hma/rules.d", "Site rule files (*.toml) with their SITE_ codes."
+        ),
+        "dedupe_s": Option(
+            "float",
+            10.0,
+            "Repeats of one fault within this many seconds are one event with a count.",
+            check=positive,
+        ),
+        "max_line": Option(
+            "int", 16384, "Bytes of one kernel record kept (longer: cut).", minimum=256
+        ),
+    }
+
+    def __init__(self) -> None:
+        self.stats: dict[str, int] = {
+            "records": 0,
+            "skipped": 0,
+            "malformed": 0,
+            "overruns": 0,
+            "truncated": 0,
+            "findings": 0,
+        }
+        self.backend_used = ""
+
+    @classmethod
+    def declared_codes(cls, options: Mapping[str, Any]) -> list[Entry]:
+        """The SITE_ codes of the site rule files."""
+        _rules, entries = load_site(options.get("rules_dir"))
+        return entries
+
+    def applies(self, ctx: SourceContext) -> Optional[str]:
+        """Runs where /dev/kmsg is readable or journald can be read."""
+        backend = ctx.options.get("backend", "auto")
+        path = str(ctx.options.get("path", "/dev/kmsg"))
+        if backend != "journal" and os.access(path, os.R_OK):
+            return None
+        if backend != "kmsg" and _journal_module() is not None:
+            return None
+        return f"{path} is not readable and journald support (systemd-python) is not installed"
+
+    def run(self, ctx: SourceContext, emit: Callable[[Finding], None]) -> None:
+        """Read until ``ctx.stop`` is set."""
+        rules = RuleSet.load(ctx.options.get("rules_dir"))
+        # The Xid catalogue is read now, not on the first Xid line: that read (14-28 ms) was on
+        # the path from the line to the drain (docs/scale.md).
+        xid.catalogued_xids()
+        backend = ctx.options.get("backend", "auto")
+        path = str(ctx.options.get("path", "/dev/kmsg"))
+        if backend == "journal":
+            self._run_journal(ctx, emit, rules)
+            return
+        try:
+            fd = _open(path)
+        except OSError as exc:
+            if backend == "kmsg" or _journal_module() is None:
+                raise
+            if exc.errno not in (errno.EACCES, errno.EPERM, errno.ENOENT, errno.ENODEV):
+                raise
+            self._run_journal(ctx, emit, rules)
+            return
+        try:
+            self._run_kmsg(fd, ctx, emit, rules)
+        finally:
+            os.close(fd)
+
+    # --- /dev/kmsg ------------------------------------------------------------------------------
+
+    def _run_kmsg(
+        self, fd: int, ctx: SourceContext, emit: Callable[[Finding], None], rules: RuleSet
+    ) -> None:
+        self.backend_used = "kmsg"
+        max_line = int(ctx.options.get("max_line", 16384))
+        dedup = xid.Dedup(float(ctx.options.get("dedupe_s", 10.0)))
+        matcher = rules.matcher(self.name)
+        stored = ctx.kv.get(CURSOR_KEY) or {}
+        last_seq = -1
+        if isinstance(stored, dict) and stored.get("boot_id") == ctx.boot_id:
+            last_seq = int(stored.get("seq", -1))
+        cursor = _Cursor(ctx, CURSOR_KEY, "seq", last_seq)
+        poller, stoppable = _poller(ctx, fd, select.POLLIN)
+        buf = b""
+        cut: Optional[bytes] = None  # head of an over-long line whose end is still to come
+
+        def handle(raw: bytes) -> None:
+            if raw.startswith(b" ") or not raw:  # continuation (KEY=value dictionary) lines
+                return
+            record = parse_record(raw)
+            if record is None:
+                self.stats["malformed"] += 1
+                return
+            if record.seq <= cursor.value:
+                self.stats["skipped"] += 1
+                return
+            self.stats["records"] += 1
+            evidence = {"seq": record.seq, "kernel_ts_us": record.ts_usec}
+            if record.facility != 0:
+                evidence["facility"] = record.facility
+            finding = matcher.feed(record.message, time.time(), evidence)
+            if finding is not None:
+                admitted = dedup.admit(finding, time.monotonic())
+                if admitted is not None:
+                    self.stats["findings"] += 1
+                    emit(admitted)
+                    cursor.value = record.seq
+                    cursor.save()  # after emitting: a crash in between repeats, never misses
+                    return
+            cursor.value = record.seq
+
+        try:
+            while not ctx.stop.is_set():
+                cursor.save_when_due()
+                ready = poller.poll(_idle_wait_ms(stoppable, cursor.pending))
+                if not any(ready_fd == fd for ready_fd, _ in ready):
+                    continue
+                try:
+                    chunk = os.read(fd, READ_SIZE)
+                except BlockingIOError:
+                    continue
+                except InterruptedError:
+                    continue
+                except BrokenPipeError:  # EPIPE: records overwritten before we read them
+                    self.stats["overruns"] += 1
+                    continue
+                if not chunk:  # end of a regular file, or a FIFO without writers
+                    ctx.stop.wait(POLL_S)
+                    continue
+                buf += chunk
+                while True:
+                    nl = buf.find(b"\n")
+                    if nl < 0:
+                        break
+                    line, buf = buf[:nl], buf[nl + 1 :]
+                    if cut is not None:
+                        line, cut = cut, None
+                    elif len(line) > max_line:
+                        line = line[:max_line]
+                        self.stats["truncated"] += 1
+                    handle(line)
+                if len(buf) > max_line:  # no newline in sight: keep the head, drop the rest
+                    if cut is None:
+                        cut = buf[:max_line]
+                        self.stats["truncated"] += 1
+                    buf = b""
+        finally:
+            cursor.save()
+
+    # --- journald -------------------------------------------------------------------------------
+
+    def _run_journal(
+        self, ctx: SourceContext, emit: Callable[[Finding], None], rules: RuleSet
+    ) -> None:
+        journal = _journal_module()
+        if journal is None:
+            raise RuntimeError("journald support needs systemd-python (pip install hma[journal])")
+        self.backend_used = "journal"
+        dedup = xid.Dedup(float(ctx.options.get("dedupe_s", 10.0)))
+        matcher = rules.matcher(self.name)
+        reader = journal.Reader()
+        cursor = _Cursor(ctx, JOURNAL_CURSOR_KEY, "cursor", None)
+        try:
+            reader.this_boot()
+            reader.add_match(_TRANSPORT="kernel")  # not syslog: any user can write that
+            stored = ctx.kv.get(JOURNAL_CURSOR_KEY) or {}
+            if isinstance(stored, dict) and stored.get("boot_id") == ctx.boot_id:
+                reader.seek_cursor(stored["cursor"])
+                reader.get_next()  # the stored entry itself was handled
+            else:
+                reader.seek_head()
+            poller, stoppable = _poller(ctx, reader.fileno(), reader.get_events())
+            while not ctx.stop.is_set():
+                entry = reader.get_next()
+                if not entry:
+                    cursor.save_when_due()
+                    # block on the journal's inotify descriptor (and the stop), not a timer
+                    poller.poll(_idle_wait_ms(stoppable, cursor.pending, reader.get_timeout_ms()))
+                    reader.process()  # consume the wake-up: the descriptor turns quiet again
+                    continue
+                cursor.value = entry.get("__CURSOR", cursor.value)
+                if entry.get("_TRANSPORT") != "kernel":  # the match does this; never trust less
+                    self.stats["skipped"] += 1
+                    continue
+                self.stats["records"] += 1
+                message = entry.get("MESSAGE", "")
+                if isinstance(message, bytes):
+                    message = message.decode("utf-8", "replace")
+                text = from_identifier(str(entry.get("SYSLOG_IDENTIFIER", "kernel")), str(message))
+                finding = matcher.feed(text, time.time(), {"journal_cursor": cursor.value})
+                if finding is None:
+                    continue
+                admitted = dedup.admit(finding, time.monotonic())
+                if admitted is not None:
+                    self.stats["findings"] += 1
+                    emit(admitted)
+                    cursor.save()  # after emitting: a crash in between repeats, never misses
+        finally:
+            cursor.save()
+            reader.close()
+
+
+class _Cursor:
+    """The last record handled, kept in the state store (``key``: the boot id and ``field``)
+    when it moved: at once after a finding, else at most every CURSOR_EVERY_S."""
+
+    def __init__(self, ctx: SourceContext, key: str, field: str, value: Any) -> None:
+        self._ctx, self._key, self._field = ctx, key, field
+        self.value = self._saved = value
+        self._saved_at = time.monotonic()
+
+    @property
+    def pending(self) -> bool:
+        """Whether the cursor moved since it was last saved."""
+        return bool(self.value != self._saved)
+
+    def save(self) -> None:
+        """Store the cursor if it moved."""
+        if self.pending:
+            self._ctx.kv.set(self._key, {"boot_id": self._ctx.boot_id, self._field: self.value})
+            self._saved = self.value
+        self._saved_at = time.monotonic()
+
+    def save_when_due(self) -> None:
+        """``save`` once CURSOR_EVERY_S have passed since the last one."""
+        if time.monotonic() - self._saved_at >= CURSOR_EVERY_S:
+            self.save()
+
+
+def _poller(ctx: SourceContext, fd: int, events: int) -> tuple[select.poll, bool]:
+    """A poll object on ``fd`` and, where ``ctx.stop`` has one (the daemon's StopEvent), the
+    stop's descriptor; and whether it has (else the caller must wake to look at the stop)."""
+    poller = select.poll()
+    poller.register(fd, events)
+    stop_fd = getattr(ctx.stop, "fileno", None)
+    if stop_fd is not None:
+        poller.register(stop_fd(), select.POLLIN)
+    return poller, stop_fd is not None
+
+
+def _idle_wait_ms(stoppable: bool, cursor_pending: bool, limit_ms: int = -1) -> int:
+    """poll() timeout of an idle reader: block (-1) until input or the stop, except to look at
+    a stop without a descriptor (every POLL_S), to save a pending cursor (after CURSOR_EVERY_S),
+    or within ``limit_ms`` (a journal that cannot be watched reliably says when to look again)."""
+    waits = [limit_ms] if limit_ms >= 0 else []
+    if not stoppable:
+        waits.append(int(POLL_S * 1000))
+    if cursor_pending:
+        waits.append(int(CURSOR_EVERY_S * 1000))
+    return min(waits, default=-1)
+
+
+def _open(path: str) -> int:
+    """A non-blocking descriptor on the kmsg device, a FIFO (opened read-write, so that it never
+    reports end-of-file between writers) or a regular file."""
+    st = os.stat(path)
+    flags = os.O_RDWR if stat.S_ISFIFO(st.st_mode) else os.O_RDONLY
+    return os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC)
+
+
+def _journal_module() -> Any:
+    try:
+        from systemd import journal
+    except ImportError:
+        return None
+    return journal

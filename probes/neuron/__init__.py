@@ -1,0 +1,1 @@
+"""AWS Neuron devices (sysfs counters)."""

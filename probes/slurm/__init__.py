@@ -1,0 +1,1 @@
+"""The node as slurmd sees it."""

@@ -1,0 +1,1 @@
+"""Basic system checks (file systems, memory, load, clocks)."""

@@ -1,0 +1,362 @@
+"""``system`` probe: filesystems, physical memory, required processes, EDAC memory ECC, CPUs.
+
+Everything is read under the injectable sysfs/procfs roots, so tests run on fixture trees.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, ClassVar, Mapping, Optional
+
+import psutil
+
+from hma.adapters.files import ReadError
+from hma.adapters.strict import ParseError, parse_uint
+from hma.contracts.model import Finding
+from hma.contracts.options import Option
+from hma.contracts.probe import Probe, ProbeContext, unknown
+
+NODE = "node"
+GIB = 1 << 30
+MAX_CPU = 1 << 22  # the kernel's NR_CPUS limit is 8192; anything near this is garbage
+MEMINFO_KEYS = ("MemTotal", "MemAvailable")
+
+
+class SystemProbe(Probe):
+    """Basic host checks every node needs."""
+
+    name = "system"
+    description = "filesystems, memory, processes, EDAC ECC, CPUs"
+    default_interval = 60.0
+    default_timeout = 20.0
+    options: ClassVar[Mapping[str, Option]] = {
+        "filesystems": Option("strlist", ["/", "/tmp"], "Paths that must exist and be writable."),
+        "min_free_percent": Option(
+            "float", 5.0, "Critical below this % free space.", minimum=0, maximum=100
+        ),
+        "min_free_inodes_percent": Option(
+            "float", 5.0, "Critical below this % free inodes.", minimum=0, maximum=100
+        ),
+        "expected_memory_gib": Option(
+            "float",
+            None,
+            "Installed memory in GiB; MemTotal below it (less tolerance) is critical.",
+        ),
+        "memory_tolerance_percent": Option(
+            "float", 3.0, "Slack for MemTotal against expected_memory_gib.", minimum=0, maximum=100
+        ),
+        "min_available_percent": Option(
+            "float",
+            2.0,
+            "Warning (never drains) when MemAvailable is below this %.",
+            minimum=0,
+            maximum=100,
+        ),
+        "processes": Option(
+            "strlist", None, "Process names that must run; unset: slurmd where Slurm is configured."
+        ),
+        "slurm_conf": Option(
+            "path", "/etc/slurm/slurm.conf", "Presence means Slurm is configured."
+        ),
+        "edac_ce_per_run": Option(
+            "int",
+            100,
+            "Warning when corrected host ECC errors grow by more than this per run.",
+            minimum=1,
+        ),
+        "expected_cpus": Option(
+            "int", None, "Online CPUs expected; unset: all present CPUs.", minimum=1
+        ),
+    }
+
+    def collect(self, ctx: ProbeContext) -> Any:
+        opts = ctx.options
+        snap: dict[str, Any] = {"errors": {}}
+        snap["mounts"] = _guard(snap, "mounts", lambda: _mounts(ctx))
+        snap["filesystems"] = {p: _fs(p) for p in opts["filesystems"]}
+        snap["meminfo"] = _guard(snap, "meminfo", lambda: _meminfo(ctx))
+        wanted = opts["processes"]
+        if wanted is None:
+            slurm = ctx.facts.slurm_configured or os.path.exists(opts["slurm_conf"])
+            wanted = ["slurmd"] if slurm else []
+        snap["processes_wanted"] = list(wanted)
+        snap["processes"] = _guard(snap, "processes", lambda: sorted(_comms(ctx) & set(wanted)))
+        snap["edac"] = _guard(snap, "edac", lambda: _edac(ctx))
+        snap["cpus"] = _guard(snap, "cpus", lambda: _cpus(ctx))
+        return snap
+
+    def evaluate(self, snapshot: Any, ctx: ProbeContext) -> list[Finding]:
+        opts = ctx.options
+        out: list[Finding] = []
+        errors: dict[str, str] = snapshot.get("errors", {})
+        for what, error in sorted(errors.items()):
+            out.append(
+                unknown("SYS_READ_FAILED", NODE, f"cannot read {what}: {error}", source=what)
+            )
+        out += _eval_fs(snapshot, opts)
+        out += _eval_memory(snapshot.get("meminfo"), opts)
+        running = set(snapshot.get("processes") or [])
+        if "processes" not in errors:
+            for proc in snapshot.get("processes_wanted", []):
+                if proc not in running:
+                    out.append(
+                        Finding(
+                            "SYS_PROCESS_MISSING",
+                            NODE,
+                            f"required process {proc} is not running",
+                            {"process": proc},
+                        )
+                    )
+        out += _eval_edac(snapshot.get("edac"), _prev(ctx, "edac"), opts)
+        out += _eval_cpus(snapshot.get("cpus"), opts)
+        return out
+
+
+def _guard(snap: dict[str, Any], key: str, fn: Any) -> Any:
+    try:
+        return fn()
+    except (ReadError, OSError, ValueError) as exc:
+        snap["errors"][key] = str(exc)
+        return None
+
+
+def _prev(ctx: ProbeContext, key: str) -> Any:
+    return ctx.previous.get(key) if isinstance(ctx.previous, dict) else None
+
+
+def _unescape(field: str) -> str:
+    for code, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
+        field = field.replace(code, char)
+    return field
+
+
+def _mounts(ctx: ProbeContext) -> list[list[str]]:
+    """Rows ``[mountpoint, fstype, filesystem options, mount options]``.
+
+    From ``self/mountinfo``, the filesystem's own (superblock) options: a disk remounted
+    read-only after I/O errors shows ``ro`` there, while the read-only bind mounts of the agent's
+    own sandbox (systemd ``ProtectSystem=strict``) only set the per-mount flag. ``mounts`` (no
+    such distinction) is the fallback.
+    """
+    try:
+        text = ctx.procfs.text("self/mountinfo", limit=1 << 22)
+    except ReadError:
+        text = ""
+    rows = []
+    for line in text.splitlines():
+        left, sep, right = line.partition(" - ")
+        before, after = left.split(), right.split()
+        if sep and len(before) >= 6 and len(after) >= 3:
+            rows.append([_unescape(before[4]), after[0], after[2], before[5]])
+    if rows:
+        return rows
+    for line in ctx.procfs.text("mounts", limit=1 << 22).splitlines():
+        parts = line.split()
+        if len(parts) >= 4:
+            rows.append([_unescape(parts[1]), parts[2], parts[3]])
+    return rows
+
+
+def _fs(path: str) -> dict[str, Any]:
+    if not os.path.isdir(path):
+        return {"exists": False}
+    st = os.statvfs(path)
+    return {
+        "exists": True,
+        "free_percent": round(100.0 - psutil.disk_usage(path).percent, 2),
+        "inodes_total": st.f_files,
+        "inodes_free_percent": round(100.0 * st.f_favail / st.f_files, 2) if st.f_files else None,
+        "writable": os.access(path, os.W_OK),
+        "mount_readonly": bool(st.f_flag & os.ST_RDONLY),
+    }
+
+
+def _meminfo(ctx: ProbeContext) -> dict[str, int]:
+    out = {}
+    for line in ctx.procfs.text("meminfo").splitlines():
+        key, _, rest = line.partition(":")
+        fields = rest.split()
+        if key.strip() in MEMINFO_KEYS:  # strict: "<digits>" or "<digits> kB", else unknown
+            if len(fields) not in (1, 2) or fields[1:] not in ([], ["kB"]):
+                raise ParseError(f"meminfo {key.strip()}: not a size: {rest.strip()[:40]!r}")
+            out[key.strip()] = parse_uint(fields[0]) * (1024 if fields[1:] else 1)
+    if "MemTotal" not in out:
+        raise ValueError("meminfo has no MemTotal")
+    return out
+
+
+def _comms(ctx: ProbeContext) -> set[str]:
+    names = set()
+    for entry in ctx.procfs.listdir(""):
+        if entry.isdigit():
+            try:
+                names.add(ctx.procfs.text(f"{entry}/comm"))
+            except ReadError:
+                continue  # exited while we looked
+    return names
+
+
+def _edac(ctx: ProbeContext) -> dict[str, dict[str, int]]:
+    base = "devices/system/edac/mc"
+    out = {}
+    for mc in ctx.sysfs.listdir(base):
+        if mc.startswith("mc") and mc[2:].isdigit():
+            out[mc] = {
+                "ce_count": ctx.sysfs.integer(f"{base}/{mc}/ce_count"),
+                "ue_count": ctx.sysfs.integer(f"{base}/{mc}/ue_count"),
+            }
+    return out
+
+
+def parse_cpulist(text: str) -> int:
+    """Number of CPUs in a kernel cpulist such as ``0-3,8-11``; ParseError when malformed."""
+    total = 0
+    for part in text.strip().split(","):  # the kernel never writes an empty list or part
+        lo, dash, hi = part.partition("-")
+        first = parse_uint(lo, limit=MAX_CPU, hex_ok=False)
+        last = parse_uint(hi, limit=MAX_CPU, hex_ok=False) if dash else first
+        if last < first:
+            raise ParseError(f"descending CPU range {part[:40]!r}")
+        total += last - first + 1
+    return total
+
+
+def _cpus(ctx: ProbeContext) -> dict[str, int]:
+    base = "devices/system/cpu"
+    return {
+        "online": parse_cpulist(ctx.sysfs.text(f"{base}/online")),
+        "present": parse_cpulist(ctx.sysfs.text(f"{base}/present")),
+    }
+
+
+def _mount_of(path: str, mounts: list[list[str]]) -> Optional[list[str]]:
+    best = None
+    for row in mounts:
+        mp = row[0]
+        if (path == mp or path.startswith(mp.rstrip("/") + "/")) and (
+            best is None or len(mp) > len(best[0])
+        ):
+            best = row
+    return best
+
+
+def _eval_fs(snap: Mapping[str, Any], opts: Mapping[str, Any]) -> list[Finding]:
+    out = []
+    mounts = snap.get("mounts")
+    for path, fs in (snap.get("filesystems") or {}).items():
+        comp = NODE
+        if not fs.get("exists"):
+            out.append(Finding("SYS_FS_MISSING", comp, f"{path} does not exist", {"path": path}))
+            continue
+        mount = _mount_of(path, mounts) if mounts else None
+        if mount and "ro" in mount[2].split(","):
+            out.append(
+                Finding(
+                    "SYS_FS_READONLY",
+                    comp,
+                    f"{path} is mounted read-only ({mount[0]})",
+                    {"path": path, "mount": mount[0], "fstype": mount[1], "options": mount[2]},
+                )
+            )
+        elif not fs.get("writable") and not (
+            fs.get("mount_readonly") and mount and len(mount) > 3
+        ):  # read-only only at the mount level (the filesystem is rw): the agent's sandbox
+            out.append(Finding("SYS_FS_READONLY", comp, f"{path} is not writable", {"path": path}))
+        if fs["free_percent"] < opts["min_free_percent"]:
+            out.append(
+                Finding(
+                    "SYS_FS_FULL",
+                    comp,
+                    f"{path} has {fs['free_percent']:.1f}% free (< {opts['min_free_percent']:g}%)",
+                    {"path": path, "free_percent": fs["free_percent"]},
+                )
+            )
+        inodes = fs.get("inodes_free_percent")
+        if inodes is not None and inodes < opts["min_free_inodes_percent"]:
+            out.append(
+                Finding(
+                    "SYS_FS_INODES",
+                    comp,
+                    f"{path} has {inodes:.1f}% free inodes",
+                    {"path": path, "inodes_free_percent": inodes},
+                )
+            )
+    return out
+
+
+def _eval_memory(mem: Optional[Mapping[str, int]], opts: Mapping[str, Any]) -> list[Finding]:
+    if not mem:
+        return []
+    out = []
+    total = mem["MemTotal"]
+    expected = opts["expected_memory_gib"]
+    if expected:
+        floor = expected * GIB * (1 - opts["memory_tolerance_percent"] / 100.0)
+        if total < floor:
+            out.append(
+                Finding(
+                    "SYS_MEMORY_MISSING",
+                    NODE,
+                    f"MemTotal {total / GIB:.1f} GiB is below the expected {expected:g} GiB",
+                    {"mem_total_bytes": total, "expected_gib": expected},
+                )
+            )
+    available = mem.get("MemAvailable")
+    if (
+        available is not None
+        and total
+        and 100.0 * available / total < opts["min_available_percent"]
+    ):
+        out.append(
+            Finding(
+                "SYS_MEMORY_LOW",
+                NODE,
+                f"only {100.0 * available / total:.1f}% of memory available",
+                {"mem_available_bytes": available, "mem_total_bytes": total},
+            )
+        )
+    return out
+
+
+def _eval_edac(edac: Any, previous: Any, opts: Mapping[str, Any]) -> list[Finding]:
+    out = []
+    for mc, counts in sorted((edac or {}).items()):
+        comp = f"node:edac/{mc}"
+        if counts["ue_count"] > 0:
+            out.append(
+                Finding(
+                    "SYS_MEM_ECC_UE",
+                    comp,
+                    f"{counts['ue_count']} uncorrectable host memory errors on {mc}",
+                    dict(counts),
+                )
+            )
+        before = (previous or {}).get(mc)
+        if before is not None:
+            grown = counts["ce_count"] - before["ce_count"]
+            if grown > opts["edac_ce_per_run"]:
+                out.append(
+                    Finding(
+                        "SYS_MEM_ECC_CE",
+                        comp,
+                        f"{grown} corrected host memory errors on {mc} since the last run",
+                        {**counts, "grown": grown},
+                    )
+                )
+    return out
+
+
+def _eval_cpus(cpus: Optional[Mapping[str, int]], opts: Mapping[str, Any]) -> list[Finding]:
+    if not cpus:
+        return []
+    expected = opts["expected_cpus"] or cpus["present"]
+    if cpus["online"] < expected:
+        return [
+            Finding(
+                "SYS_CPU_OFFLINE",
+                NODE,
+                f"{cpus['online']} CPUs online, {expected} expected",
+                {**cpus, "expected": expected},
+            )
+        ]
+    return []

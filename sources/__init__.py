@@ -1,1 +1,0 @@
-"""Built-in event sources, installed as the subpackage ``hma.sources``."""
