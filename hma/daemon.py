@@ -34,7 +34,7 @@ from hma.deepcheck import record as deepcheck_record
 from hma.deepcheck.gate import RecoveryGate
 from hma.detection.devices import DeviceWatcher
 from hma.detection.runner import make_slot, run_probe
-from hma.health.pipeline import Applied, Pipeline
+from hma.health.pipeline import Applied, Pipeline, open_store
 from hma.health.store import RETRY_MIN_S, StateError, Store
 from hma.remediation.engine import Remediator
 from hma.reporters import start_reporters
@@ -148,7 +148,7 @@ class Daemon:
         agent = self.setup.config.section("agent")
         # from memory: a full or failing disk never stops detection or remediation
         # (hma.health.store)
-        self.store = Store(os.path.join(agent["state_dir"], "state.db"), memory=True)
+        self.store = open_store(self.setup, memory=True)
         self.status_path = status_path(agent["run_dir"])
         self.status_writer = StatusWriter(self.status_path, HEARTBEAT_S)
         self.boot_id = boot_id(self.setup.config.section("paths")["procfs"])

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import getpass
 import os
-import signal
 import sys
 import time
 from typing import Optional
@@ -18,9 +17,8 @@ from typing import Optional
 from hma.contracts.catalogue import Entry, clears_text
 from hma.contracts.model import Clears
 from hma.detection.setup import Setup
-from hma.health.pipeline import Pipeline, reporter_alerts
-from hma.health.store import StateError, Store
-from hma.reporters import statusfile
+from hma.health.pipeline import command_pipeline, open_store, request_daemon
+from hma.health.store import StateError
 
 EX_NOPERM = 77  # sysexits: not root
 EX_CANTCREAT = 73  # sysexits: the state store cannot be opened (as for `hma run`)
@@ -45,16 +43,13 @@ def main(setup: Setup, code: str, component: Optional[str]) -> int:
             file=sys.stderr,
         )
         return 2
-    agent = setup.config.section("agent")
     try:
-        store = Store(os.path.join(agent["state_dir"], "state.db"))
+        store = open_store(setup)
     except StateError as exc:
         print(f"hma ack: cannot open the state store: {exc}", file=sys.stderr)
         return EX_CANTCREAT
     try:
-        procfs = setup.config.section("paths")["procfs"]
-        alert = reporter_alerts(setup, "hma ack")
-        pipeline = Pipeline(setup, store, statusfile.boot_id(procfs), alert)
+        pipeline = command_pipeline(setup, store, "hma ack")
         matching = [
             r
             for r in pipeline.model.records()
@@ -67,10 +62,8 @@ def main(setup: Setup, code: str, component: Optional[str]) -> int:
             )
             return 1
         who, now = operator(), time.time()
-        pid = statusfile.daemon_pid(agent["run_dir"], procfs)
+        pid = request_daemon(setup, store, "ack", {"code": code, "component": component}, who, now)
         if pid is not None:
-            store.add_request("ack", {"code": code, "component": component}, who, now)
-            os.kill(pid, signal.SIGUSR1)
             print(f"acknowledged {code} ({len(matching)} fault(s)); daemon pid {pid} notified")
         else:
             pipeline.start(now)  # as the daemon would have: a new boot first, ...

@@ -77,15 +77,13 @@ def run(config_file: Optional[str] = None, quiet: bool = False) -> int:
 def _standalone(setup: Any, now: float, quiet: bool) -> int:
     """No daemon: probes once, health model from the state database, remediation applied."""
     from hma.detection.runner import run_once
-    from hma.health.pipeline import Pipeline, reporter_alerts
-    from hma.health.store import Store
+    from hma.health.pipeline import command_pipeline, open_store
     from hma.remediation.engine import Remediator
 
-    agent = setup.config.section("agent")
-    store = Store(os.path.join(agent["state_dir"], "state.db"))
+    store = open_store(setup)
     try:
-        boot_id = statusfile.boot_id(setup.config.section("paths")["procfs"])
-        pipeline = Pipeline(setup, store, boot_id, reporter_alerts(setup, "hma healthcheck"))
+        pipeline = command_pipeline(setup, store, "hma healthcheck")
+        boot_id = pipeline.model.boot_id
         pipeline.start(now)
         for probe_run in run_once(setup, setup.enabled(), boot_id=boot_id):
             pipeline.observe_run(probe_run, now)

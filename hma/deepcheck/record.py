@@ -8,8 +8,6 @@ request (SIGUSR1, as ``hma ack``); without one they are applied to the state sto
 
 from __future__ import annotations
 
-import os
-import signal
 from typing import Any, Mapping, Sequence
 
 from hma.contracts.model import Finding, ProbeRun, RunStatus
@@ -86,21 +84,15 @@ def record(setup: Any, results: Sequence[Any], who: str, now: float) -> str:
     """Hand the results to the running daemon, else apply them to the state store; returns
     what was done, in words. Raises ``hma.health.store.StateError`` when the store cannot be
     opened."""
-    from hma.health.pipeline import Pipeline, reporter_alerts
-    from hma.health.store import Store
-    from hma.reporters import statusfile
+    from hma.health.pipeline import command_pipeline, open_store, request_daemon
 
-    agent = setup.config.section("agent")
     payload = to_payload(results)
-    store = Store(os.path.join(agent["state_dir"], "state.db"))
+    store = open_store(setup)
     try:
-        procfs = setup.config.section("paths")["procfs"]
-        pid = statusfile.daemon_pid(agent["run_dir"], procfs)
+        pid = request_daemon(setup, store, REQUEST_KIND, payload, who, now)
         if pid is not None:
-            store.add_request(REQUEST_KIND, payload, who, now)
-            os.kill(pid, signal.SIGUSR1)
             return f"results handed to the agent (pid {pid})"
-        pipeline = Pipeline(setup, store, statusfile.boot_id(procfs), reporter_alerts(setup, "hma"))
+        pipeline = command_pipeline(setup, store, "hma")
         pipeline.start(now)
         for run in from_payload(payload):
             pipeline.observe_run(run, now)

@@ -13,9 +13,11 @@ changed.
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from hma.contracts.alert import Alert
 from hma.contracts.model import Finding, ProbeRun, Severity
@@ -23,7 +25,9 @@ from hma.contracts.reporter import Reporter
 from hma.detection.setup import Setup
 from hma.health.model import HealthModel, Transition, Verdict
 from hma.health.store import Store
-from hma.reporters import start_reporters
+from hma.reporters import start_reporters, statusfile
+
+STATE_FILE = "state.db"
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,32 @@ def reporter_alerts(setup: Setup, prog: str) -> Callable[[Alert], None]:
                 complain("reporter %s failed: %s", reporter.name, exc)
 
     return alert
+
+
+def open_store(setup: Setup, memory: bool = False) -> Store:
+    """The state store in ``[agent] state_dir``; raises ``StateError`` when it cannot be opened."""
+    folder = setup.config.section("agent")["state_dir"]
+    return Store(os.path.join(folder, STATE_FILE), memory=memory)
+
+
+def request_daemon(
+    setup: Setup, store: Store, kind: str, payload: dict[str, Any], who: str, now: float
+) -> Optional[int]:
+    """Queue an operator request for the running daemon and wake it (SIGUSR1); the daemon's
+    pid, or None (nothing queued) when no daemon of this boot runs."""
+    paths, agent = setup.config.section("paths"), setup.config.section("agent")
+    pid = statusfile.daemon_pid(agent["run_dir"], paths["procfs"])
+    if pid is not None:
+        store.add_request(kind, payload, who, now)
+        os.kill(pid, signal.SIGUSR1)
+    return pid
+
+
+def command_pipeline(setup: Setup, store: Store, prog: str) -> Pipeline:
+    """The pipeline of a command that runs without the daemon (``hma ack``, the healthcheck,
+    deep-check results): this boot's id, alerts through the enabled reporters as ``prog``."""
+    boot_id = statusfile.boot_id(setup.config.section("paths")["procfs"])
+    return Pipeline(setup, store, boot_id, reporter_alerts(setup, prog))
 
 
 class Pipeline:
