@@ -31,11 +31,12 @@ def test_a_cached_root_needs_no_mirror(tmp_path: Path, monkeypatch: pytest.Monke
     tree = tmp_path / f"{slurmchroot.SUITE}-tree"
     tree.mkdir()
     (tree / "root").mkdir()
-    (tree / "stamp").write_text(f"1 trixie {' '.join(sorted(slurmchroot.PACKAGES))}\n")
+    packages = " ".join(sorted(slurmchroot.PACKAGES))
+    (tree / "stamp").write_text(f"{chroots.CACHE_FORMAT} trixie {packages}\n")
     monkeypatch.setattr(chroots, "CACHE", tmp_path)
     monkeypatch.setattr(slurmchroot, "mirror", lambda: "http://127.0.0.1:1/never-asked")
     assert slurmchroot.why_not() is None
-    (tree / "stamp").write_text("1 trixie munge\n")  # another package list: rebuilt, so asked
+    (tree / "stamp").write_text(f"{chroots.CACHE_FORMAT} trixie munge\n")  # another package list: rebuilt, so asked
     assert "unreachable" in str(slurmchroot.why_not())
 
 
