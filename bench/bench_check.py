@@ -12,8 +12,8 @@ Two layouts, each against a bare start of the interpreter it runs on:
 Commands alternate so that a change of load hits all of them, after one warm-up run of each. Byte
 code is cached (``__pycache__``) as an installed package's is, whatever PYTHONDONTWRITEBYTECODE
 says here. The `system` probe reads this machine's /proc and /sys; the configuration file is a
-small one, so the TOML parser is imported as on a node. Prints the machine too (issue 14: under 2x
-the bare start).
+small one, so the TOML parser is imported as on a node. Prints the machine too (docs/cli.md keeps
+the figures; issue 14's 2x target was retired by issue 19).
 """
 
 from __future__ import annotations
