@@ -36,7 +36,9 @@ def test_a_cached_root_needs_no_mirror(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.setattr(chroots, "CACHE", tmp_path)
     monkeypatch.setattr(slurmchroot, "mirror", lambda: "http://127.0.0.1:1/never-asked")
     assert slurmchroot.why_not() is None
-    (tree / "stamp").write_text(f"{chroots.CACHE_FORMAT} trixie munge\n")  # another package list: rebuilt, so asked
+    (tree / "stamp").write_text(
+        f"{chroots.CACHE_FORMAT} trixie munge\n"
+    )  # another package list: rebuilt, so asked
     assert "unreachable" in str(slurmchroot.why_not())
 
 
