@@ -19,13 +19,16 @@ from typing import Any, Collection, Mapping, Optional, Sequence
 
 from hma.adapters.command import CommandResult, CommandRunner
 from hma.contracts.cluster import (
-    HYPERPOD_REBOOT,
-    HYPERPOD_REPLACE,
     Backend,
     BackendError,
     Job,
     JobInfo,
     NodeState,
+    Reboots,
+    Replaces,
+    RequeuesJobs,
+    SetsDown,
+    TakesSpares,
 )
 from hma.contracts.options import Option, positive
 from hma.topology import spares
@@ -77,6 +80,23 @@ OPTIONS: dict[str, Option] = {
 
 class SlurmError(BackendError):
     """A Slurm client call failed (unreachable controller, bad node, unexpected output)."""
+
+
+# SageMaker HyperPod's recovery on Slurm: a node set ``State=FAIL`` with exactly this reason is
+# rebooted or replaced by HyperPod (``reboot_mode``/``replace_mode = "hyperpod"``).
+HYPERPOD_REBOOT = "Action:Reboot"
+HYPERPOD_REPLACE = "Action:Replace"
+HYPERPOD = {HYPERPOD_REBOOT: "reboot", HYPERPOD_REPLACE: "replace"}
+
+
+class SlurmNodeState(NodeState):
+    """A node as Slurm reports it: a HyperPod ``Action:Reboot``/``Action:Replace`` FAIL is a
+    ``recovery`` under way."""
+
+    @property
+    def recovery(self) -> str:
+        """``reboot``/``replace`` while the node is FAIL with HyperPod's reason for it."""
+        return HYPERPOD.get(self.reason, "") if self.fail else ""
 
 
 SEP = "\x1f"  # field separator of the -O formats below: free text never holds it
@@ -131,7 +151,7 @@ def parse_sinfo(text: str) -> list[NodeState]:
                 nodes[seen.name] = replace(seen, partitions=(*seen.partitions, partition))
             continue
         no_reason = reason in ("", "none", "(null)") and when in ("", "Unknown")
-        nodes[name.strip()] = NodeState(
+        nodes[name.strip()] = SlurmNodeState(
             name=name.strip(),
             base=words[0].lower().rstrip("*~#%$@^!-"),
             flags=frozenset(w.upper() for w in words[1:] if w),
@@ -431,8 +451,10 @@ class SlurmClient:
         self._run([*self.scontrol, "requeue", str(job_id)])
 
 
-class SlurmBackend(Backend):
-    """The Slurm backend: ``SlurmClient`` calls behind the ``Backend`` contract."""
+class SlurmBackend(Backend, Reboots, Replaces, SetsDown, TakesSpares, RequeuesJobs):
+    """The Slurm backend: ``SlurmClient`` calls behind the ``Backend`` contract, with every
+    capability. Reboot modes: ``scontrol`` (``scontrol reboot``) and ``hyperpod``; replace
+    mode: ``hyperpod`` (``State=FAIL Reason=Action:Reboot`` / ``Action:Replace``)."""
 
     name = "slurm"
     options = OPTIONS
@@ -509,10 +531,20 @@ class SlurmBackend(Backend):
         else:
             self.client.reboot(name, reason)
 
+    def rebooting(self, node: NodeState, mode: str) -> str:
+        """``scontrol``: a reboot is requested or issued; ``hyperpod``: FAIL with its reason."""
+        if mode == "scontrol" and node.reboot_pending:
+            return "reboot already requested"
+        return _hyperpod_done(node, mode, HYPERPOD_REBOOT)
+
     def replace(self, name: str, reason: str, mode: str, domain: Sequence[str] = ()) -> None:
         """HyperPod's ``State=FAIL Reason=Action:Replace`` (the only replace Slurm itself
         has; the topology domain is not needed for it)."""
         self.client.update(name, State="FAIL", Reason=HYPERPOD_REPLACE)
+
+    def replacing(self, node: NodeState, mode: str) -> str:
+        """``hyperpod``: the node is FAIL with its reason."""
+        return _hyperpod_done(node, mode, HYPERPOD_REPLACE)
 
     def take_spare(self, name: str, domain: str) -> Optional[str]:
         """Resume the spare (drained ``hma-spare``) of ``domain`` (one node-table read)."""
@@ -521,6 +553,13 @@ class SlurmBackend(Backend):
     def update_job(self, job_id: str, **fields: str) -> None:
         """``scontrol update JobId=...``."""
         self.client.update_job(job_id, **fields)
+
+
+def _hyperpod_done(node: NodeState, mode: str, reason: str) -> str:
+    """The note for a HyperPod recovery (``reason``) already asked for, "" when it is not."""
+    if mode == "hyperpod" and node.fail and node.reason == reason:
+        return f"already State=FAIL Reason={reason}"
+    return ""
 
 
 def _describe(result: CommandResult) -> str:

@@ -1,12 +1,14 @@
 """The cluster backend contract: what remediation asks of the cluster it runs under.
 
-Remediation decides (``planner``), records (``outbox``) and then acts through one ``Backend``:
-read this node's state and jobs, count the peers the circuit breaker needs (one compact filtered
-query, only when about to act), label, drain, resume, set down, reboot and replace a node, and
-the job reads and updates auto-resume needs. Slurm is one backend (``hma.cluster.slurm``).
-Backends register under the entry point group ``hma.backends`` like probes and reporters;
-``[cluster] backend`` chooses one and its own section (``[<name>]``, its ``options``) configures
-it. Node states are told in Slurm's vocabulary (base state + flags), which every backend maps to.
+Remediation decides (``planner``), records (``outbox``) and then acts through one ``Backend``.
+Every backend reads this node's state and jobs, counts the peers the circuit breaker needs (one
+compact filtered query, only when about to act), labels, drains and resumes a node (the core);
+rebooting, replacing, setting a node down, taking a spare and the job calls of auto-resume are
+capabilities a backend has by inheriting ``Reboots``, ``Replaces``, ``SetsDown``,
+``TakesSpares`` and ``RequeuesJobs``. Slurm is one backend (``hma.cluster.slurm``). Backends
+register under the entry point group ``hma.backends`` like probes and reporters; ``[cluster]
+backend`` chooses one and its own section (``[<name>]``, its ``options``) configures it. Node
+states are told in Slurm's vocabulary (base state + flags), which every backend maps to.
 """
 
 from __future__ import annotations
@@ -18,9 +20,7 @@ from typing import Any, ClassVar, Collection, Mapping, Optional, Sequence
 from hma.contracts.options import Option
 
 GROUP = "hma.backends"
-OWNED_PREFIX = "HMA:"
-HYPERPOD_REBOOT = "Action:Reboot"
-HYPERPOD_REPLACE = "Action:Replace"
+OWNED_PREFIX = "HMA:"  # the reasons hma sets start with it
 
 # Base states (lower case, as sinfo --json prints them and scontrol's State= before the first +).
 BASE_STATES = frozenset(
@@ -141,6 +141,14 @@ class NodeState:
         return self.out_of_service and self.reason.startswith(OWNED_PREFIX)
 
     @property
+    def recovery(self) -> str:
+        """``reboot`` or ``replace`` while the cluster carries out the recovery a backend's own
+        ``reboot``/``replace`` asks for; "" when none (the default: a backend's node state says
+        when it can tell). It does not say who asked: the node is hma's when it carries hma's
+        label (the breaker) or hma's episode acted (the resume)."""
+        return ""
+
+    @property
     def label_text(self) -> str:
         """A compact state string like sinfo's (``drained``, ``draining@``, ``down*``)."""
         if self.fail:
@@ -195,9 +203,12 @@ class JobInfo:
 
 
 class Backend(abc.ABC):
-    """One cluster backend. ``options`` declares its configuration section ``[<name>]``; an
-    instance is made from that section's values and the label field (``[recovery]
-    label_field``). Every call may raise ``BackendError``; writes are retried by the outbox."""
+    """One cluster backend: the core every backend has. ``options`` declares its configuration
+    section ``[<name>]``; an instance is made from that section's values and the label field
+    (``[recovery] label_field``). Every call may raise ``BackendError``; writes are retried by
+    the outbox. What a backend can do beyond the core it says by inheriting the capabilities
+    below (``Reboots``, ``Replaces``, ``SetsDown``, ``TakesSpares``, ``RequeuesJobs``);
+    remediation holds an action whose capability is missing and says why."""
 
     name: ClassVar[str] = ""
     options: ClassVar[Mapping[str, Option]] = {}
@@ -251,14 +262,10 @@ class Backend(abc.ABC):
         """What the breaker counts for ``node``: the out-of-service nodes of its partitions
         (``node`` among them) and how many nodes those partitions hold."""
 
-    @abc.abstractmethod
-    def job_infos(self, ids: Collection[str]) -> list[JobInfo]:
-        """The queued or running jobs among ``ids`` (gone ones are absent)."""
-
-    @abc.abstractmethod
     def env(self) -> dict[str, str]:
-        """The environment a reboot/replace hook runs with (the agent's, plus what the
-        cluster's tools need)."""
+        """What a reboot/replace hook finds in its environment besides the agent's own (what
+        the cluster's tools need); nothing by default."""
+        return {}
 
     # --- writing ------------------------------------------------------------------------------
 
@@ -275,24 +282,65 @@ class Backend(abc.ABC):
     def resume(self, name: str, label: Optional[str] = None) -> None:
         """Put the node back into scheduling (and set the label field when given)."""
 
-    @abc.abstractmethod
-    def down(self, name: str, reason: str) -> None:
-        """Set the node down (its jobs are killed): a drain that did not finish in time."""
+
+# --- capabilities: what a backend can do beyond the core ---------------------------------------
+
+
+class Reboots(abc.ABC):
+    """The backend has a node rebooted itself (``[recovery] reboot_mode`` other than
+    ``command``, which runs the hook whatever the backend)."""
 
     @abc.abstractmethod
     def reboot(self, name: str, reason: str, mode: str) -> None:
-        """Have the node rebooted: ``mode`` ``scontrol`` (the backend's own reboot, the node
-        stays out of scheduling) or ``hyperpod`` (``State=FAIL Reason=Action:Reboot``)."""
+        """Have the node rebooted the way ``mode`` (``reboot_mode``, the backend's to read)
+        says; the node stays out of scheduling."""
+
+    @abc.abstractmethod
+    def rebooting(self, node: NodeState, mode: str) -> str:
+        """Why a reboot asked for in ``mode`` is in effect on ``node`` already (a note; a
+        restart after ``kill -9`` must not reboot twice), "" when it is not."""
+
+
+class Replaces(abc.ABC):
+    """The backend has a node replaced (``[recovery] replace_mode`` other than ``drain_only``
+    and ``command``)."""
 
     @abc.abstractmethod
     def replace(self, name: str, reason: str, mode: str, domain: Sequence[str] = ()) -> None:
-        """Ask for the node to be replaced (``mode`` ``hyperpod``: ``State=FAIL
-        Reason=Action:Replace``); ``domain``: the other nodes of its topology domain."""
+        """Ask for the node to be replaced the way ``mode`` (``replace_mode``, the backend's to
+        read) says; ``domain``: the other nodes of its topology domain."""
 
+    @abc.abstractmethod
+    def replacing(self, node: NodeState, mode: str) -> str:
+        """Why a replacement asked for in ``mode`` is in effect on ``node`` already (a note),
+        "" when it is not."""
+
+
+class SetsDown(abc.ABC):
+    """The backend takes a node down at once, killing its jobs (a drain that did not finish
+    within ``drain_timeout``)."""
+
+    @abc.abstractmethod
+    def down(self, name: str, reason: str) -> None:
+        """Set the node down with ``reason`` (its jobs are killed)."""
+
+
+class TakesSpares(abc.ABC):
+    """The backend puts a spare in service in place of a replaced node (docs/topology.md)."""
+
+    @abc.abstractmethod
     def take_spare(self, name: str, domain: str) -> Optional[str]:
-        """Put a healthy spare of ``domain`` in service in place of node ``name`` (docs/
-        topology.md); its name, None when there is none (the default: no spares)."""
-        return None
+        """Put a healthy spare of ``domain`` in service in place of node ``name``; its name,
+        None when the domain has none."""
+
+
+class RequeuesJobs(abc.ABC):
+    """The backend reads and changes jobs, for ``hma srun --auto-resume`` (docs/auto-resume.md):
+    a job requeued by hma srun starts again at once."""
+
+    @abc.abstractmethod
+    def job_infos(self, ids: Collection[str]) -> list[JobInfo]:
+        """The queued or running jobs among ``ids`` (gone ones are absent)."""
 
     @abc.abstractmethod
     def update_job(self, job_id: str, **fields: str) -> None:

@@ -3,9 +3,10 @@
 ``count`` is a pure function over a node listing (``Backend.peers``: the drained, failed and
 down nodes of the partitions, and their size); ``Breaker`` asks the backend for it when an
 action is about to be taken. The nodes that count are those of this node's partitions
-that hma holds out of scheduling: a reason starting ``HMA:``, or a HyperPod ``Action:Reboot`` /
-``Action:Replace`` FAIL on a node that carries an hma label. The limit is ``max_drained_percent``
-of those nodes and ``max_drained_nodes``, never below one node.
+that hma holds out of scheduling: a reason starting ``HMA:``, or a recovery the cluster carries
+out (``NodeState.recovery``, as the backend reads it: HyperPod's on Slurm) on a node that carries
+hma's label. The limit is ``max_drained_percent`` of those nodes and ``max_drained_nodes``, never
+below one node.
 """
 
 from __future__ import annotations
@@ -13,14 +14,13 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from hma.contracts import label as label_mod
 from hma.contracts.alert import Alert
-from hma.contracts.cluster import HYPERPOD_REBOOT, HYPERPOD_REPLACE, Backend, NodeState
+from hma.contracts.cluster import Backend, NodeState
 from hma.contracts.model import Action, Severity
 from hma.remediation.planner import Episode
-from hma.remediation.shared import Shared
 
 log = logging.getLogger("hma.remediation")
 
@@ -69,7 +69,7 @@ def held_by_hma(node: NodeState, field: str) -> bool:
     """hma holds this node out of scheduling."""
     if node.owned and node.out_of_service:
         return True
-    if node.fail and node.reason in (HYPERPOD_REBOOT, HYPERPOD_REPLACE):
+    if node.recovery:
         found = label_mod.find(node.field(field))
         return found is not None and found.state == "unhealthy" and not found.held
     return False
@@ -114,17 +114,24 @@ BREAKER_CODE = "HMA_BREAKER_OPEN"
 
 class Breaker:
     """The breaker of one engine: counts through the backend's peer query (only when about to
-    act), remembers the last count (status.json) and alerts once while it holds actions."""
+    act), remembers the last count (status.json) and alerts once while it holds actions
+    (``add_alert``: the engine's alert queue)."""
 
     def __init__(
-        self, backend: Backend, shared: Shared, percent: float, max_nodes: Optional[int]
+        self,
+        backend: Backend,
+        add_alert: Callable[[Alert], None],
+        clock: Callable[[], float],
+        percent: float,
+        max_nodes: Optional[int],
     ) -> None:
         self.backend = backend
-        self.shared = shared
+        self.add_alert = add_alert
+        self.clock = clock
         self.percent = percent
         self.max_nodes = max_nodes
-        self.last: Optional[Count] = None
-        self.alerted = False
+        self.last: Optional[Count] = None  # replaced whole: safe to read from any thread
+        self._alerted = False
 
     def count(self, node: NodeState) -> Count:
         """The count for ``node`` (one filtered query)."""
@@ -132,25 +139,28 @@ class Breaker:
         result = count(
             nodes, node.name, self.backend.label_field, self.percent, self.max_nodes, total
         )
-        with self.shared.lock:
-            self.last = result
+        self.last = result
         return result
 
     def was_open(self, node: str) -> bool:
         """The last count held actions on ``node``."""
         return self.last is not None and self.last.blocks(node)
 
+    def passed(self) -> None:
+        """An action got through (or ended otherwise than held): the next hold alerts again."""
+        self._alerted = False
+
     def alert(self, ep: Optional[Episode], result: Count, what: str) -> None:
         """``HMA_BREAKER_OPEN`` (once until an action gets through again)."""
-        if self.alerted:
+        if self._alerted:
             return
-        self.alerted = True
+        self._alerted = True
         msg = (
             f"circuit breaker open: {len(result.held)} of {result.total} nodes in "
             f"{','.join(result.partitions) or 'the cluster'} held by hma (limit {result.limit}); "
             f"{what} held"
         )
-        self.shared.add_alert(
+        self.add_alert(
             Alert(
                 "action_held",
                 BREAKER_CODE,
@@ -160,7 +170,7 @@ class Breaker:
                 Action.NONE,
                 "remediation",
                 {"held": "breaker", "fault": ep.code if ep else None, **result.to_json()},
-                self.shared.clock(),
+                self.clock(),
             )
         )
         log.warning(msg)

@@ -15,22 +15,24 @@ import logging
 import random
 import threading
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional
 
-from hma.config.schema import ConfigError
+from hma.config.schema import Config, ConfigError
 from hma.contracts.alert import Alert
-from hma.contracts.cluster import GROUP, Backend, BackendError
+from hma.contracts.cluster import GROUP, Backend, BackendError, NodeState, RequeuesJobs
+from hma.contracts.model import Action, Severity
 from hma.contracts.probe import NodeFacts
 from hma.detection.registry import discover
+from hma.detection.setup import Setup
 from hma.health.model import Verdict
+from hma.health.store import Store
 from hma.remediation import options as options_mod
-from hma.remediation.actions import Applier
+from hma.remediation.actions import Applier, describe
 from hma.remediation.breaker import Breaker
 from hma.remediation.outbox import OPEN, Outbox, Row, backoff
 from hma.remediation.planner import Cancel, Enqueue, Episode, Policy, Situation, plan
 from hma.remediation.requeue import AutoResume
-from hma.remediation.shared import Shared
 from hma.topology import domain as topology_domain
 
 log = logging.getLogger("hma.remediation")
@@ -38,7 +40,7 @@ log = logging.getLogger("hma.remediation")
 MAX_ROWS_SHOWN = 20
 
 
-def make_backend(config: Any) -> Backend:
+def make_backend(config: Config) -> Backend:
     """The backend ``[cluster] backend`` names (entry point group ``hma.backends``),
     configured from its own section; ``ConfigError`` when it cannot be loaded."""
     name = str(config.section("cluster")["backend"])
@@ -49,41 +51,68 @@ def make_backend(config: Any) -> Backend:
     return classes[name](config.section(name), str(config.section("recovery")["label_field"]))
 
 
+@dataclass(frozen=True)
+class Known:
+    """What the engine knows of its node at one moment. Replaced whole under the engine's lock,
+    never changed: any thread reads it without the lock (the Applier's ``EngineView``)."""
+
+    node_name: Optional[str] = None
+    node: Optional[NodeState] = None  # as last read (by the facts thread or an action)
+    jobs: tuple[tuple[str, str], ...] = ()  # (job id, user)
+    facts_ok: bool = False  # the last read of the node's state and jobs worked
+    facts_error: str = ""
+    verdict: Optional[Verdict] = None
+    boot_id: str = ""
+    boot_since: float = 0.0  # when the engine first heard of the current boot id
+    domain: str = ""  # this node's NVLink domain (hma.topology.domain), published in its label
+
+
 class Remediator:
     """Turns verdicts into labels, drains and recovery actions for this node (see module doc)."""
 
     def __init__(
         self,
-        setup: Any,
-        store: Any,
+        setup: Setup,
+        store: Store,
         clock: Callable[[], float] = time.time,
         start: bool = True,
         node_name: Optional[str] = None,
         backend: Optional[Backend] = None,
         resume_gate: Optional[Callable[[str], str]] = None,
     ) -> None:
-        self.setup = setup
+        section = setup.config.section("recovery")
+        errors = options_mod.problems(section)
+        if errors:
+            raise ConfigError(errors)
         self.resume_gate = resume_gate  # boot id -> why a recovered node waits ("" = go)
         self.store = store
         self.clock = clock
-        self.rec = dict(setup.config.section("recovery"))
-        errors = options_mod.problems(self.rec)
-        if errors:
-            raise ConfigError(errors)
-        self.policy = Policy.of(self.rec)
+        self.rec = options_mod.Recovery.of(section)
+        self.policy = Policy.of(section)
         self.backend = backend or make_backend(setup.config)
         self.enabled = self.backend.enabled
-        self.shared = Shared(clock, node_name=node_name or self.backend.node_name_configured())
-        self.shared.spares = int(setup.config.section("topology")["spares_per_domain"])
+        self._lock = threading.Lock()  # taken to replace ``_known`` and to queue alerts
+        self._known = Known(node_name=node_name or self.backend.node_name_configured())
+        self._alerts: list[Alert] = []
+        self.on_alert: Callable[[], None] = lambda: None  # told when ``alerts`` has more
         self.outbox = Outbox(store)
-        max_nodes = self.rec["max_drained_nodes"]
         self.breaker = Breaker(
             self.backend,
-            self.shared,
-            float(self.rec["max_drained_percent"]),
-            int(max_nodes) if max_nodes is not None else None,
+            self._add_alert,
+            clock,
+            self.rec.max_drained_percent,
+            self.rec.max_drained_nodes,
         )
-        self.applier = Applier(self.backend, self.outbox, self.breaker, self.shared, self.rec)
+        self.applier = Applier(
+            self.backend,
+            self.outbox,
+            self.breaker,
+            self.rec,
+            clock,
+            view=lambda: self._known,
+            observed=self._observed,
+            spares=int(setup.config.section("topology")["spares_per_domain"]),
+        )
         self._wake = threading.Event()
         self._reread = threading.Event()  # an action was applied: read the node's state again
         self._stop = threading.Event()
@@ -98,46 +127,43 @@ class Remediator:
                 thread.start()
                 self._threads.append(thread)
 
-    @property
-    def on_alert(self) -> Callable[[], None]:
-        """Told when ``alerts`` has more."""
-        return self.shared.on_alert
+    def _set(self, **changes: Any) -> None:
+        """Replace what the engine knows with ``changes`` applied."""
+        with self._lock:
+            self._known = replace(self._known, **changes)
 
-    @on_alert.setter
-    def on_alert(self, callback: Callable[[], None]) -> None:
-        self.shared.on_alert = callback
+    def _observed(self, node: NodeState) -> None:
+        """An action read the node's state or brought one about (the Applier tells)."""
+        self._set(node=node)
 
     # --- the daemon's interface -----------------------------------------------------------------
 
     def facts(self) -> NodeFacts:
         """Cached node facts (never waits on the cluster)."""
-        sh = self.shared
-        with sh.lock:
-            node = sh.node if sh.facts_ok else None
-            return NodeFacts(
-                node_name=sh.node_name or "",
-                job_running=(bool(sh.jobs) if sh.facts_ok else None),
-                job_ids=tuple(j for j, _u in sh.jobs),
-                slurm_configured=self.enabled,
-                job_users=tuple(sorted({u for _j, u in sh.jobs})),
-                slurm_state=node.label_text if node is not None else "",
-                slurm_reason=node.reason if node is not None else "",
-            )
+        known = self._known
+        node = known.node if known.facts_ok else None
+        return NodeFacts(
+            node_name=known.node_name or "",
+            job_running=(bool(known.jobs) if known.facts_ok else None),
+            job_ids=tuple(j for j, _u in known.jobs),
+            slurm_configured=self.enabled,
+            job_users=tuple(sorted({u for _j, u in known.jobs})),
+            slurm_state=node.label_text if node is not None else "",
+            slurm_reason=node.reason if node is not None else "",
+        )
 
     def set_domain(self, domain: str) -> None:
         """This node's NVLink domain ("" unknown); the facts thread publishes a change."""
-        with self.shared.lock:
-            self.shared.domain = domain
+        self._set(domain=domain)
 
     def update(self, verdict: Verdict, boot_id: str) -> None:
         """Decide on the latest verdict; decisions go to the outbox. Returns at once."""
-        with self.shared.lock:
-            self.shared.verdict = verdict
-            if boot_id != self.shared.boot_id:
-                self.shared.boot_since = self.clock()
-            self.shared.boot_id = boot_id
-            if self.enabled:
-                self._plan()
+        with self._lock:
+            known = self._known
+            since = self.clock() if boot_id != known.boot_id else known.boot_since
+            self._known = replace(known, verdict=verdict, boot_id=boot_id, boot_since=since)
+        if self.enabled:
+            self._plan()
         self._wake.set()
 
     def read_ahead(self) -> None:
@@ -154,25 +180,25 @@ class Remediator:
 
     def status(self) -> dict[str, Any]:
         """The ``remediation`` object of status.json (docs/status.md, docs/remediation.md)."""
-        sh = self.shared
-        with sh.lock:
-            ep = self.applier.episode()
-            node = sh.node
+        with self.outbox.lock:
+            ep = self.outbox.episode()
+            known = self._known
+            node = known.node
             doc: dict[str, Any] = {
-                "policy": self.rec["policy"],
-                "dry_run": bool(self.rec["dry_run"]),
+                "policy": self.rec.policy,
+                "dry_run": self.rec.dry_run,
                 "enabled": self.enabled,
-                "node": sh.node_name,
+                "node": known.node_name,
                 "state": node.label_text if node is not None else "unknown",
                 "slurm": {
-                    "reachable": sh.facts_ok,
-                    "error": sh.facts_error,
+                    "reachable": known.facts_ok,
+                    "error": known.facts_error,
                     "state": node.label_text if node is not None else None,
                     "reason": node.reason if node is not None else None,
                     "owned": node.owned if node is not None else None,
                 },
                 "held": None,
-                "jobs": list(ep.jobs) if ep else [j for j, _u in sh.jobs],
+                "jobs": list(ep.jobs) if ep else [j for j, _u in known.jobs],
                 "episode": ep.to_json() if ep else None,
                 "breaker": self.breaker.last.to_json() if self.breaker.last else None,
                 "reboots": self._reboot_counts(),
@@ -185,8 +211,8 @@ class Remediator:
 
     def alerts(self) -> list[Alert]:
         """Alerts since the last call (action_requested/applied/held/failed)."""
-        with self.shared.lock:
-            out, self.shared.alerts = self.shared.alerts, []
+        with self._lock:
+            out, self._alerts = self._alerts, []
         return out
 
     def close(self) -> None:
@@ -206,9 +232,8 @@ class Remediator:
         """Plan and apply until nothing is due (blocking; for one-shot commands)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            with self.shared.lock:
-                if self.enabled:
-                    self._plan()
+            if self.enabled:
+                self._plan()
             if not self.process_due():
                 return
 
@@ -220,6 +245,43 @@ class Remediator:
                 key = f"{r.code} {r.component}"
                 out[key] = out.get(key, 0) + 1
         return out
+
+    # --- alerts ---------------------------------------------------------------------------------
+
+    def _add_alert(self, alert: Alert) -> None:
+        """Queue an alert for the daemon (any thread)."""
+        with self._lock:
+            self._alerts.append(alert)
+        self.on_alert()
+
+    def _alert(
+        self, kind: str, ep: Episode, message: str, action_kind: str, extra: dict[str, Any]
+    ) -> None:
+        """An alert about an action of episode ``ep``."""
+        details = {
+            "node": self._known.node_name,
+            "action_kind": action_kind,
+            "reason": ep.reason,
+            "jobs": list(ep.jobs),
+            "users": list(ep.users),
+            "episode": ep.id,
+            **extra,
+        }
+        jobs = f" (jobs {','.join(ep.jobs)})" if ep.jobs else ""
+        self._add_alert(
+            Alert(
+                kind,
+                ep.code,
+                ep.component,
+                Severity.parse(ep.severity or "critical"),
+                message + jobs,
+                Action.parse(ep.action or "none"),
+                "remediation",
+                details,
+                self.clock(),
+            )
+        )
+        log.info("%s: %s%s", kind, message, jobs)
 
     # --- deciding -------------------------------------------------------------------------------
 
@@ -234,46 +296,48 @@ class Remediator:
         return ""
 
     def _plan(self) -> None:
-        """Bring the outbox in line with the verdict (under the lock): the planner decides, the
-        outbox records, alerts say what was decided."""
-        sh = self.shared
-        if sh.node_name is None or sh.verdict is None:
-            return  # decided once the cluster told us who we are and the daemon gave a verdict
-        now = self.clock()
-        seq, ep = self.outbox.load()
-        with self.store.transaction() as conn:
-            situation = Situation(
-                now=now,
-                verdict=sh.verdict,
-                node=sh.node,
-                facts_ok=sh.facts_ok,
-                jobs=sh.jobs,
-                boot_id=sh.boot_id,
-                boot_since=sh.boot_since,
-                reboots=tuple(self.outbox.reboots()),
-                auto_resume_jobs=frozenset(self._autoresume.marked),
-                open_rows=self.outbox.open_rows(conn, ep.id) if ep is not None else (),
-                resume_hold=self._resume_hold(ep, sh.boot_id, sh.verdict),
-            )
-            result = plan(ep, seq, situation, self.policy, self._stale_checked)
-            self._stale_checked = result.stale_checked
-            for intent in result.intents:
-                if isinstance(intent, Cancel):
-                    self.outbox.cancel(conn, intent.row_id, now, intent.why)
-                elif self.outbox.add(conn, sh.node_name, intent, now, self.policy.dry_run):
-                    self._requested(intent)
-            self.outbox.save(conn, result.seq, result.episode)
+        """Bring the outbox in line with the verdict (under the outbox's lock): the planner
+        decides, the outbox records, alerts say what was decided."""
+        with self.outbox.lock:
+            known = self._known
+            name, verdict = known.node_name, known.verdict
+            if name is None or verdict is None:
+                return  # decided once the cluster told us who we are and the daemon gave a verdict
+            now = self.clock()
+            seq, ep = self.outbox.load()
+            with self.store.transaction() as conn:
+                situation = Situation(
+                    now=now,
+                    verdict=verdict,
+                    node=known.node,
+                    facts_ok=known.facts_ok,
+                    jobs=known.jobs,
+                    boot_id=known.boot_id,
+                    boot_since=known.boot_since,
+                    reboots=tuple(self.outbox.reboots()),
+                    auto_resume_jobs=frozenset(self._autoresume.marked),
+                    open_rows=self.outbox.open_rows(conn, ep.id) if ep is not None else (),
+                    resume_hold=self._resume_hold(ep, known.boot_id, verdict),
+                )
+                result = plan(ep, seq, situation, self.policy, self._stale_checked)
+                self._stale_checked = result.stale_checked
+                for intent in result.intents:
+                    if isinstance(intent, Cancel):
+                        self.outbox.cancel(conn, intent.row_id, now, intent.why)
+                    elif self.outbox.add(conn, name, intent, now, self.policy.dry_run):
+                        self._requested(intent, name)
+                self.outbox.save(conn, result.seq, result.episode)
 
-    def _requested(self, intent: Enqueue) -> None:
-        what = _describe(intent.kind, intent.episode, self.shared.node_name or "", self.rec)
+    def _requested(self, intent: Enqueue, node: str) -> None:
+        what = describe(intent.kind, intent.episode, node, self.rec)
         if self.policy.dry_run:
             held, message = "dry_run", f"dry run: would {what}"
         elif intent.kind == "label" and not self.policy.automatic:
             held, message = "policy", f"policy none: {what} only"
         else:
-            self.shared.alert("action_requested", intent.episode, what, intent.kind, {})
+            self._alert("action_requested", intent.episode, what, intent.kind, {})
             return
-        self.shared.alert("action_held", intent.episode, message, intent.kind, {"held": held})
+        self._alert("action_held", intent.episode, message, intent.kind, {"held": held})
 
     # --- the worker -----------------------------------------------------------------------------
 
@@ -283,15 +347,13 @@ class Remediator:
                 if self._read_ahead.is_set():
                     self._read_ahead.clear()
                     self._read_node_ahead()
-                with self.shared.lock:
-                    self._plan()
+                self._plan()
                 self.process_due()
                 self.applier.recheck()
-                with self.shared.lock:
-                    self._plan()
+                self._plan()
             except Exception:  # noqa: BLE001 - the worker never dies
                 log.exception("remediation worker error")
-            wait = float(self.rec["recheck_interval"])
+            wait = self.rec.recheck_interval
             nxt = self.outbox.next_due()
             if nxt is not None:
                 wait = max(0.0, min(wait, nxt - self.clock()))
@@ -300,19 +362,9 @@ class Remediator:
 
     def _read_node_ahead(self) -> None:
         """The node's state for a drain about to be decided (``read_ahead``)."""
-        with self.shared.lock:
-            name = self.shared.node_name
-            if name is None or self.applier.episode() is not None:
-                return
-        started = time.monotonic()
-        try:
-            node = self.backend.node(name)
-        except BackendError as exc:
-            log.info("read ahead failed (the drain reads again): %s", exc)
-            return
-        with self.shared.lock:
-            self.shared.node = node
-            self.shared.fresh = (started, node)
+        name = self._known.node_name
+        if name is not None and self.outbox.episode() is None:
+            self.applier.read_ahead(name)
 
     def process_due(self) -> bool:
         """Apply due actions in order; returns whether any was attempted."""
@@ -339,19 +391,17 @@ class Remediator:
             outcome, note = "failed", f"{type(exc).__name__}: {exc}"
         now = self.clock()
         attempts = row.attempts + 1
-        with self.shared.lock:
-            ep = self.applier.episode() or Episode.from_json(
+        with self.outbox.lock:
+            ep = self.outbox.episode() or Episode.from_json(
                 {**row.payload, "id": row.payload.get("episode"), "reason": row.reason}
             )
             with self.store.transaction() as conn:
                 if self.outbox.cancelled(conn, row.id):
                     return
                 if outcome == "failed":
-                    delay = backoff(
-                        attempts, float(self.rec["retry_min"]), float(self.rec["retry_max"])
-                    )
+                    delay = backoff(attempts, self.rec.retry_min, self.rec.retry_max)
                     self.outbox.retry(conn, row.id, "failed", note, now, now + delay)
-                    self.shared.alert(
+                    self._alert(
                         "action_failed",
                         ep,
                         f"{row.kind} of {row.node} failed (attempt {attempts}, retry in "
@@ -360,10 +410,10 @@ class Remediator:
                         {"error": note, "attempts": attempts, "action_id": row.id},
                     )
                 elif outcome == "held":
-                    when = now + float(self.rec["recheck_interval"])
+                    when = now + self.rec.recheck_interval
                     self.outbox.retry(conn, row.id, "held", note, now, when)
                     if row.state != "held":
-                        self.shared.alert(
+                        self._alert(
                             "action_held",
                             ep,
                             f"{row.kind} of {row.node} held: {note}",
@@ -374,16 +424,16 @@ class Remediator:
                     self.outbox.finish(conn, row.id, outcome, now, note)
                     if outcome == "done":
                         self._reread.set()  # the node's state changed: status shows it soon
-                        self.shared.alert(
+                        self._alert(
                             "action_applied",
                             ep,
-                            f"{_describe(row.kind, ep, row.node, self.rec)}: done"
+                            f"{describe(row.kind, ep, row.node, self.rec)}: done"
                             + (f" ({note})" if note else ""),
                             row.kind,
                             {"action_id": row.id, "note": note},
                         )
-            if outcome != "held":
-                self.breaker.alerted = False
+        if outcome != "held":
+            self.breaker.passed()
 
     # --- facts ----------------------------------------------------------------------------------
 
@@ -414,12 +464,12 @@ class Remediator:
     def _publish_domain(self) -> None:
         """Publish the node's domain when the field last read says another (no request
         otherwise; a failed write is tried again on the next pass)."""
-        with self.shared.lock:
-            node, domain = self.shared.node, self.shared.domain
-        if node is None or not self.shared.facts_ok or self.policy.dry_run:
+        known = self._known
+        node = known.node
+        if node is None or not known.facts_ok or self.policy.dry_run:
             return
         try:
-            new = topology_domain.publish(self.backend, node, domain)
+            new = topology_domain.publish(self.backend, node, known.domain)
         except BackendError as exc:
             log.warning("cannot publish the domain of %s: %s", node.name, exc)
             return
@@ -429,68 +479,53 @@ class Remediator:
                 if self.backend.label_field == "comment"
                 else replace(node, extra=new)
             )
-            with self.shared.lock:
-                if self.shared.node is node:
-                    self.shared.node = written
+            with self._lock:
+                if self._known.node is node:
+                    self._known = replace(self._known, node=written)
 
     def _busy(self) -> bool:
         """Something is happening: an episode, an open action or a job auto-resume watches."""
-        with self.shared.lock:
-            return self.applier.episode() is not None or bool(self._autoresume.watch)
+        return self.outbox.episode() is not None or bool(self._autoresume.watch)
 
     def _refresh_facts(self) -> bool:
         """Read the node's state (one single-node query) and jobs; returns whether it worked."""
         try:
-            name = self.shared.node_name or self.backend.find_node_name()
+            name = self._known.node_name or self.backend.find_node_name()
             if name is None:
                 raise BackendError("this host matches no NodeHostname/NodeName in Slurm")
             node = self.backend.node(name)
         except BackendError as exc:
             return self._facts_failed(exc)
-        with self.shared.lock:
-            first = self.shared.node_name is None
-            self.shared.node_name = name
-            self.shared.node = node
-            self.applier.seed_reboots(node)
+        self.applier.seed_reboots(node)  # before a plan can see the node
+        with self._lock:
+            first = self._known.node_name is None
+            self._known = replace(self._known, node_name=name, node=node)
         ok = self._refresh_jobs()
         if first:
             self._wake.set()
         return ok
 
     def _facts_failed(self, exc: BackendError) -> bool:
-        with self.shared.lock:
-            self.shared.facts_ok = False
-            self.shared.facts_error = str(exc)
+        self._set(facts_ok=False, facts_error=str(exc))
         return False
 
     def _refresh_jobs(self) -> bool:
         """Read the node's jobs (no controller query in the steady state with Slurm)."""
-        name = self.shared.node_name
+        name = self._known.node_name
         if name is None:
             return False
         try:
             jobs = self.backend.jobs(name)
         except BackendError as exc:
             return self._facts_failed(exc)
-        self._autoresume.observe(self.backend, jobs)  # before the jobs are used by _plan
-        with self.shared.lock:
-            self.shared.jobs = tuple((j.id, j.user) for j in jobs)
-            self.shared.facts_ok = self.shared.node is not None
-            self.shared.facts_error = ""
+        client = self.backend if isinstance(self.backend, RequeuesJobs) else None
+        self._autoresume.observe(client, jobs)  # before the jobs are used by _plan
+        with self._lock:
+            known = self._known
+            self._known = replace(
+                known,
+                jobs=tuple((j.id, j.user) for j in jobs),
+                facts_ok=known.node is not None,
+                facts_error="",
+            )
         return True
-
-
-def _describe(kind: str, ep: Episode, node: str, rec: dict[str, Any]) -> str:
-    if kind == "drain":
-        return f"drain {node} ({ep.reason})"
-    if kind == "label":
-        return f"label {node} {ep.code}:{ep.action}"
-    if kind == "resume":
-        return f"resume {node} and clear its label"
-    if kind == "down":
-        return f"set {node} DOWN ({ep.reason}): drain_timeout passed"
-    if kind == "reboot":
-        return f"reboot {node} ({rec['reboot_mode']})"
-    if kind == "replace":
-        return f"replace {node} ({rec['replace_mode']})"
-    return f"{kind} {node}"

@@ -6,7 +6,8 @@ Added to the schema by ``hma.assembly``; documented in docs/remediation.md.
 
 from __future__ import annotations
 
-from typing import Any, Collection, Mapping
+from dataclasses import dataclass
+from typing import Any, Collection, Mapping, Optional
 
 from hma.contracts.options import Option, positive
 
@@ -92,6 +93,60 @@ RECOVERY: dict[str, Option] = {
         "float", 15.0, "Seconds between re-evaluations (breaker, drain progress).", check=positive
     ),
 }
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """The ``[recovery]`` keys the engine, the actions and the breaker read, typed (``RECOVERY``
+    declares and documents them; the planner's are ``planner.Policy``)."""
+
+    policy: str
+    dry_run: bool
+    label_field: str
+    reboot_mode: str
+    replace_mode: str
+    reboot_command: tuple[str, ...]
+    replace_command: tuple[str, ...]
+    command_timeout: float
+    reboot_window: float
+    min_reboot_interval: float
+    max_drained_percent: float
+    max_drained_nodes: Optional[int]
+    adopt_slurm_drains: bool
+    retry_min: float
+    retry_max: float
+    recheck_interval: float
+
+    @classmethod
+    def of(cls, section: Mapping[str, Any]) -> Recovery:
+        """From the section's (validated) values."""
+        max_nodes = section["max_drained_nodes"]
+        return cls(
+            policy=str(section["policy"]),
+            dry_run=bool(section["dry_run"]),
+            label_field=str(section["label_field"]),
+            reboot_mode=str(section["reboot_mode"]),
+            replace_mode=str(section["replace_mode"]),
+            reboot_command=tuple(str(a) for a in section["reboot_command"] or ()),
+            replace_command=tuple(str(a) for a in section["replace_command"] or ()),
+            command_timeout=float(section["command_timeout"]),
+            reboot_window=float(section["reboot_window"]),
+            min_reboot_interval=float(section["min_reboot_interval"]),
+            max_drained_percent=float(section["max_drained_percent"]),
+            max_drained_nodes=int(max_nodes) if max_nodes is not None else None,
+            adopt_slurm_drains=bool(section["adopt_slurm_drains"]),
+            retry_min=float(section["retry_min"]),
+            retry_max=float(section["retry_max"]),
+            recheck_interval=float(section["recheck_interval"]),
+        )
+
+    def mode(self, kind: str) -> str:
+        """``reboot_mode`` of a reboot, ``replace_mode`` of a replace, "" of other actions."""
+        return {"reboot": self.reboot_mode, "replace": self.replace_mode}.get(kind, "")
+
+    def command(self, kind: str) -> tuple[str, ...]:
+        """The hook of a reboot or replace (``reboot_command``/``replace_command``)."""
+        return self.reboot_command if kind == "reboot" else self.replace_command
 
 
 def problems(recovery: Mapping[str, Any]) -> list[str]:

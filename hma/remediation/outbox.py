@@ -3,15 +3,18 @@
 Every SQL statement on the ``actions`` table lives here: an action is written (once per key)
 before it is attempted, applied strictly in order, retried with backoff while it fails, held
 and re-tried while a rule holds it, cancelled when the fault goes away (see docs/remediation.md).
-The open episode and the reboot counts are kept in the store's key-value table.
+The open episode and the reboot counts are kept in the store's key-value table; the planner's
+pass and the actions change them from different threads under the outbox's ``lock``.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, replace
 from typing import Any, Optional
 
+from hma.health.store import Store
 from hma.remediation.planner import Enqueue, Episode, Reboot
 
 KV_STATE = "remediation"
@@ -58,10 +61,25 @@ def backoff(attempts: int, retry_min: float, retry_max: float) -> float:
 class Outbox:
     """The actions table and the episode records of one state store."""
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: Store) -> None:
         self.store = store
+        # Held while the episode or the reboot records are read and changed (reentrant).
+        self.lock = threading.RLock()
 
     # --- the episode and the reboot counts --------------------------------------------------------
+
+    def episode(self) -> Optional[Episode]:
+        """The open episode."""
+        with self.lock:
+            return self.load()[1]
+
+    def change(self, **changes: Any) -> None:
+        """Change fields of the open episode (none open: nothing)."""
+        with self.lock:
+            seq, ep = self.load()
+            if ep is not None:
+                with self.store.transaction() as conn:
+                    self.save(conn, seq, replace(ep, **changes))
 
     def load(self) -> tuple[int, Optional[Episode]]:
         """(last episode id, the open episode)."""

@@ -96,23 +96,25 @@ class AutoResume:
         self.watch: dict[str, float] = {}  # marked jobs that left the node -> when they left
         self.hurried: list[str] = []  # jobs whose StartTime this agent set to now
 
-    def observe(self, client: JobClient, jobs: Sequence[Job]) -> None:
+    def observe(self, client: Optional[JobClient], jobs: Sequence[Job]) -> None:
         """Note marked jobs on the node; hurry the ones that left it because hma srun requeued
-        them. Never raises (a Slurm error only delays the hurry to the next refresh)."""
+        them (through ``client``; None: a backend without job calls, nothing is hurried). Never
+        raises (a Slurm error only delays the hurry to the next refresh)."""
         now = self.clock()
         here = {j.id for j in jobs}
         for job in jobs:
             if find_marker(job.comment) is not None:
                 self.marked[job.id] = now
                 self.watch.pop(job.id, None)
-        for job_id, seen in self.marked.items():
-            if job_id not in here and job_id not in self.watch and now - seen < REMEMBER_S:
-                self.watch[job_id] = now
+        if client is not None:  # a marked job that left is watched only where it can be hurried
+            for job_id, seen in self.marked.items():
+                if job_id not in here and job_id not in self.watch and now - seen < REMEMBER_S:
+                    self.watch[job_id] = now
         if len(self.marked) > MAX_REMEMBERED:
             for job_id in sorted(self.marked, key=self.marked.__getitem__)[:-MAX_REMEMBERED]:
                 del self.marked[job_id]
                 self.watch.pop(job_id, None)
-        if self.watch:
+        if self.watch and client is not None:
             try:
                 self._hurry(client, now)
             except BackendError as exc:

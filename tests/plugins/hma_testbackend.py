@@ -6,12 +6,23 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, ClassVar, Collection, Mapping, Optional, Sequence
 
-from hma.contracts.cluster import Backend, BackendError, Job, JobInfo, NodeState
+from hma.contracts.cluster import (
+    Backend,
+    BackendError,
+    Job,
+    JobInfo,
+    NodeState,
+    Reboots,
+    Replaces,
+    RequeuesJobs,
+    SetsDown,
+)
 from hma.contracts.options import Option
 
 
-class MemoryBackend(Backend):
-    """Nodes ``[memory] nodes`` in one partition; ``calls`` logs every write."""
+class CoreBackend(Backend):
+    """Nodes ``[memory] nodes`` in one partition; ``calls`` logs every write. The core only: no
+    capability (``MemoryBackend`` adds them)."""
 
     name = "memory"
     options: ClassVar[Mapping[str, Option]] = {
@@ -48,9 +59,6 @@ class MemoryBackend(Backend):
     def peers(self, node: NodeState) -> tuple[list[NodeState], int]:
         return [n for n in self.state.values() if n.out_of_service], len(self.state)
 
-    def job_infos(self, ids: Collection[str]) -> list[JobInfo]:
-        return []
-
     def env(self) -> dict[str, str]:
         return {"PATH": "/usr/bin:/bin"}
 
@@ -70,6 +78,10 @@ class MemoryBackend(Backend):
         extra = node.extra if label is None else label
         self._set(name, flags=node.flags - {"DRAIN", "FAIL"}, reason="", extra=extra)
 
+
+class MemoryBackend(CoreBackend, Reboots, Replaces, SetsDown, RequeuesJobs):
+    """``CoreBackend`` with every capability but spares, registered as ``memory``."""
+
     def down(self, name: str, reason: str) -> None:
         self.calls.append(("down", name, reason))
         self._set(name, base="down", reason=reason)
@@ -78,8 +90,17 @@ class MemoryBackend(Backend):
         self.calls.append(("reboot", name, mode))
         self._set(name, flags=self._get(name).flags | {"REBOOT_REQUESTED"})
 
+    def rebooting(self, node: NodeState, mode: str) -> str:
+        return "reboot already requested" if node.reboot_pending else ""
+
     def replace(self, name: str, reason: str, mode: str, domain: Sequence[str] = ()) -> None:
         self.calls.append(("replace", name, mode))
+
+    def replacing(self, node: NodeState, mode: str) -> str:
+        return ""
+
+    def job_infos(self, ids: Collection[str]) -> list[JobInfo]:
+        return []
 
     def update_job(self, job_id: str, **fields: str) -> None:
         self.calls.append(("update_job", job_id))

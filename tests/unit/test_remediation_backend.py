@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterator
 
@@ -76,6 +77,71 @@ def test_memory_backend_drains_reboots_and_resumes(tmp_path: Path, plugins: None
         rem.flush(5)
         assert mem.calls[-1][0] == "resume"  # type: ignore[attr-defined]
         assert not mem.node("m2").out_of_service and rem.status()["episode"] is None
+    finally:
+        rem.close()
+
+
+def test_missing_capability_holds_the_action(tmp_path: Path, plugins: None) -> None:
+    """A backend with the core only drains; the reboot it cannot do is held and says why."""
+    from hma_testbackend import CoreBackend
+
+    setup = assembly.load(
+        str(config(tmp_path, "[cluster]", 'backend = "memory"', "[memory]", 'me = "m2"'))
+    )
+    core = CoreBackend(setup.config.section("memory"), "extra")
+    rem = Remediator(setup, Store(str(tmp_path / "state" / "state.db")), start=False, backend=core)
+    try:
+        rem.refresh()
+        now = time.time()
+        rem.update(Verdict(now, "b1", (fault(first=now, last=now),)), "b1")
+        rem.flush(5)
+        assert [c[0] for c in core.calls] == ["drain", "label"]  # the label says why it waits
+        assert "h=unsupported" in core.node("m2").extra and core.node("m2").drain
+        status = rem.status()
+        assert status["held"] == (
+            "unsupported: the memory backend cannot reboot a node (reboot_mode = scontrol)"
+        )
+        assert [(r["kind"], r["state"]) for r in status["actions"]] == [
+            ("drain", "done"),
+            ("reboot", "held"),
+        ]
+        held = [a.details["held"] for a in rem.alerts() if a.kind == "action_held"]
+        assert held == ["unsupported"]
+    finally:
+        rem.close()
+
+
+def test_drain_past_its_timeout_without_down_waits_for_the_jobs(
+    tmp_path: Path, plugins: None
+) -> None:
+    """Without ``SetsDown`` a drain past ``drain_timeout`` is held until its jobs are gone."""
+    from hma_testbackend import CoreBackend
+
+    path = config(tmp_path, "drain_timeout = 60.0", "[cluster]", 'backend = "memory"')
+    setup = assembly.load(str(path))
+    core = CoreBackend(setup.config.section("memory"), "extra")
+    core.state["m1"] = replace(core.state["m1"], base="allocated")  # a job runs
+    now = [1000.0]
+    store = Store(str(tmp_path / "state" / "state.db"))
+    rem = Remediator(setup, store, clock=lambda: now[0], start=False, backend=core)
+    try:
+        rem.refresh()
+        rem.update(Verdict(now[0], "b1", (fault(first=now[0], last=now[0]),)), "b1")
+        rem.flush(5)
+        now[0] += 61.0  # drain_timeout passed, the job still runs
+        rem.flush(5)
+        assert rem.status()["held"] == (
+            "unsupported: the memory backend cannot set a node down; the drain waits for its jobs"
+        )
+        core.state["m1"] = replace(core.state["m1"], base="idle")  # the job ended
+        now[0] += 16.0  # recheck_interval
+        rem.flush(5)
+        assert "down" not in [c[0] for c in core.calls]
+        assert [(r["kind"], r["state"]) for r in rem.status()["actions"]] == [
+            ("drain", "done"),
+            ("down", "skipped"),
+            ("reboot", "held"),
+        ]
     finally:
         rem.close()
 

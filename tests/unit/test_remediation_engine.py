@@ -14,7 +14,8 @@ from typing import Any, Optional
 import pytest
 
 from hma import assembly
-from hma.cluster.slurm import Job, NodeState, SlurmBackend, SlurmClient, SlurmError
+from hma.cluster.slurm import Job, SlurmBackend, SlurmClient, SlurmError
+from hma.cluster.slurm import SlurmNodeState as NodeState
 from hma.contracts.model import Action, Clears
 from hma.health.model import Fault, Verdict
 from hma.health.store import Store
@@ -380,7 +381,7 @@ def test_read_ahead_stands_for_the_drains_own_read(
         wait_for(lambda: rem.facts().job_running is not None, "facts at start")
         if ahead:
             rem.read_ahead()
-            wait_for(lambda: rem.shared.fresh is not None, "read ahead")
+            wait_for(lambda: rem.applier.ahead is not None, "read ahead")
             rem.read_ahead()  # at most once per facts_interval
         reads = len(fake.timeline)
         rem.update(Verdict(time.time(), "b1", (fault(action=Action.NONE),)), "b1")

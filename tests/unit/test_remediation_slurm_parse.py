@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from hma.cluster.slurm import (
     OUTPUT_CAP,
     SEP,
     NodeState,
+    SlurmBackend,
     SlurmClient,
     SlurmError,
     parse_listpids,
@@ -92,6 +94,23 @@ def test_unknown_states_are_not_understood() -> None:
     assert state("idle").understood
     assert not state("weird").understood
     assert not state("idle", "SOMETHING_NEW").understood
+
+
+def test_hyperpod_recovery_is_the_slurm_backends_to_read() -> None:
+    """HyperPod's FAIL reasons are a recovery under way (what the breaker counts with hma's
+    label) and tell the backend that its reboot or replace is in effect already."""
+    nodes = {n.name: n for n in parse_sinfo(recorded("sinfo-faulty.txt"))}
+    failed = nodes["node3"]
+    assert failed.recovery == "replace" and nodes["node1"].recovery == ""
+    assert state("idle", "FAIL", reason="Action:Replace").recovery == ""  # the contract's state
+    backend = SlurmBackend({}, "extra", SlurmClient())
+    assert backend.replacing(failed, "hyperpod") == "already State=FAIL Reason=Action:Replace"
+    rebooting = replace(failed, reason="Action:Reboot")
+    assert rebooting.recovery == "reboot" and backend.replacing(rebooting, "hyperpod") == ""
+    assert backend.rebooting(rebooting, "hyperpod") == "already State=FAIL Reason=Action:Reboot"
+    assert backend.rebooting(rebooting, "scontrol") == ""
+    requested = state("idle", "DRAIN", "REBOOT_REQUESTED")
+    assert backend.rebooting(requested, "scontrol") == "reboot already requested"
 
 
 class CannedRunner:
