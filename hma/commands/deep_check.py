@@ -121,7 +121,7 @@ def _connectivity_result(setup: Setup, text: str) -> int:
 
 
 def _run(setup: Setup, args: argparse.Namespace) -> int:
-    from hma.cluster.slurm import SlurmError
+    from hma.cluster.slurm.parse import SlurmError
     from hma.commands.srun import from_config
     from hma.deepcheck import orchestrate
     from hma.deepcheck.node import overall

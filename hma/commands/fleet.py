@@ -11,7 +11,8 @@ import sys
 import time
 from typing import Any, Optional
 
-from hma.cluster.slurm import SlurmClient, SlurmError
+from hma.cluster.slurm.client import SlurmClient
+from hma.cluster.slurm.parse import SlurmError
 from hma.contracts import label as label_mod
 from hma.contracts.cluster import OWNED_PREFIX, NodeState
 from hma.detection.setup import Setup

@@ -32,9 +32,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from hma.cluster.slurm import NodeState, SlurmClient, SlurmError
+from hma.cluster.slurm.client import SlurmClient
+from hma.cluster.slurm.parse import SlurmError
 from hma.contracts import label as label_mod
 from hma.contracts.alert import Alert
+from hma.contracts.cluster import NodeState
 from hma.contracts.model import Action, Severity
 from hma.contracts.reporter import Reporter
 from hma.remediation.requeue import Marker, find_marker, with_marker

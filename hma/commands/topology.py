@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
-from hma.cluster.slurm import SlurmClient, SlurmError
+from hma.cluster.slurm.client import SlurmClient
+from hma.cluster.slurm.parse import SlurmError
 from hma.contracts.cluster import NodeState
 from hma.reporters.statusfile import write_text
 from hma.topology import conf, spares

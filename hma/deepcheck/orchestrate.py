@@ -22,7 +22,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from hma.cluster.slurm import NodeState, SlurmClient, SlurmError
+from hma.cluster.slurm.client import SlurmClient
+from hma.cluster.slurm.parse import SlurmError
+from hma.contracts.cluster import NodeState
 from hma.deepcheck import connectivity, parse
 from hma.deepcheck.options import NODE_STAGES
 from hma.deepcheck.record import finding_json

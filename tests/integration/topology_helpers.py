@@ -14,7 +14,8 @@ import pytest
 
 from hma.adapters.command import CommandRunner
 from hma.adapters.files import RootReader
-from hma.cluster.slurm import SlurmBackend, SlurmClient
+from hma.cluster.slurm.backend import SlurmBackend
+from hma.cluster.slurm.client import SlurmClient
 from hma.contracts.probe import ProbeContext
 from hma.probes.nvidia.gpu import GpuProbe
 from hma.topology import domain

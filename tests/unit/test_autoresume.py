@@ -17,16 +17,10 @@ import pytest
 
 from hma import cli
 from hma.adapters.command import CommandResult
-from hma.cluster.slurm import (
-    JOB_FIELDS,
-    SEP,
-    Job,
-    NodeState,
-    SlurmClient,
-    SlurmError,
-    parse_sinfo,
-)
+from hma.cluster.slurm.client import SlurmClient
+from hma.cluster.slurm.parse import JOB_FIELDS, SEP, SlurmError, parse_sinfo
 from hma.commands import srun as ar
+from hma.contracts.cluster import Job, NodeState
 from hma.contracts.model import Action
 from hma.remediation.planner import recovery_action
 from hma.remediation.requeue import (

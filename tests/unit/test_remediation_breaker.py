@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hma.cluster.slurm import SlurmNodeState as NodeState
+from hma.cluster.slurm.parse import SlurmNodeState as NodeState
 from hma.remediation.breaker import count, limit_for
 
 

@@ -14,8 +14,11 @@ from typing import Any, Optional
 import pytest
 
 from hma import assembly
-from hma.cluster.slurm import Job, SlurmBackend, SlurmClient, SlurmError
-from hma.cluster.slurm import SlurmNodeState as NodeState
+from hma.cluster.slurm.backend import SlurmBackend
+from hma.cluster.slurm.client import SlurmClient
+from hma.cluster.slurm.parse import SlurmError
+from hma.cluster.slurm.parse import SlurmNodeState as NodeState
+from hma.contracts.cluster import Job
 from hma.contracts.model import Action, Clears
 from hma.health.model import Fault, Verdict
 from hma.health.store import Store

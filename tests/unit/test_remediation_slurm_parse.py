@@ -9,17 +9,10 @@ from typing import Any
 import pytest
 
 from hma.adapters.command import CommandResult
-from hma.cluster.slurm import (
-    OUTPUT_CAP,
-    SEP,
-    NodeState,
-    SlurmBackend,
-    SlurmClient,
-    SlurmError,
-    parse_listpids,
-    parse_sinfo,
-    parse_squeue,
-)
+from hma.cluster.slurm.backend import SlurmBackend
+from hma.cluster.slurm.client import OUTPUT_CAP, SlurmClient
+from hma.cluster.slurm.parse import SEP, SlurmError, parse_listpids, parse_sinfo, parse_squeue
+from hma.contracts.cluster import NodeState
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm" / "autoresume"
 

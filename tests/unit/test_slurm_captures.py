@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from hma.adapters.command import CommandResult
-from hma.cluster.slurm import SlurmClient, parse_sinfo, parse_squeue
+from hma.cluster.slurm.client import SlurmClient
+from hma.cluster.slurm.parse import parse_sinfo, parse_squeue
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
 VERSIONS = ("22.05", "24.11")

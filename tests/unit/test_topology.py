@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from hma.cluster.slurm import SlurmBackend
+from hma.cluster.slurm.backend import SlurmBackend
 from hma.commands import topology as command
 from hma.contracts.cluster import NodeState
 from hma.topology import conf, domain, options, spares
