@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import importlib
 import os
+import shutil
 import stat
 import sys
 from dataclasses import dataclass
@@ -181,11 +182,65 @@ def _untrusted(path: str, st: os.stat_result) -> Optional[str]:
     return None
 
 
-def unsafe_reason(path: Path) -> Optional[str]:
+def unsafe_reason(path: Path, depth: int = 0) -> Optional[str]:
     """Why an executable probe must not run, as OpenSSH's StrictModes judges a path: every
     directory from / down, every symlink on the way (and every component of what it points to)
     and the file itself must be owned by root, and none but a symlink writable by group or
-    others. Otherwise someone but root could choose which program hma runs as root."""
+    others; the same for the interpreter its ``#!`` line names (and that one's, as the kernel
+    follows them). Otherwise someone but root could choose which program hma runs as root."""
+    reason = _unsafe_file(path)
+    if reason is None:
+        interpreter = _interpreter(path)
+        if isinstance(interpreter, str) and interpreter.startswith("refused: "):
+            return f"{path}: {interpreter[len('refused: ') :]}"
+        if interpreter is not None:
+            if depth >= MAX_INTERPRETERS:
+                return f"{path}: more than {MAX_INTERPRETERS} nested #! interpreters"
+            reason = unsafe_reason(Path(interpreter), depth + 1)
+            if reason is not None:
+                reason = f"interpreter of {path}: {reason}"
+    return reason
+
+
+MAX_INTERPRETERS = 4  # nested #! interpreters the kernel follows (BINPRM_MAX_RECURSION)
+
+
+def _interpreter(path: Path) -> Optional[str]:
+    """The program the ``#!`` line of ``path`` runs (``/usr/bin/env NAME``: NAME found on the
+    agent's PATH), None without one, or ``refused: why`` when it cannot be judged."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(256)
+    except OSError as exc:
+        return f"refused: {exc.strerror}"
+    if not head.startswith(b"#!"):
+        return None
+    line = head[2:].split(b"\n", 1)[0]
+    try:
+        words = line.decode("ascii").split()
+    except UnicodeDecodeError:
+        return "refused: the #! line is not ASCII"
+    if not words or not words[0].startswith("/"):
+        return "refused: the #! line names no absolute interpreter"
+    if os.path.basename(words[0]) != "env":
+        return words[0]
+    # env's own checks first (it must be root's too), then the program it would find
+    reason = _unsafe_file(Path(words[0]))
+    if reason is not None:
+        return f"refused: {reason}"
+    names = [w for w in words[1:] if not w.startswith("-") and "=" not in w]
+    if not names:
+        return "refused: #!/usr/bin/env names no program"
+    if "/" in names[0]:  # env runs a name with a slash as it is, not from PATH
+        return names[0] if names[0].startswith("/") else "refused: #! env names a relative path"
+    found = shutil.which(names[0], path=os.environ.get("PATH", os.defpath))
+    if found is None or not found.startswith("/"):
+        return f"refused: {names[0]} (#! through env) is not on PATH as an absolute path"
+    return found
+
+
+def _unsafe_file(path: Path) -> Optional[str]:
+    """``unsafe_reason`` for the file alone (its interpreter not looked at)."""
     # ".." is resolved on the way, after the links before it (abspath would drop it lexically)
     pending = [part for part in os.path.join(os.getcwd(), path).split("/") if part]
     current = "/"

@@ -121,6 +121,7 @@ class ProcessSlot:
                 stdout=subprocess.PIPE,
                 start_new_session=True,
                 env=worker_env(),
+                cwd="/",  # `-m` puts the working folder first on sys.path: root's only
             )
         return self._proc
 

@@ -191,3 +191,64 @@ def test_dot_dot_is_resolved_after_the_link_before_it(hma_env) -> None:  # type:
     (user / "inner").mkdir()
     reason = unsafe_reason(root / "link" / ".." / "probes.d" / "site")
     assert reason == f"{user} is owned by uid {NOBODY}, not root"
+
+
+def test_an_interpreter_in_a_user_writable_place_is_refused(hma_env, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The #! line is a program hma runs as root too: it is judged like the probe (tmp_path is
+    under the world-writable /tmp)."""
+    shell = tmp_path / "sh"
+    shell.write_bytes(Path("/bin/sh").read_bytes())
+    shell.chmod(0o755)
+    marker = tmp_path / "ran"
+    path = hma_env.exec_probe("site", f"touch {marker}")
+    path.write_text(f"#!{shell}\ntouch {marker}\n")
+    doc = probe_doc(hma_env, "site")
+    [f] = doc["findings"]
+    assert f["code"] == "HMA_PROBE_REFUSED" and f"interpreter of {path}" in f["message"]
+    assert not marker.exists()
+
+
+def test_an_interpreter_found_through_env_is_judged_too(hma_env, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    planted = tmp_path / "bin"
+    planted.mkdir()
+    (planted / "fakesh").write_bytes(Path("/bin/sh").read_bytes())
+    (planted / "fakesh").chmod(0o755)
+    marker = tmp_path / "ran"
+    path = hma_env.exec_probe("site", "")
+    path.write_text(f"#!/usr/bin/env -S fakesh -e\ntouch {marker}\n")
+    env = {**hma_env.env(), "PATH": f"{planted}:{os.environ.get('PATH', os.defpath)}"}
+    res = hma_env.hma("check", "site", "--json", env=env)
+    [f] = json.loads(res.stdout)["probes"][0]["findings"]
+    assert f["code"] == "HMA_PROBE_REFUSED" and f"interpreter of {path}: /tmp " in f["message"]
+    assert not marker.exists()
+    path.write_text(f"#!/usr/bin/env sh\ntouch {marker}\n")  # a root-owned sh on PATH: runs
+    assert hma_env.hma("check", "site", "--json", env=env).returncode == 0 and marker.exists()
+
+
+@pytest.mark.parametrize(
+    "line, why",
+    [
+        ("#!sh", "no absolute interpreter"),
+        ("#!", "no absolute interpreter"),
+        ("#!/usr/bin/env", "names no program"),
+        ("#!/usr/bin/env ./sh", "relative path"),
+        ("#!/usr/bin/env no-such-program-hma", "is not on PATH"),
+        ("#!/bin/\xe9sh", "not ASCII"),
+    ],
+)
+def test_a_shebang_that_cannot_be_judged_is_refused(hma_env, line: str, why: str) -> None:  # type: ignore[no-untyped-def]
+    path = hma_env.exec_probe("site", "")
+    path.write_bytes(line.encode("latin-1") + b"\nexit 0\n")
+    reason = unsafe_reason(path)
+    assert reason is not None and why in reason
+
+
+def test_nested_interpreters_are_followed_and_bounded(trusted_dir: Path) -> None:
+    chain = [trusted_dir / f"i{n}" for n in range(6)]
+    chain[0].write_text("#!/bin/sh\n")
+    for prev, cur in zip(chain, chain[1:]):
+        cur.write_text(f"#!{prev}\n")
+    for p in chain:
+        p.chmod(0o755)
+    assert unsafe_reason(chain[3]) is None  # four interpreters deep, as the kernel allows
+    assert "nested #! interpreters" in str(unsafe_reason(chain[4]))
