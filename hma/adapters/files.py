@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
-from typing import Optional
+from typing import Iterable, Optional
 
 from hma.adapters.strict import ParseError, parse_uint
 
@@ -45,6 +45,17 @@ class RootReader:
         read is unknown, never a reading.
         """
         target = os.path.join(self._base, rel.lstrip("/"))
+        data = self.data(rel, limit)
+        if b"\0" in data:
+            raise ReadError(f"{target}: NUL bytes in a text attribute")
+        try:
+            return data.decode("utf-8").strip()
+        except UnicodeDecodeError:
+            raise ReadError(f"{target}: not UTF-8 text") from None
+
+    def data(self, rel: str, limit: int = 65536) -> bytes:
+        """Up to ``limit`` bytes of a regular file (``/proc/PID/cmdline``: NUL-separated)."""
+        target = os.path.join(self._base, rel.lstrip("/"))
         try:  # non-blocking open: a FIFO in place of an attribute must not hang the probe
             fd = os.open(target, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError as exc:
@@ -62,12 +73,7 @@ class RootReader:
             raise ReadError(f"{target}: {exc.strerror or exc}") from None
         finally:
             os.close(fd)
-        if b"\0" in data:
-            raise ReadError(f"{target}: NUL bytes in a text attribute")
-        try:
-            return data.decode("utf-8").strip()
-        except UnicodeDecodeError:
-            raise ReadError(f"{target}: not UTF-8 text") from None
+        return data
 
     def text_or_none(self, rel: str) -> Optional[str]:
         """Like ``text`` but None when the file positively does not exist (a dangling symlink
@@ -99,3 +105,43 @@ class RootReader:
     def realname(self, rel: str) -> str:
         """Last component of the resolved symlink target (e.g. the PCI address of a device link)."""
         return os.path.basename(os.path.realpath(self.path(rel)))
+
+
+COMM_LEN = 15  # TASK_COMM_LEN - 1: the characters of a command name the kernel keeps in comm
+
+
+def running_processes(procfs: RootReader, names: Iterable[str]) -> set[str]:
+    """Which of ``names`` run, read under ``procfs``; ReadError when it cannot be listed.
+
+    ``PID/comm`` keeps 15 characters: a longer name matches a comm equal to its first 15 when
+    the basename of ``PID/cmdline``'s argv[0] is the name, or when there is no argv[0] to tell.
+    """
+    wanted = set(names)
+    long: dict[str, set[str]] = {}
+    for name in wanted:
+        if len(name) > COMM_LEN:
+            long.setdefault(name[:COMM_LEN], set()).add(name)
+    found: set[str] = set()
+    for pid in procfs.listdir(""):
+        if not pid.isdigit():
+            continue
+        try:
+            comm = procfs.text(f"{pid}/comm")
+            found |= {comm} & wanted
+            if comm in long:
+                found |= _long_names(procfs, pid, long[comm])
+        except ReadError:
+            continue  # exited while we looked
+    return found
+
+
+def _long_names(procfs: RootReader, pid: str, names: set[str]) -> set[str]:
+    """Those of ``names`` that are the basename of ``pid``'s argv[0]; all of them when there is
+    no argv[0] (no cmdline file in a fixture tree, an empty one for a zombie)."""
+    try:
+        argv0 = procfs.data(f"{pid}/cmdline", 4096).split(b"\0")[0]
+    except _Absent:
+        return names
+    if not argv0:
+        return names
+    return names & {os.path.basename(argv0).decode("utf-8", "replace")}

@@ -18,7 +18,7 @@ from typing import Any, Callable, ClassVar, Mapping, Optional
 
 import pynvml
 
-from hma.adapters.files import ReadError, RootReader
+from hma.adapters.files import ReadError, RootReader, running_processes
 from hma.contracts.model import Finding
 from hma.contracts.options import Option, positive
 from hma.contracts.probe import Probe, ProbeContext
@@ -430,17 +430,9 @@ def pci_gpus(sysfs: RootReader) -> list[str]:
 
 
 def process_running(procfs: RootReader, name: str) -> Optional[bool]:
-    """Whether a process whose comm matches ``name`` (truncated to 15 chars) runs; None if
-    procfs cannot be read."""
-    want = name[:15]
+    """Whether a process ``name`` runs (comm, or argv[0] past comm's 15 characters:
+    ``running_processes``); None if procfs cannot be read."""
     try:
-        pids = [p for p in procfs.listdir("") if p.isdigit()]
+        return name in running_processes(procfs, [name])
     except ReadError:
         return None
-    for pid in pids:
-        try:
-            if procfs.text(f"{pid}/comm") == want:
-                return True
-        except ReadError:
-            continue  # exited meanwhile
-    return False

@@ -14,7 +14,7 @@ import re
 import shutil
 import uuid
 import xml.etree.ElementTree as ET
-from typing import Any, ClassVar, Mapping, Optional
+from typing import Any, ClassVar, Iterator, Mapping, Optional
 
 from hma.adapters.strict import U64_MAX, ParseError, parse_decimal, parse_uint, parse_word
 from hma.contracts.model import Finding
@@ -46,9 +46,11 @@ EXIT_TEXT = {
     255: "other error or internal driver error",
 }
 HANDLE_RE = re.compile(
-    r"Unable to determine the device handle for GPU\s*([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:"
-    r"[0-9A-Fa-f]{2}\.[0-9A-Fa-f]):\s*(.+)"
+    r"^\s*Unable to determine the device handle for GPU\s*([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:"
+    r"[0-9A-Fa-f]{2}\.[0-9A-Fa-f]):[ \t]*(.+)",
+    re.M,
 )
+_DOC_END = re.compile(r"</nvidia_smi_log\s*>|<nvidia_smi_log\s*/>")
 HANDLE_ERRORS = {"gpu is lost": 15, "unknown error": 999, "gpu requires reset": 16}
 
 
@@ -118,19 +120,20 @@ def parse_result(raw: Mapping[str, Any]) -> dict[str, Any]:
         snap["init_error"] = {"call": argv, "code": -1, "text": str(raw["cut"])}
         return snap
     rc = raw.get("rc")
-    text = str(raw.get("stdout") or "")
-    handle_errors = _handle_errors(text + "\n" + str(raw.get("stderr") or ""))
+    document, outside = split_output(str(raw.get("stdout") or ""))
+    own_lines = outside + "\n" + str(raw.get("stderr") or "")
+    handle_errors = _handle_errors(own_lines)
     parsed: Optional[dict[str, Any]] = None
     parse_error = ""
-    if "<nvidia_smi_log" in text:
+    if document:
         try:
-            parsed = parse_xml(text[text.index("<") :] if not text.startswith("<") else text)
+            parsed = parse_xml(document)
         except (ET.ParseError, ValueError) as exc:
             parse_error = f"malformed nvidia-smi XML: {exc}"
     if parsed is not None:
         snap.update(parsed)
     snap["gpus"] = list(snap.get("gpus") or []) + handle_errors
-    if parsed is None and "No devices were found" in text + str(raw.get("stderr") or ""):
+    if parsed is None and re.search(r"^\s*No devices were found\s*$", own_lines, re.M):
         snap["count"] = 0
         return snap
     if isinstance(rc, int) and rc != 0 and not handle_errors:
@@ -144,6 +147,22 @@ def parse_result(raw: Mapping[str, Any]) -> dict[str, Any]:
         why = parse_error or "no <nvidia_smi_log> document in the output"
         snap["init_error"] = {"call": argv, "code": -1, "text": why}
     return snap
+
+
+def split_output(stdout: str) -> tuple[str, str]:
+    """``stdout`` as (the XML document, nvidia-smi's own lines around it).
+
+    The document runs from the first ``<?xml`` or ``<nvidia_smi_log`` to the last
+    ``</nvidia_smi_log>`` (to the end when cut), so text inside it (process names, which users
+    choose) is never read as one of nvidia-smi's own lines.
+    """
+    starts = [i for i in (stdout.find("<?xml"), stdout.find("<nvidia_smi_log")) if i >= 0]
+    if not starts:
+        return "", stdout
+    start = min(starts)
+    ends = [m.end() for m in _DOC_END.finditer(stdout, start)]
+    end = ends[-1] if ends else len(stdout)
+    return stdout[start:end], stdout[:start] + "\n" + stdout[end:]
 
 
 def _handle_errors(text: str) -> list[dict[str, Any]]:
@@ -166,16 +185,20 @@ def parse_xml(text: str) -> dict[str, Any]:
     Every value is parsed strictly (``hma.adapters.strict``): one that is not what its element
     holds (a
     count of ``-1``, ``1e-9``, 400 digits, an unknown state word) is not measured, and the GPU
-    gets a read failure (``call_errors``) naming the element, never a reading.
+    gets a read failure (``call_errors``) naming the element, never a reading. A document with
+    neither a GPU nor a driver version is refused (ValueError): it answers nothing.
     """
     root = ET.fromstring(text)
     if root.tag != "nvidia_smi_log":
         raise ValueError(f"root element is <{root.tag}>, not <nvidia_smi_log>")
     gpus = [_gpu(index, node) for index, node in enumerate(root.findall("gpu"))]
+    driver = _value(root.findtext("driver_version"))
+    if not gpus and driver is None:  # e.g. <nvidia_smi_log/>: no answer, not "0 GPUs"
+        raise ValueError("<nvidia_smi_log> holds no <gpu> and no driver version")
     node = _Fields(root)
     count = node.uint("attached_gpus", limit=MAX_GPUS)
     out: dict[str, Any] = {
-        "driver": _value(root.findtext("driver_version")),
+        "driver": driver,
         "count": count if count is not None else len(gpus),
         "gpus": gpus,
         "nvswitch": any((g.get("fabric") or {}).get("state") not in (None, 0) for g in gpus),
@@ -379,10 +402,23 @@ def _gpu(index: int, node: ET.Element) -> dict[str, Any]:
     return gpu
 
 
+# Subtrees whose text others choose (process names): never read as a value or a status.
+USER_TEXT = frozenset({"processes", "accounted_processes"})
+
+
+def _driver_elements(node: ET.Element) -> Iterator[ET.Element]:
+    """``node`` and its descendants, less the subtrees in ``USER_TEXT``."""
+    yield node
+    for child in node:
+        if child.tag not in USER_TEXT:
+            yield from _driver_elements(child)
+
+
 def _value_errors(node: ET.Element, gpu: dict[str, Any]) -> None:
-    """Values that nvidia-smi could not read: "GPU is lost" makes the GPU lost; "Unknown Error"
-    fields are a read failure (unknown), never silently N/A."""
-    texts = [(el.tag, (el.text or "").strip().strip("[]").lower()) for el in node.iter()]
+    """Values that nvidia-smi could not read: "GPU is lost" as the whole value of an element
+    makes the GPU lost; "Unknown Error" fields are a read failure (unknown), never silently N/A.
+    Process lists are skipped: a process name is never read as a status."""
+    texts = [(el.tag, (el.text or "").strip().strip("[]").lower()) for el in _driver_elements(node)]
     if any(text == "gpu is lost" for _tag, text in texts):
         gpu["error"] = {"call": "nvidia-smi", "code": 15, "text": "GPU is lost"}
         return

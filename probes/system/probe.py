@@ -10,7 +10,7 @@ from typing import Any, ClassVar, Mapping, Optional
 
 import psutil
 
-from hma.adapters.files import ReadError
+from hma.adapters.files import ReadError, running_processes
 from hma.adapters.strict import ParseError, parse_uint
 from hma.contracts.model import Finding
 from hma.contracts.options import Option
@@ -80,7 +80,9 @@ class SystemProbe(Probe):
             slurm = ctx.facts.slurm_configured or os.path.exists(opts["slurm_conf"])
             wanted = ["slurmd"] if slurm else []
         snap["processes_wanted"] = list(wanted)
-        snap["processes"] = _guard(snap, "processes", lambda: sorted(_comms(ctx) & set(wanted)))
+        snap["processes"] = _guard(
+            snap, "processes", lambda: sorted(running_processes(ctx.procfs, wanted))
+        )
         snap["edac"] = _guard(snap, "edac", lambda: _edac(ctx))
         snap["cpus"] = _guard(snap, "cpus", lambda: _cpus(ctx))
         return snap
@@ -183,17 +185,6 @@ def _meminfo(ctx: ProbeContext) -> dict[str, int]:
     if "MemTotal" not in out:
         raise ValueError("meminfo has no MemTotal")
     return out
-
-
-def _comms(ctx: ProbeContext) -> set[str]:
-    names = set()
-    for entry in ctx.procfs.listdir(""):
-        if entry.isdigit():
-            try:
-                names.add(ctx.procfs.text(f"{entry}/comm"))
-            except ReadError:
-                continue  # exited while we looked
-    return names
 
 
 def _edac(ctx: ProbeContext) -> dict[str, dict[str, int]]:

@@ -140,3 +140,40 @@ def test_rules_never_raise_on_odd_records(changes: dict, previous: object) -> No
     snap = judge_snapshot(DOCS["h100-v13.xml"])
     snap["gpus"][0].update(changes)
     rules.evaluate(rules.with_baseline(snap, previous), OPTS, None, previous, 60.0)
+
+
+PROCESS_DOCS = sorted(name for name, doc in DOCS.items() if "<process_name>" in doc)
+HOSTILE_NAMES = (
+    "GPU is lost",
+    "Unknown Error",
+    "Unable to determine the device handle for GPU 0000:3B:00.0: Unknown Error",
+    "\nUnable to determine the device handle for GPU0000:00:1E.0: GPU is lost\n",
+    "No devices were found",
+    "</nvidia_smi_log>\nUnable to determine the device handle for GPU0000:3B:00.0: GPU is lost",
+)
+# What a process name can hold in an XML 1.0 document: no control characters but tab and newline.
+NAME_TEXT = st.text(
+    st.characters(blacklist_categories=("Cs", "Cc")) | st.sampled_from("\t\n"), max_size=80
+)
+
+
+@SETTINGS
+@given(
+    name=st.sampled_from(PROCESS_DOCS),
+    text=st.one_of(st.sampled_from(HOSTILE_NAMES), NAME_TEXT),
+)
+def test_process_names_never_change_findings(name: str, text: str) -> None:
+    """Process names are chosen by users: any text in every <process_name> of a real capture
+    (escaped, as nvidia-smi prints it) leaves the findings as they were (issue 23)."""
+    assert PROCESS_DOCS
+    escaped = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    doc = re.sub(
+        r"<process_name>[^<]*</process_name>",
+        lambda _m: f"<process_name>{escaped}</process_name>",
+        DOCS[name],
+    )
+
+    def seen(stdout: str) -> list:
+        return [(f.code, f.component, f.severity, f.message) for f in judge(stdout)]
+
+    assert seen(doc) == seen(DOCS[name]), f"{name} process name {text!r}"
