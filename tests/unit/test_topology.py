@@ -154,6 +154,18 @@ def test_choose_spare_same_domain_healthy() -> None:
     assert spares.choose_spare(admin, "a", "node1") is None  # an admin's drain is no spare
 
 
+def test_admin_reason_starting_like_the_spare_marker_is_no_spare() -> None:
+    """Issue 23: only hma's exact reason on a drained node is a spare, never an admin's text."""
+    admin = {"flags": frozenset({"DRAIN"}), "reason": "hma-spare-broken: fan, do not resume"}
+    nodes = [node("node1", "a"), node("node2", "a", **admin), node("node3", "a", **SPARE)]
+    assert spares.plan(nodes, 0) == ([], ["node3"])  # the admin's drain is not resumed
+    assert spares.plan(nodes, 1) == ([], [])
+    assert spares.choose_spare(nodes[:2], "a", "node1") is None
+    undrained = [node("node4", "a", reason="hma-spare")]  # Slurm keeps a resumed node's reason
+    assert spares.plan(undrained, 0) == ([], [])
+    assert spares.choose_spare(undrained, "a", "node1") is None
+
+
 def test_command_check_then_write(tmp_path: Path) -> None:
     nodes = [node(f"node{i}", "a") for i in range(1, 4)] + [node("node4", "")]
     client = Recorder(nodes)
