@@ -20,9 +20,15 @@ from hma.topology import domain as domain_mod
 SPARE_REASON = "hma-spare"
 
 
-def node_domain(node: NodeState) -> str:
-    """The domain a node publishes (Extra first, then Comment); "" when none."""
+def published(node: NodeState) -> str:
+    """The domain text a node publishes (Extra first, then Comment), as written; "" when none."""
     return domain_mod.of(node.extra) or domain_mod.of(node.comment)
+
+
+def node_domain(node: NodeState) -> str:
+    """The domain a node publishes; "" when none or unusable (``domain.problem``)."""
+    text = published(node)
+    return "" if domain_mod.problem(text) else text
 
 
 def is_spare(node: NodeState) -> bool:
