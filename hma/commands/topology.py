@@ -4,7 +4,8 @@ Reads every node's published domain in one ``sinfo`` query, keeps ``[topology]
 spares_per_domain`` healthy spares per domain (drained with the reason ``hma-spare``), renders
 the file (hma.topology.conf) and writes it atomically only when it changed, then runs ``scontrol
 reconfigure``. ``--check`` prints the difference and changes nothing (exit 1 when the file or the
-spares would change). See docs/topology.md.
+spares would change). A file that does not read back as one Slurm accepts (``conf.problems``) is
+never written: the run changes nothing and exits 4. See docs/topology.md.
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ from hma.cluster.slurm.parse import SlurmError
 from hma.contracts.cluster import NodeState
 from hma.reporters.statusfile import write_text
 from hma.topology import conf, spares
+from hma.topology import domain as domain_mod
 
 EX_CHANGES = 1  # --check: something would change
 EX_CONFIG = 2
 EX_SLURM = 3
+EX_REFUSED = 4  # the rendered file would not be one Slurm accepts: nothing changed
 FILENAMES = {"block": "topology.conf", "tree": "topology.conf", "yaml": "topology.yaml"}
 
 
@@ -66,10 +69,19 @@ def run(
     per_domain = int(topo["spares_per_domain"])
     mark, release = spares.plan(nodes, per_domain) if per_domain else ([], [])
     text, lonely, size = render(nodes, fmt, topo["domain_size"], per_domain)
+    unusable = {n.name: domain_mod.problem(spares.published(n)) for n in nodes}
     for name in lonely:
-        print(f"hma topology: warning: {name} publishes no domain; in a block of its own", file=err)
+        why = unusable[name]
+        what = f"an unusable domain ({why})" if why else "no domain"
+        print(f"hma topology: warning: {name} publishes {what}; in a block of its own", file=err)
     if fmt != "tree" and lonely:
         print(f"hma topology: warning: BlockSizes lowered to {size} by those blocks", file=err)
+    refused = conf.problems(text, fmt)
+    if refused:
+        for why in refused:
+            print(f"hma topology: error: the new {path.name} would be refused: {why}", file=err)
+        print(f"hma topology: error: {path} kept, no spare changed, no reconfigure", file=err)
+        return EX_REFUSED
     old = _read(path)
     changed = text != old
     if check:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional
 
 from hma.contracts import label
+from hma.topology.options import MAX_DOMAIN
 
 TOKEN = "hma-domain="
 # Probes whose summary may carry the GPUs' domain, in order of trust.
@@ -33,6 +34,16 @@ def of(text: str) -> str:
     """The domain a field's text publishes ("" when none)."""
     token = label.find_token(text, TOKEN)
     return token[len(TOKEN) :] if token else ""
+
+
+def problem(domain: str) -> Optional[str]:
+    """Why a published domain cannot be used (another node wrote it), or None: longer than
+    ``MAX_DOMAIN`` characters, or holding control (non-printable) characters."""
+    if len(domain) > MAX_DOMAIN:
+        return f"longer than {MAX_DOMAIN} characters"
+    if not domain.isprintable():
+        return "control characters"
+    return None
 
 
 def edit(text: str, domain: str) -> str:

@@ -2,8 +2,9 @@
 
 A spare is a healthy node of a domain held out of service by ``hma topology`` on the controller:
 drained with the reason ``hma-spare`` (not ``HMA:``, so the node's own agent neither takes the
-drain up as its own nor resumes it, and the circuit breaker does not count it). When hma replaces
-a faulty node, a healthy spare of the same domain is resumed in its place; the next ``hma
+drain up as its own nor resumes it, and the circuit breaker does not count it); only that exact
+reason on a drained node is a spare, never an admin's reason that merely starts with it. When hma
+replaces a faulty node, a healthy spare of the same domain is resumed in its place; the next ``hma
 topology`` run makes up the count again from the domain's idle nodes.
 """
 
@@ -19,14 +20,20 @@ from hma.topology import domain as domain_mod
 SPARE_REASON = "hma-spare"
 
 
-def node_domain(node: NodeState) -> str:
-    """The domain a node publishes (Extra first, then Comment); "" when none."""
+def published(node: NodeState) -> str:
+    """The domain text a node publishes (Extra first, then Comment), as written; "" when none."""
     return domain_mod.of(node.extra) or domain_mod.of(node.comment)
 
 
+def node_domain(node: NodeState) -> str:
+    """The domain a node publishes; "" when none or unusable (``domain.problem``)."""
+    text = published(node)
+    return "" if domain_mod.problem(text) else text
+
+
 def is_spare(node: NodeState) -> bool:
-    """Drained by ``hma topology`` as a spare."""
-    return node.drain and node.reason.startswith(SPARE_REASON)
+    """Drained by ``hma topology`` as a spare: the DRAIN flag and exactly hma's reason."""
+    return node.drain and node.reason == SPARE_REASON
 
 
 def healthy(node: NodeState) -> bool:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from mutate import budget
 
 from hma.cluster.slurm.backend import SlurmBackend
 from hma.commands import topology as command
@@ -154,6 +158,18 @@ def test_choose_spare_same_domain_healthy() -> None:
     assert spares.choose_spare(admin, "a", "node1") is None  # an admin's drain is no spare
 
 
+def test_admin_reason_starting_like_the_spare_marker_is_no_spare() -> None:
+    """Issue 23: only hma's exact reason on a drained node is a spare, never an admin's text."""
+    admin = {"flags": frozenset({"DRAIN"}), "reason": "hma-spare-broken: fan, do not resume"}
+    nodes = [node("node1", "a"), node("node2", "a", **admin), node("node3", "a", **SPARE)]
+    assert spares.plan(nodes, 0) == ([], ["node3"])  # the admin's drain is not resumed
+    assert spares.plan(nodes, 1) == ([], [])
+    assert spares.choose_spare(nodes[:2], "a", "node1") is None
+    undrained = [node("node4", "a", reason="hma-spare")]  # Slurm keeps a resumed node's reason
+    assert spares.plan(undrained, 0) == ([], [])
+    assert spares.choose_spare(undrained, "a", "node1") is None
+
+
 def test_command_check_then_write(tmp_path: Path) -> None:
     nodes = [node(f"node{i}", "a") for i in range(1, 4)] + [node("node4", "")]
     client = Recorder(nodes)
@@ -196,3 +212,121 @@ def test_status_shows_the_domain() -> None:
     doc = {"node": "node1", "severity": "ok", "topology": {"domain": "d.7", "source": "nvml"}}
     assert "NVLink domain d.7 (nvml)" in status.render(doc, now=0.0)
     assert "NVLink domain" not in status.render({**doc, "topology": {"domain": ""}}, now=0.0)
+
+
+# Issue 23: domains are text other nodes write; a file Slurm refuses stops slurmctld for good.
+TRICKY = ["rack:1", "rack;1", "rack_1", "nodomain-node1", "hma-top", "true", "1.5", "-", "dom0"]
+TRICKY += [
+    "rack_1-xa575ab90",  # the name rack:1 gets
+    "x\u010f\u076f",  # these two: x__ and the same first 8 hex digits of SHA-256 (497aa2a1)
+    "x\u0121\u0696",
+]
+
+
+def test_distinct_domains_get_distinct_valid_names() -> None:
+    names = conf.block_names(TRICKY)
+    assert len(set(names.values())) == len(TRICKY)
+    assert names["rack_1"] == "rack_1" and names["dom0"] == "dom0"  # well-formed: kept as is
+    assert names["rack:1"] == "rack_1-xa575ab90" != names["rack_1-xa575ab90"]
+    assert names["nodomain-node1"] != "nodomain-node1" and names["hma-top"] != "hma-top"
+    assert len(names["x\u010f\u076f"]) == len("x__-x") + 64  # their 8 hex digits are the same
+    assert conf.block_names(reversed(TRICKY)) == names  # deterministic
+    domains = {f"node{i}": d for i, d in enumerate(TRICKY, 1)}
+    found, _ = conf.blocks({**domains, "node20": ""})
+    for fmt in ("block", "tree", "yaml"):
+        assert conf.problems(conf.render(found, fmt, 1), fmt) == []
+    assert '      - block: "true"\n' in conf.render(found, "yaml", 1)
+
+
+def test_problems_read_the_file_back() -> None:
+    head = conf.HEADER
+    assert conf.problems(head + "BlockName=a Nodes=n[1-2]\nBlockSizes=2\n", "block") == []
+    dup = conf.problems(
+        head + "BlockName=a Nodes=n1\nBlockName=a Nodes=n2\nBlockSizes=1\n", "block"
+    )
+    assert dup == ["name 'a' defined 2 times"]
+    twice = conf.problems(head + "BlockName=a Nodes=n[1-2]\nBlockName=b Nodes=n2\n", "block")
+    assert twice == ["node 'n2' in 'a' and 'b'"]
+    assert conf.problems(head + "BlockName=a:b Nodes=n1\n", "block") == [
+        "name 'a:b' is not A-Z a-z 0-9 . _ -"
+    ]
+    assert conf.problems(head + "SwitchName=t Switches=a\n", "tree") == [
+        "switch 'a' under 't' is not defined"
+    ]
+    assert conf.problems(head + "BlockName=a Nodes=n[1-2\n", "block")
+    assert conf.problems(head + "BlockName=a Nodes=n1 Extra\n", "block")
+    yaml = conf.render([conf.Block("x", "x", ("n1",))], "yaml", 1)
+    assert conf.problems(yaml, "yaml") == []
+    assert conf.problems(yaml.replace("block: x", "block: true"), "yaml")  # a YAML boolean
+    assert conf.expand("login,n05,n[5-6],gpu[001-002,018]") == [
+        "login", "n05", "n5", "n6", "gpu001", "gpu002", "gpu018",
+    ]  # fmt: skip
+
+
+def test_command_refuses_a_file_slurm_would_refuse(tmp_path: Path) -> None:
+    # Two nodes without a domain whose names sanitise alike: nodomain-a_1 twice.
+    nodes = [node("a:1", ""), node("a;1", ""), node("node1", "d"), node("node2", "d")]
+    client = Recorder(nodes)
+    topo = {"spares_per_domain": 1, "domain_size": None, "reconfigure": True}
+    path = tmp_path / "topology.conf"
+    path.write_text("previous\n")
+    out, err = _Stream(), _Stream()
+    for check in (True, False):
+        assert command.run(client, topo, path, "block", check, out, err) == command.EX_REFUSED
+    assert "would be refused: name 'nodomain-a_1' defined 2 times" in err.text
+    assert f"{path} kept, no spare changed, no reconfigure" in err.text
+    assert path.read_text() == "previous\n" and client.updates == [] and client.reconfigured == 0
+
+
+def test_unusable_domains_are_no_domain(tmp_path: Path) -> None:
+    nodes = [
+        node("node1", "a" * 81),
+        node("node2", "a\x07b"),
+        node("node3", "d"),
+        node("node4", "d"),
+    ]
+    assert [domain.problem(spares.published(n)) for n in nodes] == [
+        "longer than 80 characters", "control characters", None, None,
+    ]  # fmt: skip
+    assert spares.plan(nodes, 1) == (["node4"], [])
+    client, out, err = Recorder(nodes), _Stream(), _Stream()
+    topo = {"spares_per_domain": 0, "domain_size": None, "reconfigure": False}
+    assert command.run(client, topo, tmp_path / "t.conf", "tree", False, out, err) == 0
+    assert "node2 publishes an unusable domain (control characters); in a block" in err.text
+    assert "SwitchName=nodomain-node1 Nodes=node1\n" in (tmp_path / "t.conf").read_text()
+    assert "\x07" not in err.text + out.text
+
+
+DOMAIN_TEXT = st.one_of(
+    st.sampled_from(TRICKY), st.text(alphabet=":;_a1-.x\u00e9", max_size=6), st.text(max_size=90)
+)
+
+
+@budget(300)
+@given(domains=st.lists(DOMAIN_TEXT, max_size=12), fmt=st.sampled_from(["block", "tree", "yaml"]))
+def test_any_domains_render_a_file_slurm_accepts(domains: list[str], fmt: str) -> None:
+    names = conf.block_names(domains)
+    assert len(set(names.values())) == len(names)
+    mapping = {f"node{i}": d for i, d in enumerate(domains)}
+    found, _ = conf.blocks(mapping)
+    assert conf.problems(conf.render(found, fmt, 1), fmt) == []
+
+
+@budget(150)
+@given(domains=st.lists(st.one_of(DOMAIN_TEXT, st.just("")), max_size=8))
+def test_command_writes_an_accepted_file_or_refuses_without_writing(domains: list[str]) -> None:
+    words = [d if d.split() in ([], [d]) else "x" for d in domains]  # a domain is one word
+    nodes = [node(f"n{i}", d) for i, d in enumerate(words)]
+    nodes += [node("n:x", ""), node("n;x", "")] if len(domains) % 3 == 0 else []
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "topology.conf"
+        path.write_text("previous\n")
+        client, out, err = Recorder(nodes), _Stream(), _Stream()
+        topo = {"spares_per_domain": 1, "domain_size": None, "reconfigure": True}
+        rc = command.run(client, topo, path, "tree", False, out, err)
+        if rc == command.EX_REFUSED:
+            assert (
+                path.read_text() == "previous\n" and not client.updates and not client.reconfigured
+            )
+        else:
+            assert rc == 0 and conf.problems(path.read_text(), "tree") == []
