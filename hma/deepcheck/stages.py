@@ -347,7 +347,11 @@ def judge_dcgm(result: CommandResult, level: int) -> StageResult:
 
 def _dcgm_gaps(results: Sequence[Mapping[str, Any]]) -> list[str]:
     """What leaves a DCGM run incomplete: results naming no GPU, GPUs never tested."""
-    gaps = [f"{r['test']} {r['verdict']} names no GPU" for r in results if not r["gpus"]]
+    gaps = [
+        f"{r['test']} {r['verdict']} names no GPU"
+        for r in results
+        if not r["gpus"] and r["verdict"] != "skip"
+    ]
     tested = {g for r in results if r["verdict"] != "skip" for g in r["gpus"]}
     untested = sorted({g for r in results for g in r["gpus"]} - tested, key=int)
     if untested:
