@@ -4,11 +4,25 @@ read: a stage turns that into an unknown verdict, never a fault."""
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any, Optional
 
 DCGM_VERDICTS = {"pass": "pass", "fail": "fail", "warn": "warn", "warning": "warn", "skip": "skip"}
-_NUMBER = re.compile(r"^-?\d+(\.\d+)?(e[-+]?\d+)?$", re.IGNORECASE)
+_NUMBER = re.compile(r"^-?\d+(\.\d+)?(e[-+]?\d+)?$", re.IGNORECASE | re.ASCII)
+# Physical bounds of a reading; beyond them the output is garbage, not a measurement.
+MAX_BUSBW_GBPS = 1e5  # 100 TB/s: over 50 times one NVLink 5 GPU (1.8 TB/s)
+MAX_PINGPONG_MBPS = 1e6  # 1 TB/s: 20 times a 400 Gbps EFA adapter
+MAX_PINGPONG_LATENCY_US = 60e6  # a minute per transfer (the stage times out long before)
+
+
+def number(text: str, what: str, high: float, positive: bool = False) -> float:
+    """``text`` as a finite decimal in ``[0, high]`` (``(0, high]`` when ``positive``), else
+    ``ValueError`` naming ``what``: nan, inf and out-of-range readings are not measurements."""
+    value = float(text) if _NUMBER.match(text.strip()) else math.nan
+    if not (math.isfinite(value) and 0 <= value <= high) or (positive and value == 0):
+        raise ValueError(f"{what} is not a reading: {text.strip()[:40]!r}")
+    return value
 
 
 def stress_metrics(text: str) -> dict[str, dict[str, str]]:
@@ -66,7 +80,7 @@ def dcgm_results(text: str) -> list[dict[str, Any]]:
                     raise ValueError(f"test {test.get('name')!r}: unknown status {status!r}")
                 ids = result.get("gpu_ids", result.get("gpu_id", ""))
                 gpus = [g.strip() for g in str(ids).split(",") if g.strip()]
-                if not all(g.isdigit() for g in gpus):
+                if not all(g.isascii() and g.isdigit() for g in gpus):
                     raise ValueError(f"test {test.get('name')!r}: bad gpu_ids {ids!r}")
                 out.append(
                     {
@@ -110,7 +124,10 @@ def busbw(text: str) -> dict[str, Any]:
         low = line.lower()
         if low.startswith("avg bus bandwidth"):
             value = low.split(":", 1)[-1].strip().removesuffix("gb/s").strip()
-            avg = float(value) if _NUMBER.match(value) else None
+            try:
+                avg = number(value, "average busbw", MAX_BUSBW_GBPS)
+            except ValueError:
+                avg = None
         elif "busbw" in low and header is None:
             header = low.split()
         elif header is not None and not raw.lstrip().startswith("#"):
@@ -123,26 +140,28 @@ def busbw(text: str) -> dict[str, Any]:
         raise ValueError("the bandwidth table has no rows")
     col = next(i for i, name in enumerate(header) if name.startswith("busbw"))
     last = max(rows, key=lambda r: int(r[0]))
-    try:
-        bw = float(last[col])
-    except (IndexError, ValueError):
-        raise ValueError(f"unreadable busbw in row {' '.join(last)[:80]!r}") from None
+    if col >= len(last):
+        raise ValueError(f"unreadable busbw in row {' '.join(last)[:80]!r}")
+    bw = number(last[col], "busbw", MAX_BUSBW_GBPS)
     wrong_cols = [i for i, name in enumerate(header) if name == "#wrong"]
     wrong = sum(1 for r in rows for i in wrong_cols if i < len(r) and r[i] not in ("0", "N/A"))
     return {"busbw_gbps": bw, "size": int(last[0]), "avg_busbw_gbps": avg, "wrong": wrong}
 
 
 def pingpong(text: str) -> dict[str, float]:
-    """The first result row of fi_pingpong's table: ``{"latency_us", "bandwidth_mbps"}``."""
+    """The first result row of fi_pingpong's table: ``{"latency_us", "bandwidth_mbps"}``.
+
+    Latency must be positive; bandwidth may be 0 (fi_pingpong prints ``0.00`` MB/sec for small
+    messages over a slow provider). Both finite and within physical bounds, else ``ValueError``."""
     lines = [line.split() for line in text.splitlines() if line.strip()]
     for i, cols in enumerate(lines):
         if "usec/xfer" in cols and "MB/sec" in cols and i + 1 < len(lines):
             row = lines[i + 1]
-            try:
-                return {
-                    "latency_us": float(row[cols.index("usec/xfer")]),
-                    "bandwidth_mbps": float(row[cols.index("MB/sec")]),
-                }
-            except (IndexError, ValueError):
+            lat, bw = cols.index("usec/xfer"), cols.index("MB/sec")
+            if max(lat, bw) >= len(row):
                 break
+            return {
+                "latency_us": number(row[lat], "latency", MAX_PINGPONG_LATENCY_US, positive=True),
+                "bandwidth_mbps": number(row[bw], "bandwidth", MAX_PINGPONG_MBPS),
+            }
     raise ValueError("no result row in fi_pingpong's output")

@@ -1,15 +1,18 @@
 """The node stages of a deep check: each runs its tool under a timeout and judges the output.
 
 A stage gives a ``StageResult``: ``pass``, ``warn``, ``fail`` (findings with ``DEEP_*`` codes),
-``unknown`` (the tool timed out, crashed or printed what cannot be read: ``DEEP_STAGE_UNKNOWN``,
-never evidence of a fault) or ``skipped`` (its tool or its devices are not here: never a pass,
-never a fault). Collection does the I/O; the ``judge_*`` functions are pure.
+``unknown`` (the tool could not run: not found, not executable, killed by a signal, no libfabric
+provider, timed out; or it printed what cannot be read, nan or out-of-range readings, or did not do
+the work asked: ``DEEP_STAGE_UNKNOWN``, never evidence of a fault, never a pass) or ``skipped``
+(its tool or its devices are not here: never a pass, never a fault). Collection does the I/O;
+the ``judge_*`` functions are pure.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
 import threading
 import time
@@ -40,6 +43,11 @@ WIRING_CODES = frozenset(
 )
 STRESSORS = ("cpu", "vm", "hdd")
 STRESS_FAILED_RC = 2  # stress-ng: "one or more stressors failed" (verification included)
+# Exit statuses of a tool that did not reach a verdict of its own (128+N: signal N via a shell).
+NOT_RUN_RC = {126: "not executable", 127: "not found, or a shared library is missing"}
+SHELL_SIGNALS = range(129, 144)  # 128 + SIGHUP .. SIGTERM
+# fi_pingpong could not open its libfabric provider or library: the tool did not run.
+PROVIDER_ERRORS = ("fi_getinfo", "error while loading shared libraries")
 
 
 @dataclass
@@ -56,8 +64,10 @@ class StageResult:
 
     @property
     def run_status(self) -> RunStatus:
-        """A stage that judged its tool's output is a completed observation; others are not."""
-        return RunStatus.RAN if self.verdict in (PASS, WARN, FAIL) else RunStatus.FAILED
+        """A stage that judged all of its tool's output is a completed observation; others
+        (an unknown part included) are not, so they raise what they found but clear nothing."""
+        judged = not any(f.severity is Severity.UNKNOWN for f in self.findings)
+        return RunStatus.RAN if self.verdict in (PASS, WARN, FAIL) and judged else RunStatus.FAILED
 
     def to_json(self) -> dict[str, Any]:
         """The stage in ``hma deep-check --json``."""
@@ -122,12 +132,25 @@ def _tail(result: CommandResult, lines: int = 5) -> str:
 
 
 def _tool_problem(result: CommandResult) -> Optional[str]:
-    """Why a finished command's output cannot be judged (started? timed out? cut?), or None."""
+    """Why a finished command's output cannot be judged (started? timed out? crashed? cut?),
+    or None."""
     if result.error:
         return result.error
     if result.timed_out:
         return f"timed out after {result.duration_s:.0f} s"
+    if result.rc in NOT_RUN_RC:
+        return f"exited {result.rc}: {NOT_RUN_RC[result.rc]}"
+    if result.rc is not None and (result.rc < 0 or result.rc in SHELL_SIGNALS):
+        number = -result.rc if result.rc < 0 else result.rc - 128
+        return f"killed by signal {number} ({_signal_name(number)})"
     return result.cut_message() or None
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return "unnamed"
 
 
 def finish(result: StageResult, findings: Sequence[Finding], message: str) -> StageResult:
@@ -211,11 +234,23 @@ def judge_stress(result: CommandResult, yaml_text: str) -> StageResult:
     missing = [s for s in STRESSORS if s not in metrics]
     if missing:
         return unknown("stress", f"stress-ng did not report {', '.join(missing)}", result)
+    idle = [s for s in STRESSORS if not _did_work(metrics[s])]
+    if idle:
+        return unknown("stress", f"stress-ng's {', '.join(idle)} did no work (bogo-ops)", result)
     details = {
         s: {k: metrics[s][k] for k in ("bogo-ops", "wall-clock-time") if k in metrics[s]}
         for s in STRESSORS
     }
     return finish(StageResult("stress", PASS, "", details=details), [], "cpu, vm, hdd verified")
+
+
+def _did_work(metrics: Mapping[str, str]) -> bool:
+    """A stressor's bogo-ops is a positive finite count."""
+    try:
+        parse.number(metrics.get("bogo-ops", ""), "bogo-ops", 1e18, positive=True)
+    except ValueError:
+        return False
+    return True
 
 
 # --- accelerators ----------------------------------------------------------------------------
@@ -272,7 +307,9 @@ def dcgm(ctx: StageContext) -> StageResult:
 def judge_dcgm(result: CommandResult, level: int) -> StageResult:
     """fail -> DEEP_DCGM_FAIL, warn -> DEEP_DCGM_WARN per GPU and test; skip is neither.
 
-    dcgmi exits non-zero when a test fails, so the JSON decides; no JSON is unknown."""
+    dcgmi exits non-zero when a test fails, so the JSON decides; no JSON is unknown. So is a
+    result that names no GPU, and a GPU (or the whole run) with every test skipped: untested is
+    not a pass."""
     problem = _tool_problem(result)
     if problem:
         return unknown("dcgm", problem, result)
@@ -280,7 +317,7 @@ def judge_dcgm(result: CommandResult, level: int) -> StageResult:
         results = parse.dcgm_results(result.stdout)
     except ValueError as exc:
         return unknown("dcgm", str(exc), result)
-    findings = []
+    findings, gaps = [], _dcgm_gaps(results)
     for item in results:
         code = {"fail": "DEEP_DCGM_FAIL", "warn": "DEEP_DCGM_WARN"}.get(item["verdict"])
         if code is None:
@@ -301,7 +338,27 @@ def judge_dcgm(result: CommandResult, level: int) -> StageResult:
     counts = {v: sum(1 for r in results if r["verdict"] == v) for v in parse.DCGM_VERDICTS.values()}
     details = {"level": level, "results": counts}
     message = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
+    if gaps:
+        why = "; ".join(gaps)
+        findings += unknown("dcgm", why, result).findings
+        message = f"{message}; {why}"
     return finish(StageResult("dcgm", PASS, "", details=details), findings, message)
+
+
+def _dcgm_gaps(results: Sequence[Mapping[str, Any]]) -> list[str]:
+    """What leaves a DCGM run incomplete: results naming no GPU, GPUs never tested."""
+    gaps = [
+        f"{r['test']} {r['verdict']} names no GPU"
+        for r in results
+        if not r["gpus"] and r["verdict"] != "skip"
+    ]
+    tested = {g for r in results if r["verdict"] != "skip" for g in r["gpus"]}
+    untested = sorted({g for r in results for g in r["gpus"]} - tested, key=int)
+    if untested:
+        gaps.append(f"every test skipped on GPU {', '.join(untested)}")
+    elif not tested:
+        gaps.append("no test ran")
+    return gaps
 
 
 # --- EFA loopback ----------------------------------------------------------------------------
@@ -378,10 +435,22 @@ def _loopback(
             continue
         break
     server.join(timeout + 2)
+    return loopback_outcome(client)
+
+
+def loopback_outcome(client: Optional[CommandResult]) -> dict[str, Any]:
+    """One adapter's fi_pingpong client: ``ok`` with its readings, ``failed`` (it ran and the
+    exchange did not complete), ``timeout``, or ``error``: it could not run (crashed, not found,
+    no libfabric provider or library) or its readings are not readings (nan, out of range)."""
     if client is None or client.timed_out:
         return {"status": "timeout"}
-    if client.error:
-        return {"status": "error", "error": client.error}
+    problem = _tool_problem(client)
+    if not problem and client.rc != 0:
+        text = f"{client.stdout}\n{client.stderr}"
+        if any(marker in text for marker in PROVIDER_ERRORS):
+            problem = f"no libfabric provider or library: {_tail(client, 1)}"
+    if problem:
+        return {"status": "error", "rc": client.rc, "error": problem}
     if client.rc != 0:
         return {"status": "failed", "rc": client.rc, "error": _tail(client, 1)}
     try:
@@ -409,7 +478,10 @@ def judge_efa(
         elif res["status"] != "ok":
             findings.append(
                 Finding(
-                    "DEEP_STAGE_UNKNOWN", comp, f"efa: {name} loopback {res['status']}", dict(res)
+                    "DEEP_STAGE_UNKNOWN",
+                    comp,
+                    f"efa: {name} loopback {res['status']} {res.get('error', '')}".rstrip(),
+                    dict(res),
                 )
             )
         elif (max_lat and res["latency_us"] > max_lat) or (
