@@ -216,7 +216,7 @@ def parse_squeue(text: str, nonce: str = "") -> list[JobInfo]:
                 id=_fixed(job_id, _JOB_ID, "squeue", "job id"),
                 user=_fixed(user, _USER, "squeue", "user"),
                 state=_fixed(state, _JOB_STATE, "squeue", "state").upper(),
-                reason=reason.strip(),
+                reason=reason,
                 nodes=_text(_fixed(nodes, _NODELIST, "squeue", "node list")),
                 comment=_text(comment),
                 requeue=_fixed(requeue, _COUNT, "squeue", "requeue") != "0",
