@@ -68,7 +68,7 @@ class SlurmClient:
             env["PATH"] = self.path
         elif "PATH" not in env:
             env["PATH"] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-        env["SLURM_TIME_FORMAT"] = "standard"  # the ISO times the parser checks
+        env.update(SLURM_TIME_FORMAT="standard")  # the ISO times the parser checks
         return env
 
     def _call(self, argv: Sequence[str], timeout: Optional[float] = None) -> CommandResult:
