@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from hma.cluster.slurm.client import SlurmClient
-from hma.cluster.slurm.parse import SlurmError
+from hma.cluster.slurm.parse import ADDRESS, NAME, SlurmError
 from hma.contracts import label as label_mod
 from hma.contracts.alert import Alert
 from hma.contracts.cluster import NodeState
@@ -413,15 +413,21 @@ def _requeue(
 
 
 def job_env(client: SlurmClient, env: Optional[Mapping[str, str]] = None) -> dict[str, Any]:
-    """NODE_LIST (fresh from the controller), MASTER_NODE, MASTER_ADDR, NNODES, NODE_RANK."""
+    """NODE_LIST (fresh from the controller), MASTER_NODE, MASTER_ADDR, NNODES, NODE_RANK: node
+    names and the first node's address only (fields users cannot write), each checked."""
     env = os.environ if env is None else env
     job_id = env.get("SLURM_JOB_ID", "")
     if not job_id:
         raise UsageError("not inside a Slurm job (SLURM_JOB_ID is not set)")
+    if not job_id.isdigit():
+        raise UsageError(f"SLURM_JOB_ID {job_id[:50]!r} is not a job id")
     job = client.job_info(job_id)
     hosts = client.hostnames(job.nodes)
     if not hosts:
         raise UsageError(f"job {job_id} has no nodes ({job.state})")
+    bad = [h for h in hosts if not NAME.fullmatch(h)]
+    if bad:
+        raise SlurmError(f"job {job_id}: unreadable node name {bad[0][:100]!r}")
     me = env.get("SLURMD_NODENAME", "")
     if me not in hosts:
         own = {socket.gethostname(), socket.gethostname().split(".")[0]}
@@ -430,11 +436,14 @@ def job_env(client: SlurmClient, env: Optional[Mapping[str, str]] = None) -> dic
     if not me:
         raise UsageError("cannot tell which node of the job this is (SLURMD_NODENAME not set)")
     master = client.node(hosts[0])
+    addr = master.address or master.hostname or hosts[0]
+    if not ADDRESS.fullmatch(addr):
+        raise SlurmError(f"node {hosts[0]}: unreadable address {addr[:100]!r}")
     return {
         "JOB_ID": job_id,
         "NODE_LIST": hosts,
         "MASTER_NODE": hosts[0],
-        "MASTER_ADDR": master.address or master.hostname or hosts[0],
+        "MASTER_ADDR": addr,
         "NNODES": len(hosts),
         "NODE_RANK": hosts.index(me),
     }

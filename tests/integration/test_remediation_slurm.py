@@ -277,3 +277,52 @@ def test_hyperpod_reboot_mode_sets_fail_action_reboot(fresh: SlurmCluster, tmp_p
         assert back_in_service(fresh, fresh.node("node1"))
     finally:
         rem.close()
+
+
+# Free text that looks like a record of each -O layout, a field separator, a fake MASTER_ADDR.
+FAKE = "node9\x1fidle\x1fx\x1froot\x1f2026-01-01T00:00:00\x1f\x1f\x1fbatch*\x1fevil\x1f6.6.6.6\x1f"
+NODE_TEXT = f"ops | bob\n{FAKE}\nMASTER_ADDR=6.6.6.6\x1f"
+JOB_TEXT = "run 7\n1\x1froot\x1fRUNNING\x1fNone\x1fnode9\x1fx\x1f1\x1f1\x1f0\x1fN/A\x1f\n|x|"
+
+
+def test_hostile_node_and_job_text_leaves_every_read_whole(
+    fresh: SlurmCluster, tmp_path: Path
+) -> None:
+    import subprocess
+    import sys
+
+    from hma.cluster.slurm.client import SlurmClient
+    from hma.commands.srun import job_env
+    from tests.integration.remediation_helpers import write_config
+
+    fresh.scontrol("update", "NodeName=node4", "State=DRAIN", f"Reason={NODE_TEXT}")
+    fresh.scontrol("update", "NodeName=node1", f"Comment={NODE_TEXT}", f"Extra={NODE_TEXT}")
+    job = fresh.submit("node1")
+    fresh.scontrol("update", f"JobId={job}", f"Comment={JOB_TEXT}")
+    client = SlurmClient(conf=str(fresh.conf), **fresh.agent_slurm())
+    four, one = client.node("node4"), client.node("node1")
+    assert four.reason == NODE_TEXT and four.drained and four.address == "127.0.0.1"
+    assert (one.comment, one.extra, one.address) == (NODE_TEXT, NODE_TEXT, "127.0.0.1")
+    assert sorted(n.name for n in client.nodes()) == ["node1", "node2", "node3", "node4"]
+    info = client.job_info(job)
+    assert (info.comment, info.nodes, info.state) == (JOB_TEXT, "node1", "RUNNING")
+    values = job_env(client, {"SLURM_JOB_ID": job, "SLURMD_NODENAME": "node1"})
+    assert values["MASTER_ADDR"] == "127.0.0.1" and values["NODE_LIST"] == ["node1"]
+    rem, _store = make(tmp_path, fresh, "node1")
+    try:
+        wait(lambda: rem.facts().job_ids == (job,), what="the agent sees the job")
+        assert rem.facts().slurm_state == "allocated"
+    finally:
+        rem.close()
+    cfg = write_config(tmp_path / "hma.toml", fresh, "node1")
+    out = subprocess.run(
+        [sys.executable, "-m", "hma", "fleet", "--json"],
+        env={"PATH": "/usr/bin:/bin", "HMA_CONFIG": str(cfg)},
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["partitions"][0]["nodes"] == 4

@@ -11,10 +11,11 @@ from typing import Any, Mapping, Optional, Sequence
 from hma.adapters.command import CommandResult, CommandRunner
 from hma.cluster.slurm.parse import (
     HELD_STATES,
-    JOB_FORMAT,
     LIVE_JOB_STATES,
-    NODE_FORMAT,
     SlurmError,
+    job_format,
+    new_nonce,
+    node_format,
     parse_listpids,
     parse_sinfo,
     parse_spool,
@@ -58,7 +59,8 @@ class SlurmClient:
         )
 
     def env(self) -> dict[str, str]:
-        """Environment of every call: ours plus SLURM_CONF and PATH when configured."""
+        """Environment of every call: ours plus SLURM_CONF and PATH when configured, and Slurm's
+        standard time format."""
         env = dict(os.environ)
         if self.conf:
             env["SLURM_CONF"] = self.conf
@@ -66,6 +68,7 @@ class SlurmClient:
             env["PATH"] = self.path
         elif "PATH" not in env:
             env["PATH"] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+        env.update(SLURM_TIME_FORMAT="standard")  # the ISO times the parser checks
         return env
 
     def _call(self, argv: Sequence[str], timeout: Optional[float] = None) -> CommandResult:
@@ -89,15 +92,17 @@ class SlurmClient:
         """The named nodes (all when none), in ``partitions`` and ``states`` when given.
 
         One name costs slurmctld a single-node query; anything else reads its node table (the
-        filters apply in the client: use them to keep the output small, not the query)."""
-        argv = [*self.sinfo, "-h", "-N", "-O", NODE_FORMAT]
+        filters apply in the client: use them to keep the output small, not the query). Each
+        call ends its fields with a fresh nonce (``parse_sinfo``)."""
+        nonce = new_nonce()
+        argv = [*self.sinfo, "-h", "-N", "-O", node_format(nonce)]
         if names:
             argv += ["-n", ",".join(names)]
         if partitions:
             argv += ["-p", ",".join(partitions)]
         if states:
             argv += ["-t", ",".join(states)]
-        nodes = parse_sinfo(self._run(argv).stdout)
+        nodes = parse_sinfo(self._run(argv).stdout, nonce)
         return [n for n in nodes if not names or n.name in names]
 
     def node(self, name: str) -> NodeState:
@@ -175,15 +180,20 @@ class SlurmClient:
         return [job for _ids, job in seen.values() if job is not None]
 
     def job_infos(self, ids: Sequence[str]) -> list[JobInfo]:
-        """Queued/running jobs among ``ids`` (single-job queries; gone jobs are simply absent)."""
+        """Queued/running jobs among ``ids`` (single-job queries, each with a fresh nonce; gone jobs
+        are simply absent, a job listed twice is a ``SlurmError``)."""
         out = []
         for job_id in ids:
-            result = self._call([*self.squeue, "-h", "-j", str(job_id), "-O", JOB_FORMAT])
+            nonce = new_nonce()
+            result = self._call([*self.squeue, "-h", "-j", str(job_id), "-O", job_format(nonce)])
             if not result.ok:
                 if "invalid job id" in (result.stderr + result.stdout).lower():
                     continue
                 raise SlurmError(_describe(result))
-            out += [j for j in parse_squeue(result.stdout) if j.id == str(job_id)]
+            found = [j for j in parse_squeue(result.stdout, nonce) if j.id == str(job_id)]
+            if len(found) > 1:
+                raise SlurmError(f"squeue: job {job_id} listed {len(found)} times")
+            out += found
         return out
 
     def job_info(self, job_id: str) -> JobInfo:

@@ -1,8 +1,11 @@
-"""Slurm's text, parsed: node and job records from ``sinfo``/``squeue`` ``-O`` fields (separated by
-U+001F, which free text never holds), slurmd's job pids, HyperPod's recovery reasons."""
+"""Slurm's text, parsed: node and job records from ``sinfo``/``squeue`` ``-O`` fields (each ended
+by U+001F and a per-call nonce, so free text cannot forge a field or record boundary), slurmd's job
+pids, HyperPod's recovery reasons."""
 
 from __future__ import annotations
 
+import re
+import secrets
 from dataclasses import replace
 from typing import Sequence
 
@@ -38,12 +41,18 @@ class SlurmNodeState(NodeState):
         return HYPERPOD.get(self.reason, "") if self.fail else ""
 
 
-SEP = "\x1f"  # field separator of the -O formats below: free text never holds it
+SEP = "\x1f"  # starts every field's end mark (not a digit: sinfo/squeue read the width before it)
 
 
-# sinfo -O fields of one node, each unpadded ("":0") and ended by SEP. With ``-n`` naming one node
-# sinfo asks slurmctld for that node alone (REQUEST_NODE_INFO_SINGLE, checked with sdiag), which
-# neither ``sinfo --json`` (22.05 ignores -n) nor ``scontrol show node NAME`` does (whole table).
+def new_nonce() -> str:
+    """A fresh nonce for one call's end marks (users cannot guess it before the call)."""
+    return secrets.token_hex(8)
+
+
+# sinfo -O fields of one node, each unpadded (":0") and ended by SEP + nonce. With ``-n`` naming one
+# node sinfo asks slurmctld for that node alone (REQUEST_NODE_INFO_SINGLE, checked with sdiag),
+# which neither ``sinfo --json`` (22.05 ignores -n) nor ``scontrol show node NAME`` does. Reason,
+# Comment and Extra are free text anyone with the right can set: kept opaque, never split.
 NODE_FIELDS = (
     "NodeList",
     "StateComplete",
@@ -58,46 +67,96 @@ NODE_FIELDS = (
 )
 
 
-NODE_FORMAT = ",".join(f"{f}:0{SEP}" for f in NODE_FIELDS)
+def node_format(nonce: str) -> str:
+    """The ``sinfo -O`` argument whose fields end with ``SEP + nonce``."""
+    return ",".join(f"{f}:0{SEP}{nonce}" for f in NODE_FIELDS)
+
+
+NODE_FORMAT = node_format("")  # the nonce-less layout of the recorded captures
 
 
 # States the breaker's filtered query asks for (nodes hma may hold: drained, failed, down).
 HELD_STATES = ("drain", "fail", "down")
 
 
+# Formats of the fields users cannot write; a record with one that does not match is refused.
+NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")  # a node name or host name
+ADDRESS = re.compile(r"[A-Za-z0-9_.:%-]+")  # a host name, IPv4 or IPv6 address
+_STATE = re.compile(r"[A-Za-z_]+[*~#%$@^!-]*(?:\+[A-Za-z_]+[*~#%$@^!-]*)*")
+_USER = re.compile(r"[A-Za-z0-9_.$@-]*|\(null\)")
+_TIME = re.compile(r"|Unknown|N/A|None|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d")
+_PARTITION = re.compile(r"[A-Za-z0-9_.-]*\*?|\(null\)|n/a")
+_JOB_ID = re.compile(r"\d+(?:[_+][0-9\[\],%-]*)?")
+_JOB_STATE = re.compile(r"[A-Za-z_]+")
+_NODELIST = re.compile(r"[A-Za-z0-9_.,\[\]-]*|\(null\)")
+_COUNT = re.compile(r"\d+")
+_OPTIONAL = {"(null)", "N/A"}  # a host field Slurm has no value for
+
+
 def _text(value: str) -> str:
     return "" if value in ("(null)", "N/A") else value
 
 
-def _records(text: str, tool: str, width: int) -> list[list[str]]:
-    """The SEP-separated fields of each non-empty line; a line with fewer is a ``SlurmError``."""
+def _records(text: str, tool: str, nonce: str, width: int) -> list[list[str]]:
+    """Each record's fields: the text between end marks ``SEP + nonce``, a record's first field
+    after a line break. Text with no end mark of ``nonce`` is read in the nonce-less layout
+    (recorded outputs: a real one of ours holds the mark after every field, and text cannot take
+    it away). Anything else (a field count that is no multiple of ``width``, text after the last
+    record, a record not on its own line) is a ``SlurmError``; newlines in free text are kept."""
+    mark = SEP + nonce
+    if mark not in text:
+        mark = SEP
+    fields = text.split(mark)
+    tail = fields.pop()
+    if tail.strip() or len(fields) % width:
+        raise SlurmError(f"{tool}: unreadable output {text[:200]!r}")
     out = []
-    for line in text.splitlines():
-        if line.strip():
-            parts = line.split(SEP)
-            if len(parts) < width:
-                raise SlurmError(f"{tool}: unreadable line {line[:200]!r}")
-            out.append(parts[:width])
+    for start in range(0, len(fields), width):
+        record = fields[start : start + width]
+        if start and not record[0].startswith("\n"):
+            raise SlurmError(f"{tool}: unreadable record {mark.join(record)[:200]!r}")
+        out.append(record)
     return out
 
 
-def parse_sinfo(text: str) -> list[NodeState]:
-    """Nodes from ``sinfo -h -N -O NODE_FORMAT`` (one line per node and partition, merged).
+def _fixed(value: str, form: re.Pattern[str], tool: str, what: str) -> str:
+    """``value`` stripped, when it matches ``form``; else the record is refused (``SlurmError``)."""
+    value = value.strip()
+    if not form.fullmatch(value):
+        raise SlurmError(f"{tool}: unreadable record, {what} {value[:100]!r}")
+    return value
 
-    A line without every field is an error (``SlurmError``), never a node read wrong."""
+
+def _host(value: str, tool: str, what: str) -> str:
+    value = value.strip()
+    return "" if value in _OPTIONAL else _fixed(value, ADDRESS, tool, what)
+
+
+def parse_sinfo(text: str, nonce: str = "") -> list[NodeState]:
+    """Nodes from ``sinfo -h -N -O node_format(nonce)`` (one record per node and partition,
+    merged). Free text is kept whole; a record whose other fields do not check out, or that
+    repeats a node and partition, is an error (``SlurmError``), never a node read wrong."""
     nodes: dict[str, NodeState] = {}
-    for parts in _records(text, "sinfo", len(NODE_FIELDS)):
+    seen_pairs: set[tuple[str, str]] = set()
+    for parts in _records(text, "sinfo", nonce, len(NODE_FIELDS)):
         name, state, reason, user, when, comment, extra, part, host, addr = parts
-        words = state.strip().split("+")
-        partition = part.strip().rstrip("*")
-        seen = nodes.get(name.strip())
+        name = _fixed(name, NAME, "sinfo", "node name")
+        words = _fixed(state, _STATE, "sinfo", "state").split("+")
+        user = _fixed(user, _USER, "sinfo", "user")
+        when = _fixed(when, _TIME, "sinfo", "time")
+        partition = _fixed(part, _PARTITION, "sinfo", "partition").rstrip("*")
+        host, addr = _host(host, "sinfo", "host name"), _host(addr, "sinfo", "address")
+        if (name, partition) in seen_pairs:
+            raise SlurmError(f"sinfo: unreadable output, {name} listed twice in {partition!r}")
+        seen_pairs.add((name, partition))
+        seen = nodes.get(name)
         if seen is not None:
             if partition and partition not in seen.partitions:
                 nodes[seen.name] = replace(seen, partitions=(*seen.partitions, partition))
             continue
         no_reason = reason in ("", "none", "(null)") and when in ("", "Unknown")
-        nodes[name.strip()] = SlurmNodeState(
-            name=name.strip(),
+        nodes[name] = SlurmNodeState(
+            name=name,
             base=words[0].lower().rstrip("*~#%$@^!-"),
             flags=frozenset(w.upper() for w in words[1:] if w),
             reason="" if no_reason else reason,
@@ -106,8 +165,8 @@ def parse_sinfo(text: str) -> list[NodeState]:
             comment=_text(comment),
             extra=_text(extra),
             partitions=(partition,) if partition else (),
-            hostname=host.strip(),
-            address=addr.strip(),
+            hostname=host,
+            address=addr,
         )
     return list(nodes.values())
 
@@ -121,8 +180,9 @@ def _iso_time(text: str) -> float:
         return 0.0
 
 
-# squeue -O fields of one job (unpadded, ended by SEP); ``-j`` naming one job asks slurmctld for
-# that job alone (REQUEST_JOB_INFO_SINGLE), where ``squeue --json`` lists the whole job table.
+# squeue -O fields of one job (unpadded, ended by SEP + nonce); ``-j`` naming one job asks
+# slurmctld for that job alone (REQUEST_JOB_INFO_SINGLE), where ``squeue --json`` lists the whole
+# job table. Reason (a state description) and Comment (the job's user sets it) are free text.
 JOB_FIELDS = (
     "JobID",
     "UserName",
@@ -137,26 +197,32 @@ JOB_FIELDS = (
 )
 
 
-JOB_FORMAT = ",".join(f"{f}:0{SEP}" for f in JOB_FIELDS)
+def job_format(nonce: str) -> str:
+    """The ``squeue -O`` argument whose fields end with ``SEP + nonce``."""
+    return ",".join(f"{f}:0{SEP}{nonce}" for f in JOB_FIELDS)
 
 
-def parse_squeue(text: str) -> list[JobInfo]:
-    """Jobs from ``squeue -h -O JOB_FORMAT``; a line without every field is a ``SlurmError``."""
+JOB_FORMAT = job_format("")  # the nonce-less layout of the recorded captures
+
+
+def parse_squeue(text: str, nonce: str = "") -> list[JobInfo]:
+    """Jobs from ``squeue -h -O job_format(nonce)``; free text is kept whole, and a record whose
+    other fields do not check out is a ``SlurmError``."""
     jobs = []
-    for parts in _records(text, "squeue", len(JOB_FIELDS)):
+    for parts in _records(text, "squeue", nonce, len(JOB_FIELDS)):
         job_id, user, state, reason, nodes, comment, requeue, batch, restarts, eligible = parts
         jobs.append(
             JobInfo(
-                id=job_id.strip(),
-                user=user.strip(),
-                state=state.strip().upper(),
-                reason=reason.strip(),
-                nodes=_text(nodes.strip()),
+                id=_fixed(job_id, _JOB_ID, "squeue", "job id"),
+                user=_fixed(user, _USER, "squeue", "user"),
+                state=_fixed(state, _JOB_STATE, "squeue", "state").upper(),
+                reason=reason,
+                nodes=_text(_fixed(nodes, _NODELIST, "squeue", "node list")),
                 comment=_text(comment),
-                requeue=requeue.strip() != "0",
-                batch=batch.strip() != "0",
-                restarts=int(restarts) if restarts.strip().isdigit() else 0,
-                eligible_time=_iso_time(eligible.strip()),
+                requeue=_fixed(requeue, _COUNT, "squeue", "requeue") != "0",
+                batch=_fixed(batch, _COUNT, "squeue", "batch flag") != "0",
+                restarts=int(_fixed(restarts, _COUNT, "squeue", "restart count")),
+                eligible_time=_iso_time(_fixed(eligible, _TIME, "squeue", "time")),
             )
         )
     return jobs
