@@ -7,7 +7,13 @@ import stat
 from pathlib import Path
 from typing import Iterable, Optional
 
-from hma.adapters.strict import ParseError, parse_uint
+from hma.adapters.strict import (
+    ASCII_SPACE,
+    U64_MAX,
+    ParseError,
+    parse_counter,
+    parse_uint,
+)
 
 
 class ReadError(Exception):
@@ -39,22 +45,25 @@ class RootReader:
         return self.root / rel.lstrip("/")
 
     def text(self, rel: str, limit: int = 65536) -> str:
-        """File content stripped of surrounding whitespace (a missing newline is fine).
+        """File content stripped of surrounding ASCII whitespace (a missing newline is fine).
 
-        Content that is not UTF-8 text, or holds NUL bytes, is a ReadError: a value hma cannot
-        read is unknown, never a reading.
+        Content that is not UTF-8 text, holds NUL bytes or is longer than ``limit`` bytes is a
+        ReadError: a value hma cannot read is unknown, never a reading. Unicode spaces are kept,
+        so the strict parsers refuse them.
         """
         target = os.path.join(self._base, rel.lstrip("/"))
         data = self.data(rel, limit)
         if b"\0" in data:
             raise ReadError(f"{target}: NUL bytes in a text attribute")
         try:
-            return data.decode("utf-8").strip()
+            return data.decode("utf-8").strip(ASCII_SPACE)
         except UnicodeDecodeError:
             raise ReadError(f"{target}: not UTF-8 text") from None
 
-    def data(self, rel: str, limit: int = 65536) -> bytes:
-        """Up to ``limit`` bytes of a regular file (``/proc/PID/cmdline``: NUL-separated)."""
+    def data(self, rel: str, limit: int = 65536, *, prefix: bool = False) -> bytes:
+        """A regular file's bytes (``/proc/PID/cmdline``: NUL-separated); a ReadError when it
+        holds more than ``limit``: a cut read is never parsed. ``prefix``: the first ``limit``
+        bytes are all the caller needs (argv[0]), and a longer file is cut silently."""
         target = os.path.join(self._base, rel.lstrip("/"))
         try:  # non-blocking open: a FIFO in place of an attribute must not hang the probe
             fd = os.open(target, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -63,9 +72,10 @@ class RootReader:
         try:  # fstat, read, close and nothing more: probes read hundreds of attributes a run
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise ReadError(f"{target}: not a regular file")
-            data = os.read(fd, limit)
-            while data and len(data) < limit:  # procfs seq_files answer a page per read
-                more = os.read(fd, limit - len(data))
+            want = limit if prefix else limit + 1  # one byte more tells a cut read
+            data = os.read(fd, want)
+            while data and len(data) < want:  # procfs seq_files answer a page per read
+                more = os.read(fd, want - len(data))
                 if not more:
                     break
                 data += more
@@ -73,6 +83,8 @@ class RootReader:
             raise ReadError(f"{target}: {exc.strerror or exc}") from None
         finally:
             os.close(fd)
+        if len(data) > limit:
+            raise ReadError(f"{target}: longer than {limit} bytes (read cut)")
         return data
 
     def text_or_none(self, rel: str) -> Optional[str]:
@@ -83,10 +95,19 @@ class RootReader:
         except _Absent:
             return None
 
-    def integer(self, rel: str) -> int:
-        """File content as an unsigned 64-bit int (ASCII decimal or 0x hex; hma.adapters.strict)."""
+    def integer(self, rel: str, *, hex_ok: bool = True, limit: int = U64_MAX) -> int:
+        """File content as an unsigned int up to ``limit`` (ASCII decimal, or 0x hex when
+        ``hex_ok``; hma.adapters.strict); a file the kernel writes in decimal: ``hex_ok=False``."""
         try:
-            return parse_uint(self.text(rel))
+            return parse_uint(self.text(rel), hex_ok=hex_ok, limit=limit)
+        except ParseError as exc:
+            raise ReadError(f"{self.path(rel)}: {exc}") from None
+
+    def counter(self, rel: str) -> int:
+        """A decimal event counter (``parse_counter``): hex, or -1 written unsigned ("not
+        available"), is a ReadError, so it is unknown, never growth."""
+        try:
+            return parse_counter(self.text(rel))
         except ParseError as exc:
             raise ReadError(f"{self.path(rel)}: {exc}") from None
 
@@ -139,7 +160,7 @@ def _long_names(procfs: RootReader, pid: str, names: set[str]) -> set[str]:
     """Those of ``names`` that are the basename of ``pid``'s argv[0]; all of them when there is
     no argv[0] (no cmdline file in a fixture tree, an empty one for a zombie)."""
     try:
-        argv0 = procfs.data(f"{pid}/cmdline", 4096).split(b"\0")[0]
+        argv0 = procfs.data(f"{pid}/cmdline", 4096, prefix=True).split(b"\0")[0]
     except _Absent:
         return names
     if not argv0:

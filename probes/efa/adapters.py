@@ -7,9 +7,10 @@ adapter count against the instance type (or ``expected_adapters``), port state `
 ``cmds_err`` / ``no_completion_cmds``. The first read is the previous run's snapshot
 (``ctx.previous``, kept by the daemon) or, under ``hma check``, a sample taken
 ``oneshot_sample_s`` earlier. A counter that goes down is a reset (or a 64-bit wrap), never a
-fault. What cannot be read or parsed strictly is ``EFA_READ_FAILED`` (unknown), never a down port
-or a missing adapter. Discovery is cached per boot until a device event (``Layout``); a run reads
-port states and the judged counters only. docs/neuron-efa.md has the details.
+fault. What cannot be read or parsed strictly (a counter in hex, or -1 written unsigned: "not
+available") is ``EFA_READ_FAILED`` (unknown), never a down port, a missing adapter or growth.
+Discovery is cached per boot until a device event (``Layout``); a run reads port states and the
+judged counters only. docs/neuron-efa.md has the details.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Collection, Mapping, Optional
 
 from hma.adapters.files import ReadError, RootReader
-from hma.adapters.strict import ParseError, parse_uint, parse_word
+from hma.adapters.strict import ASCII_SPACE, ParseError, parse_uint, parse_word
 from hma.contracts.model import Finding, Severity
 from hma.contracts.options import Option
 from hma.contracts.probe import Probe, ProbeContext, unknown
@@ -305,7 +306,7 @@ def pci_id(sysfs: RootReader, rel: str) -> int:
     try:
         if not raw.startswith("0x"):
             raise ParseError(f"not a 0x-prefixed PCI id: {raw[:40]!r}")
-        return parse_uint(raw, limit=0xFFFF)
+        return parse_uint(raw, limit=0xFFFF, hex_ok=True)
     except ParseError as exc:
         raise ReadError(f"{sysfs.path(rel)}: {exc}") from None
 
@@ -358,7 +359,8 @@ def read_adapters(sysfs: RootReader, layout: Layout) -> dict[str, Any]:
                 errors.append(_error(sysfs, f"{prel}/state", exc, name))
             if info["state"] not in (None, "ACTIVE"):
                 with contextlib.suppress(ReadError):
-                    info["phys_state"] = sysfs.text(f"{prel}/phys_state").split(":", 1)[-1].strip()
+                    phys = sysfs.text(f"{prel}/phys_state")
+                    info["phys_state"] = phys.split(":", 1)[-1].strip(ASCII_SPACE)
             rel = f"{prel}/hw_counters"
             info["counters"] = _counters(sysfs, rel, folders.get(rel, ()), name, errors)
             ports[port] = info
@@ -387,7 +389,7 @@ def _counters(
     out: dict[str, int] = {}
     for name in names:
         try:
-            out[name] = sysfs.integer(f"{rel}/{name}")
+            out[name] = sysfs.counter(f"{rel}/{name}")
         except ReadError as exc:
             errors.append(_error(sysfs, f"{rel}/{name}", exc, adapter))
     return out

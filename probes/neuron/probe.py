@@ -6,7 +6,9 @@ readings (non-zero is a fault); core ``stats/status/*/total`` and ``other_info/r
 are totals since the driver loaded, so only their growth is a fault: the baseline is the previous
 run's snapshot (``ctx.previous``), a second sample taken ``oneshot_sample_s`` later under
 ``hma check``, or zero right after a reboot (new boot id: the driver reloaded). A total that goes
-down is a reset, never a fault.
+down is a reset, never a fault; a total the baseline has no value for (unreadable or absent then)
+establishes one, never growth. Counters are decimal: hex, or -1 written unsigned ("not
+available"), is a read failure (unknown).
 """
 
 from __future__ import annotations
@@ -17,13 +19,14 @@ import time
 from typing import Any, ClassVar, Iterable, Mapping, Optional
 
 from hma.adapters.files import ReadError, RootReader
-from hma.adapters.strict import ParseError, parse_uint
+from hma.adapters.strict import ASCII_SPACE, ParseError, parse_uint
 from hma.contracts.model import Finding, Severity
 from hma.contracts.options import Option
 from hma.contracts.probe import Probe, ProbeContext, unknown
 
 BASE = "devices/virtual/neuron_device"
 MAX_DEVICES = 1024  # a connected_devices entry above this is not a device number
+MAX_CORES = 1024  # a core_count above this is not a count (-1 written unsigned, garbage)
 NODE = "node"
 
 # Devices (chips) per instance type (REFERENCE 4.2; all from the Neuron architecture docs).
@@ -180,9 +183,9 @@ class NeuronProbe(Probe):
             out += _eval_count(devices, opts, ctx.instance_type)
         out += _eval_cores(devices, opts)
         out += _eval_hardware(devices)
-        base = _baseline(snapshot, ctx)
+        base, zero = _baseline(snapshot, ctx)
         if base is not None:
-            out += _eval_growth(devices, base, list(opts["status_counters"]))
+            out += _eval_growth(devices, base, list(opts["status_counters"]), zero)
         if opts["check_topology"]:
             out += _eval_topology(devices, opts, ctx.instance_type)
         return out
@@ -219,11 +222,13 @@ def read_tree(sysfs: RootReader, status_counters: Iterable[str]) -> dict[str, An
 
 
 def _read(
-    errors: list[dict[str, Any]], device: str, sysfs: RootReader, rel: str, kind: str = "int"
+    errors: list[dict[str, Any]], device: str, sysfs: RootReader, rel: str, kind: str = "counter"
 ) -> Any:
     try:
-        if kind == "int":
-            return sysfs.integer(rel)
+        if kind == "counter":
+            return sysfs.counter(rel)
+        if kind == "cores":
+            return sysfs.integer(rel, hex_ok=False, limit=MAX_CORES)
         return sysfs.text(rel)
     except ReadError as exc:
         errors.append({"path": str(sysfs.path(rel)), "error": _reason(str(exc)), "device": device})
@@ -254,7 +259,7 @@ def _reason(message: str) -> str:
 def _read_device(
     sysfs: RootReader, dev: str, index: str, wanted: list[str], errors: list[dict[str, Any]]
 ) -> dict[str, Any]:
-    out: dict[str, Any] = {"core_count": _read(errors, index, sysfs, f"{dev}/core_count")}
+    out: dict[str, Any] = {"core_count": _read(errors, index, sysfs, f"{dev}/core_count", "cores")}
     text = _read(errors, index, sysfs, f"{dev}/connected_devices", kind="text")
     out["connected"] = _parse_connected(
         text, str(sysfs.path(f"{dev}/connected_devices")), index, errors
@@ -278,7 +283,9 @@ def _parse_connected(
         return None
     try:
         return [
-            parse_uint(p, limit=MAX_DEVICES, hex_ok=False) for p in text.split(",") if p.strip()
+            parse_uint(p, limit=MAX_DEVICES, hex_ok=False)
+            for p in text.split(",")
+            if p.strip(ASCII_SPACE)
         ]
     except ParseError:
         errors.append({"path": rel, "error": f"not a device list: {text[:40]!r}", "device": device})
@@ -385,34 +392,40 @@ def _eval_hardware(devices: Mapping[str, Any]) -> list[Finding]:
     return out
 
 
-def _baseline(snapshot: Mapping[str, Any], ctx: ProbeContext) -> Optional[Mapping[str, Any]]:
-    """Devices to compare against: the oneshot first sample, the previous run, or zero."""
+def _baseline(
+    snapshot: Mapping[str, Any], ctx: ProbeContext
+) -> tuple[Optional[Mapping[str, Any]], bool]:
+    """Devices to compare against (the oneshot first sample, the previous run), and whether a
+    total absent there counts from zero (True only after a reboot: the driver reloaded)."""
     if isinstance(snapshot.get("baseline"), dict):
-        return dict(snapshot["baseline"].get("devices", {}))
+        return dict(snapshot["baseline"].get("devices", {})), False
     prev = ctx.previous
     if not isinstance(prev, dict):
-        return None
+        return None, False
     if prev.get("boot_id") and snapshot.get("boot_id") and prev["boot_id"] != snapshot["boot_id"]:
-        return {}  # rebooted: the driver's totals started from zero at this boot
+        return {}, True  # rebooted: the driver's totals started from zero at this boot
     devices = prev.get("devices", {})
-    return devices if isinstance(devices, dict) else None  # a stored snapshot of another shape
+    if not isinstance(devices, dict):
+        return None, False  # a stored snapshot of another shape
+    return devices, False
 
 
 def _dict(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _grown(now: Any, before: Mapping[str, Any], key: str) -> int:
-    """Growth of a total since ``before[key]`` (zero when the key is absent: a new boot or core);
-    none when either side was not read, and none when it went down (a reset)."""
-    was = before.get(key, 0)
+def _grown(now: Any, before: Mapping[str, Any], key: str, zero: bool) -> int:
+    """Growth of a total since ``before[key]``; none when either side was not read or the key is
+    absent (no baseline: this value becomes it), unless ``zero`` (a new boot: absent is zero);
+    none when it went down (a reset)."""
+    was = before.get(key, 0 if zero else None)
     if not isinstance(now, int) or not isinstance(was, int):
         return 0
     return now - was if now > was else 0
 
 
 def _eval_growth(
-    devices: Mapping[str, Any], base: Mapping[str, Any], counters: list[str]
+    devices: Mapping[str, Any], base: Mapping[str, Any], counters: list[str], zero: bool
 ) -> list[Finding]:
     out = []
     for dev, info in sorted(devices.items(), key=lambda kv: int(kv[0])):
@@ -422,14 +435,14 @@ def _eval_growth(
             before_core = _dict(_dict(before_dev.get("cores")).get(core))
             for name in counters:
                 now = (cinfo.get("status") or {}).get(name)
-                grown = _grown(now, _dict(before_core.get("status")), name)
+                grown = _grown(now, _dict(before_core.get("status")), name, zero)
                 if grown:
                     code = "NEURON_CORE_UE_ERROR" if name in UE_COUNTERS else "NEURON_CORE_HW_ERROR"
                     by_code.setdefault(code, []).append(
                         {"core": int(core), "counter": name, "total": now, "grown": grown}
                     )
             now = (cinfo.get("other") or {}).get("reset_fail_count")
-            grown = _grown(now, _dict(before_core.get("other")), "reset_fail_count")
+            grown = _grown(now, _dict(before_core.get("other")), "reset_fail_count", zero)
             if grown:
                 by_code.setdefault("NEURON_RESET_FAILED", []).append(
                     {"core": int(core), "counter": "reset_fail_count", "total": now, "grown": grown}

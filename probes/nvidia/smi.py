@@ -16,7 +16,14 @@ import uuid
 import xml.etree.ElementTree as ET
 from typing import Any, ClassVar, Iterator, Mapping, Optional
 
-from hma.adapters.strict import U64_MAX, ParseError, parse_decimal, parse_uint, parse_word
+from hma.adapters.strict import (
+    ASCII_SPACE,
+    U64_MAX,
+    ParseError,
+    parse_decimal,
+    parse_uint,
+    parse_word,
+)
 from hma.contracts.model import Finding
 from hma.contracts.options import Option, positive
 from hma.contracts.probe import Probe, ProbeContext
@@ -272,7 +279,7 @@ def _value(text: Optional[str]) -> Optional[str]:
     """Element text, None for absent, ``N/A``, ``[Not Supported]`` and deprecated markers."""
     if text is None:
         return None
-    text = text.strip()
+    text = text.strip(ASCII_SPACE)  # str.strip() would drop Unicode spaces a value must not have
     low = text.lower().strip("[]")
     if not text or low in ("n/a", "not supported", "unknown error") or "deprecated" in low:
         return None
@@ -418,7 +425,10 @@ def _value_errors(node: ET.Element, gpu: dict[str, Any]) -> None:
     """Values that nvidia-smi could not read: "GPU is lost" as the whole value of an element
     makes the GPU lost; "Unknown Error" fields are a read failure (unknown), never silently N/A.
     Process lists are skipped: a process name is never read as a status."""
-    texts = [(el.tag, (el.text or "").strip().strip("[]").lower()) for el in _driver_elements(node)]
+    texts = [
+        (el.tag, (el.text or "").strip(ASCII_SPACE).strip("[]").lower())
+        for el in _driver_elements(node)
+    ]
     if any(text == "gpu is lost" for _tag, text in texts):
         gpu["error"] = {"call": "nvidia-smi", "code": 15, "text": "GPU is lost"}
         return

@@ -1,11 +1,14 @@
 """``system`` probe: filesystems, physical memory, required processes, EDAC memory ECC, CPUs.
 
-Everything is read under the injectable sysfs/procfs roots, so tests run on fixture trees.
+Everything is read under the injectable sysfs/procfs roots, so tests run on fixture trees. Lines
+split at ``\n`` and fields at ASCII blanks only: ``str.split()`` and ``splitlines()`` also split
+at Unicode spaces and line separators, which a mount point (a user's FUSE mount) may hold.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from typing import Any, ClassVar, Mapping, Optional
 
 import psutil
@@ -20,6 +23,7 @@ NODE = "node"
 GIB = 1 << 30
 MAX_CPU = 1 << 22  # the kernel's NR_CPUS limit is 8192; anything near this is garbage
 MEMINFO_KEYS = ("MemTotal", "MemAvailable")
+_BLANKS = re.compile(r"[ \t]+")
 
 
 class SystemProbe(Probe):
@@ -126,6 +130,11 @@ def _prev(ctx: ProbeContext, key: str) -> Any:
     return ctx.previous.get(key) if isinstance(ctx.previous, dict) else None
 
 
+def _fields(line: str) -> list[str]:
+    """The fields of a procfs line, split at ASCII blanks only."""
+    return [field for field in _BLANKS.split(line) if field]
+
+
 def _unescape(field: str) -> str:
     for code, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
         field = field.replace(code, char)
@@ -145,15 +154,15 @@ def _mounts(ctx: ProbeContext) -> list[list[str]]:
     except ReadError:
         text = ""
     rows = []
-    for line in text.splitlines():
+    for line in text.split("\n"):
         left, sep, right = line.partition(" - ")
-        before, after = left.split(), right.split()
+        before, after = _fields(left), _fields(right)
         if sep and len(before) >= 6 and len(after) >= 3:
             rows.append([_unescape(before[4]), after[0], after[2], before[5]])
     if rows:
         return rows
-    for line in ctx.procfs.text("mounts", limit=1 << 22).splitlines():
-        parts = line.split()
+    for line in ctx.procfs.text("mounts", limit=1 << 22).split("\n"):
+        parts = _fields(line)
         if len(parts) >= 4:
             rows.append([_unescape(parts[1]), parts[2], parts[3]])
     return rows
@@ -174,14 +183,17 @@ def _fs(path: str) -> dict[str, Any]:
 
 
 def _meminfo(ctx: ProbeContext) -> dict[str, int]:
+    """MemTotal and MemAvailable in bytes; a key written twice, or not as a size, is unknown."""
     out = {}
-    for line in ctx.procfs.text("meminfo").splitlines():
+    for line in ctx.procfs.text("meminfo").split("\n"):
         key, _, rest = line.partition(":")
-        fields = rest.split()
-        if key.strip() in MEMINFO_KEYS:  # strict: "<digits>" or "<digits> kB", else unknown
+        fields = _fields(rest)
+        if key in MEMINFO_KEYS:  # strict: "<digits>" or "<digits> kB", else unknown
+            if key in out:
+                raise ParseError(f"meminfo {key}: written twice")
             if len(fields) not in (1, 2) or fields[1:] not in ([], ["kB"]):
-                raise ParseError(f"meminfo {key.strip()}: not a size: {rest.strip()[:40]!r}")
-            out[key.strip()] = parse_uint(fields[0]) * (1024 if fields[1:] else 1)
+                raise ParseError(f"meminfo {key}: not a size: {rest[:40]!r}")
+            out[key] = parse_uint(fields[0], hex_ok=False) * (1024 if fields[1:] else 1)
     if "MemTotal" not in out:
         raise ValueError("meminfo has no MemTotal")
     return out
@@ -193,22 +205,28 @@ def _edac(ctx: ProbeContext) -> dict[str, dict[str, int]]:
     for mc in ctx.sysfs.listdir(base):
         if mc.startswith("mc") and mc[2:].isdigit():
             out[mc] = {
-                "ce_count": ctx.sysfs.integer(f"{base}/{mc}/ce_count"),
-                "ue_count": ctx.sysfs.integer(f"{base}/{mc}/ue_count"),
+                "ce_count": ctx.sysfs.counter(f"{base}/{mc}/ce_count"),
+                "ue_count": ctx.sysfs.counter(f"{base}/{mc}/ue_count"),
             }
     return out
 
 
 def parse_cpulist(text: str) -> int:
-    """Number of CPUs in a kernel cpulist such as ``0-3,8-11``; ParseError when malformed."""
-    total = 0
-    for part in text.strip().split(","):  # the kernel never writes an empty list or part
+    """Number of CPUs in a kernel cpulist such as ``0-3,8-11``, each counted once.
+
+    The kernel writes ascending ranges that neither overlap nor repeat; anything else (``0-3,2``,
+    ``8,0-3``, ``7-3``, an empty part) is malformed: ParseError, never a count.
+    """
+    total, after = 0, -1
+    for part in text.split(","):  # the kernel never writes an empty list or part
         lo, dash, hi = part.partition("-")
         first = parse_uint(lo, limit=MAX_CPU, hex_ok=False)
         last = parse_uint(hi, limit=MAX_CPU, hex_ok=False) if dash else first
         if last < first:
             raise ParseError(f"descending CPU range {part[:40]!r}")
-        total += last - first + 1
+        if first <= after:
+            raise ParseError(f"CPU range out of order or overlapping: {text[:40]!r}")
+        total, after = total + last - first + 1, last
     return total
 
 

@@ -101,6 +101,25 @@ def garbage_text() -> st.SearchStrategy[str]:
     return drawn.filter(lambda t: not is_strict_uint(t))
 
 
+# Spaces ``str.strip()``/``str.split()`` drop or split at, that a strict reader keeps (ASCII only).
+UNICODE_SPACES: tuple[str, ...] = ("\u00a0", "\u2003", "\u2008", "\u3000", "\u2028", "\x85", "\x1c")
+
+
+def lenient_number() -> st.SearchStrategy[str]:
+    """Text that ``int(text.strip())`` reads as a count, but a strict reader of a decimal file
+    refuses: digits beside a Unicode space, ``0x`` hex, -1 written unsigned ("not available"),
+    digits followed by blanks past the 64 KiB read limit (a cut read)."""
+    digits = st.integers(min_value=1, max_value=10**6).map(str)
+    space = st.sampled_from(UNICODE_SPACES)
+    return st.one_of(
+        st.tuples(space, digits).map("".join),
+        st.tuples(digits, space).map("".join),
+        st.integers(min_value=1, max_value=2**32).map(hex),
+        st.sampled_from((str(2**64 - 1), str(2**32 - 1))),
+        digits.map(lambda d: d + " " * 65536),
+    )
+
+
 def file_mutation() -> st.SearchStrategy[Mutation]:
     """A mutation of one file: garbage text, garbage bytes or an unreadable shape."""
     return st.one_of(

@@ -444,3 +444,33 @@ def test_mutated_tree_gives_no_unsignalled_critical(
             resolved = catalogue.resolve(finding)
             if resolved.severity is Severity.CRITICAL:
                 assert finding.code in allowed, (mutations, finding)
+
+
+@pytest.mark.parametrize(
+    "port, counter, value",
+    [
+        (True, "rx_drops", "0x10"),
+        (True, "rdma_write_wr_err", str(2**64 - 1)),
+        (True, "rdma_read_wr_err", str(2**32 - 1)),
+        (True, "retrans_pkts", "\u20085000"),
+        (False, "cmds_err", str(2**64 - 1)),
+        (False, "no_completion_cmds", "9\u3000"),
+    ],
+)
+def test_hex_unicode_space_or_unsigned_minus_one_counter_is_unknown(
+    tmp_path: Path, port: bool, counter: str, value: str
+) -> None:
+    """hw_counters are decimal: hex, a Unicode space or -1 written unsigned ("not available") is
+    EFA_READ_FAILED, never a rate or growth."""
+    root = gen_sysfs.build(tmp_path, "trn1.32xlarge")
+    name = gen_sysfs.efa_names(root)[0]
+    clock = Clock()
+    first, _ = run(root, "trn1.32xlarge", clock=clock)
+    base = gen_sysfs.efa_dev(root, name)
+    folder = base / "ports" / "1" / "hw_counters" if port else base / "hw_counters"
+    (folder / counter).write_text(value + "\n")
+    clock.now += 1
+    _snap, findings = run(root, "trn1.32xlarge", previous=first, clock=clock)
+    assert {(f.code, f.component, f.severity) for f in findings} == {
+        ("EFA_READ_FAILED", f"efa:{name}", Severity.UNKNOWN)
+    }

@@ -278,3 +278,56 @@ def test_a_total_unread_last_run_is_not_growth(tmp_path: Path) -> None:
     previous["devices"] = ["not", "a", "mapping"]  # a stored snapshot of another shape
     _snap, findings = run(root, "trn1.32xlarge", previous=previous)
     assert findings == []
+
+
+@pytest.mark.parametrize(
+    "value", ["\u200812", "12\u3000", "\u00a01", "0x10", str(2**64 - 1), str(2**32 - 1)]
+)
+def test_unicode_spaces_hex_and_unsigned_minus_one_are_unknown(tmp_path: Path, value: str) -> None:
+    """Decimal sysfs files: a Unicode space, ``0x10`` (not 16 errors) or -1 written unsigned ("not
+    available") is a read failure, never a count, a mismatch or growth."""
+    root = gen_sysfs.build(tmp_path, "trn1.32xlarge")
+    first, _ = run(root, "trn1.32xlarge")
+    dev = gen_sysfs.neuron_dev(root, 2)
+    (dev / "stats/hardware/mem_ecc_uncorrected").write_text(value + "\n")
+    (dev / "neuron_core0/stats/status/hw_error/total").write_text(value + "\n")
+    (dev / "neuron_core1/stats/other_info/reset_fail_count/total").write_text(value + "\n")
+    (dev / "core_count").write_text(value)
+    (dev / "connected_devices").write_text(f"1,{value}\n")
+    _snap, findings = run(root, "trn1.32xlarge", previous=first)
+    assert {(f.code, f.component, f.severity) for f in findings} == {
+        ("NEURON_READ_FAILED", "neuron:2", Severity.UNKNOWN)
+    }
+    assert len(findings) == 5
+
+
+def test_a_status_folder_unreadable_in_the_first_sample_is_not_growth(tmp_path: Path) -> None:
+    """Issue 23 (6): a total with no baseline (its folder unreadable, or the total absent, in the
+    previous snapshot) establishes one; only what it grows by afterwards is a fault."""
+    from mutate import broken
+
+    root = gen_sysfs.build(tmp_path, "trn1.32xlarge")
+    gen_sysfs.set_neuron_counter(root, 4, 1, "status", "hw_hbm_ue_error", 40)
+    gen_sysfs.set_neuron_counter(root, 4, 1, "other_info", "reset_fail_count", 3)
+    core = gen_sysfs.neuron_dev(root, 4) / "neuron_core1/stats"
+    with broken(core / "status", "loop"), broken(core / "other_info/reset_fail_count", "fifo"):
+        first, findings = run(root, "trn1.32xlarge")
+    assert codes(findings) == {("NEURON_READ_FAILED", "neuron:4")}
+    second, findings = run(root, "trn1.32xlarge", previous=first)
+    assert findings == []  # the lifetime totals are the baseline, not new errors
+    gen_sysfs.set_neuron_counter(root, 4, 1, "status", "hw_hbm_ue_error", 41)
+    _third, findings = run(root, "trn1.32xlarge", previous=second)
+    assert codes(findings) == {("NEURON_CORE_UE_ERROR", "neuron:4")}
+    assert findings[0].details["counters"][0]["grown"] == 1
+
+
+def test_oneshot_first_sample_without_a_total_is_not_growth(tmp_path: Path) -> None:
+    root = gen_sysfs.build(tmp_path, "trn1.32xlarge")
+    gen_sysfs.set_neuron_counter(root, 0, 0, "status", "hw_error", 9)
+    gen_sysfs.set_neuron_counter(root, 0, 0, "other_info", "reset_fail_count", 2)
+    snap, _ = run(root, "trn1.32xlarge", oneshot=True, oneshot_sample_s=0.01)
+    first_core = snap["baseline"]["devices"]["0"]["cores"]["0"]
+    first_core["status"], first_core["other"] = {}, {}  # the folders were unreadable then
+    snap["baseline"]["devices"]["1"] = {"cores": {}}  # and the core folders not listed
+    ctx = make_ctx(NeuronProbe, root, "trn1.32xlarge", oneshot=True)
+    assert PROBE.evaluate(snap, ctx) == []

@@ -1,5 +1,8 @@
 """Property: the system probe over the healthy fixture root with one value garbled or one file or
-folder made unreadable never gives a critical finding, never a traceback (docs/unknown.md).
+folder made unreadable never gives a critical finding, never a traceback (docs/unknown.md). Garbled
+includes what ``int(text.strip())`` would read as a number (Unicode spaces, hex, -1 written
+unsigned, a read cut at its limit), a meminfo key written twice, and a cpulist whose ranges
+overlap or are out of order.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from mutate import (
     file_mutation,
     folder_mutation,
     garbage_text,
+    lenient_number,
     mutated_file,
 )
 
@@ -94,3 +98,54 @@ def test_garbled_file_is_never_critical(root: Path, which: str, mutation: Mutati
 def test_unreadable_folder_is_never_critical(root: Path, which: str, shape: str) -> None:
     with broken(root / which, shape):
         assert critical(root) == [], f"{which}: {shape}"
+
+
+@SETTINGS
+@given(which=st.sampled_from(FILES), value=lenient_number())
+def test_leniently_numeric_file_is_never_critical(root: Path, which: str, value: str) -> None:
+    path = root / which
+    if which == "proc/meminfo":  # the value of MemTotal (the first line)
+        first, rest = path.read_text().split("\n", 1)
+        value = f"{first.partition(':')[0]}: {value} kB\n{rest}"
+    with mutated_file(path, ("text", value)):
+        assert critical(root) == [], f"{which}: {value[:40]!r}"
+
+
+@SETTINGS
+@given(
+    line=st.integers(min_value=0),
+    key=st.sampled_from(("MemTotal", "MemAvailable")),
+    kib=st.integers(min_value=0, max_value=2**40),
+)
+def test_meminfo_key_written_twice_is_never_critical(
+    root: Path, line: int, key: str, kib: int
+) -> None:
+    path = root / "proc/meminfo"
+    lines = path.read_text().splitlines()
+    lines.insert(line % (len(lines) + 1), f"{key}:  {kib} kB")
+    with mutated_file(path, ("text", "\n".join(lines) + "\n")):
+        assert critical(root) == [], f"{key} {kib} at {line % (len(lines))}"
+
+
+CPUS = 192  # the healthy root's 0-191
+
+
+@st.composite
+def covering_cpulist(draw: st.DrawFn) -> str:
+    """A cpulist naming exactly CPUs 0-191, its ranges possibly overlapping or out of order."""
+    cuts = sorted(draw(st.sets(st.integers(min_value=1, max_value=CPUS - 1), max_size=6)))
+    bounds = [0, *cuts, CPUS]
+    ranges = [(lo, hi - 1) for lo, hi in zip(bounds, bounds[1:])]
+    cpu = st.integers(min_value=0, max_value=CPUS - 1)
+    ranges += [(min(a, b), max(a, b)) for a, b in draw(st.lists(st.tuples(cpu, cpu), max_size=3))]
+    ranges = draw(st.permutations(ranges))
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in ranges) + "\n"
+
+
+@SETTINGS
+@given(which=st.sampled_from(("online", "present")), text=covering_cpulist())
+def test_overlapping_or_unordered_cpulist_is_never_critical(
+    root: Path, which: str, text: str
+) -> None:
+    with mutated_file(root / "sys/devices/system/cpu" / which, ("text", text)):
+        assert critical(root) == [], f"{which}: {text!r}"

@@ -7,7 +7,14 @@ from pathlib import Path
 import pytest
 
 from hma.adapters.files import ReadError, RootReader
-from hma.adapters.strict import U64_MAX, ParseError, parse_decimal, parse_uint, parse_word
+from hma.adapters.strict import (
+    U64_MAX,
+    ParseError,
+    parse_counter,
+    parse_decimal,
+    parse_uint,
+    parse_word,
+)
 
 
 @pytest.mark.parametrize("raw,value", [("0", 0), ("12\n", 12), (" 7 ", 7), ("0x1d0f", 0x1D0F)])
@@ -74,3 +81,48 @@ def test_root_reader_absent_or_unreadable(tmp_path: Path) -> None:
             reader.text_or_none(name)
         with pytest.raises(ReadError, match=f"{name}: .*{why}"):
             reader.listdir(name)
+
+
+@pytest.mark.parametrize("raw", ["\u200812\n", "12\u3000\n", "\u00a07", "7\u2028", "\x1c7"])
+def test_root_reader_keeps_unicode_spaces_for_the_parser_to_refuse(
+    tmp_path: Path, raw: str
+) -> None:
+    """``str.strip()`` drops Unicode spaces (and \\x1c-\\x1f): the reader strips ASCII only."""
+    (tmp_path / "value").write_text(raw)
+    reader = RootReader(str(tmp_path))
+    with pytest.raises(ReadError, match="value"):
+        reader.integer("value")
+    with pytest.raises(ReadError, match="value"):
+        reader.counter("value")
+    assert reader.text("value") == raw.strip(" \n")
+
+
+@pytest.mark.parametrize("raw", ["0x10", "0X10", str(2**64 - 1), str(2**32 - 1), "\u200812"])
+def test_counter_refuses_hex_and_unsigned_minus_one(tmp_path: Path, raw: str) -> None:
+    """A decimal counter written in hex is garbage, not 16; -1 written unsigned is "not
+    available", never a count."""
+    with pytest.raises(ParseError):
+        parse_counter(raw)
+    (tmp_path / "c").write_text(raw + "\n")
+    reader = RootReader(str(tmp_path))
+    with pytest.raises(ReadError, match="c: "):
+        reader.counter("c")
+    with pytest.raises(ReadError):
+        reader.integer("c", hex_ok=False, limit=2**32 - 2)
+    assert parse_counter("4294967294\n") == 2**32 - 2
+    assert parse_counter(str(2**64 - 2)) == 2**64 - 2
+
+
+def test_a_read_cut_at_its_limit_is_a_read_failure(tmp_path: Path) -> None:
+    """A file longer than the read limit is never parsed from its first bytes."""
+    (tmp_path / "long").write_text("1" + " " * 65535 + "\n")  # 65537 bytes
+    (tmp_path / "full").write_text("1" + " " * 65534 + "\n")  # exactly 65536
+    reader = RootReader(str(tmp_path))
+    with pytest.raises(ReadError, match="long: .*read cut"):
+        reader.text("long")
+    with pytest.raises(ReadError, match="long: .*read cut"):
+        reader.integer("long")
+    assert reader.integer("full") == 1
+    with pytest.raises(ReadError, match="read cut"):
+        reader.data("full", 100)
+    assert reader.data("full", 100, prefix=True) == b"1" + b" " * 99

@@ -80,3 +80,23 @@ def test_not_writable_on_a_writable_mount_is_still_a_fault(tmp_path: Path) -> No
     ctx = context(tmp_path, "25 1 259:1 / / rw - ext4 /dev/sda1 rw\n")
     findings = SystemProbe().evaluate(snapshot(_mounts(ctx), False, mount_readonly=False), ctx)
     assert [f.code for f in findings if f.code.startswith("SYS_FS")] == ["SYS_FS_READONLY"]
+
+
+# A user's FUSE mount (fusermount needs no root) at a folder whose name holds U+2028 (a line
+# separator to str.splitlines) and U+2003 spaces (blanks to str.split): read that way, the rest of
+# its line posed as a read-only filesystem mounted on /tmp. The kernel escapes only ASCII blanks.
+FUSE_PATH = "/home/u/x\u20289\u20031\u20030:1\u2003/\u2003/tmp"
+FORGED = f"""\
+25 1 259:1 / / rw,relatime shared:1 - ext4 /dev/nvme0n1p1 rw,errors=remount-ro
+90 25 0:77 / {FUSE_PATH} rw,nosuid,nodev shared:50 - fuse.sshfs host:/x ro,user_id=1000
+"""
+
+
+def test_unicode_line_and_space_separators_do_not_forge_a_mount(tmp_path: Path) -> None:
+    ctx = context(tmp_path, FORGED)
+    rows = _mounts(ctx)
+    assert [row[0] for row in rows] == ["/", FUSE_PATH]
+    snap = snapshot(rows, writable=True)
+    snap["filesystems"]["/tmp"] = dict(snap["filesystems"]["/"])
+    findings = SystemProbe().evaluate(snap, ctx)
+    assert [f.code for f in findings] == []

@@ -127,3 +127,62 @@ def test_garbage_values_are_read_failures(tmp_path: Path, rel: str, text: str) -
     probe = SystemProbe()
     findings = probe.evaluate(probe.collect(ctx), ctx)
     assert [(f.code, f.severity) for f in findings] == [("SYS_READ_FAILED", Severity.UNKNOWN)]
+
+
+MEMINFO = "MemTotal:       2097152000 kB\nMemAvailable:   1900000000 kB\n"
+
+
+@pytest.mark.parametrize(
+    "rel, text",
+    [
+        ("proc/meminfo", MEMINFO + "MemTotal:       1 kB\n"),  # written twice: which one?
+        ("proc/meminfo", "MemTotal:\u20032097152000 kB\nMemAvailable: 1 kB\n"),
+        ("proc/meminfo", "MemTotal: 0x7d000000 kB\nMemAvailable: 1 kB\n"),
+        ("proc/meminfo", MEMINFO + "Filler: 0 kB\n" * 6000),  # longer than the read: cut
+        ("sys/devices/system/cpu/online", "0-95,0-95\n"),  # 192 counted twice
+        ("sys/devices/system/cpu/online", "96-191,0-95\n"),
+        ("sys/devices/system/cpu/online", "0-191,100\n"),
+        ("sys/devices/system/cpu/present", "0-191,0-191\n"),
+        ("sys/devices/system/cpu/online", "0-191\u3000\n"),
+        ("sys/devices/system/edac/mc/mc0/ue_count", "0x1\n"),
+        ("sys/devices/system/edac/mc/mc0/ue_count", f"{2**32 - 1}\n"),
+        ("sys/devices/system/edac/mc/mc1/ce_count", f"{2**64 - 1}\n"),
+        ("sys/devices/system/edac/mc/mc0/ue_count", "\u20080\n"),
+    ],
+)
+def test_shapes_that_passed_the_strict_parser_are_read_failures(
+    tmp_path: Path, rel: str, text: str
+) -> None:
+    """Issue 23 (5): a duplicate key, a Unicode space, hex in a decimal file, a read cut at its
+    limit, overlapping or unordered CPU ranges and -1 written unsigned are unknown."""
+    import shutil
+
+    from hma.adapters.command import CommandRunner
+    from hma.adapters.files import RootReader
+    from hma.contracts.model import Severity
+    from hma.contracts.probe import ProbeContext
+    from hma.probes.system.probe import SystemProbe
+
+    root = tmp_path / "root"
+    shutil.copytree(ROOTS / "healthy", root, symlinks=True)
+    (root / rel).write_text(text)
+    opts = {k: o.default for k, o in SystemProbe.options.items()}
+    opts.update(filesystems=[], processes=[], expected_memory_gib=2000)
+    ctx = ProbeContext(
+        opts, RootReader(str(root / "sys")), RootReader(str(root / "proc")), CommandRunner()
+    )
+    probe = SystemProbe()
+    snap = probe.collect(ctx)
+    ctx.previous = {"edac": {"mc0": {"ce_count": 0, "ue_count": 0}, "mc1": {"ce_count": 0}}}
+    findings = probe.evaluate(snap, ctx)
+    assert [(f.code, f.severity) for f in findings] == [("SYS_READ_FAILED", Severity.UNKNOWN)]
+
+
+@pytest.mark.parametrize("text", ["0-3,2", "4-7,0-3", "0-3,3-5", "0,0", "0-3,", ""])
+def test_cpulist_overlapping_or_unordered_is_refused(text: str) -> None:
+    from hma.adapters.strict import ParseError
+    from hma.probes.system.probe import parse_cpulist
+
+    with pytest.raises(ParseError):
+        parse_cpulist(text)
+    assert parse_cpulist("0-3,4-7") == 8

@@ -72,3 +72,15 @@ def test_empty_document_is_a_read_failure_not_zero_gpus(doc: str) -> None:
     (f,) = judge(doc, expected_gpus=8)
     assert (f.code, f.severity) == ("GPU_READ_FAILED", Severity.UNKNOWN)
     assert "no <gpu> and no driver version" in f.message
+
+
+@pytest.mark.parametrize("value", ["\u20038", "8\u3000", "\u00a08"])
+def test_unicode_space_around_a_value_is_a_read_failure(value: str) -> None:
+    """Only ASCII blanks around an element's text are dropped (issue 23): ``str.strip()`` would
+    read U+2003 8 as 8 uncorrected remapped rows."""
+    text = A10G.read_text()
+    doc = text.replace("<remapped_row_unc>0<", f"<remapped_row_unc>{value}<")
+    assert doc != text
+    findings = judge(doc)
+    assert {(f.code, f.severity) for f in findings} == {("GPU_READ_FAILED", Severity.UNKNOWN)}
+    assert "remapped_row_unc" in findings[0].message
