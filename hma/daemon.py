@@ -9,6 +9,7 @@ the loop or the watchdog, which is pinged only from the loop itself.
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import queue
@@ -146,6 +147,7 @@ class Daemon:
         self.stopping = threading.Event()
         self.setup = assembly.load(config_file)  # ConfigError propagates: exit 78
         agent = self.setup.config.section("agent")
+        self._lock = hold_lock(agent["state_dir"])  # AlreadyRunning propagates: exit 75
         # from memory: a full or failing disk never stops detection or remediation
         # (hma.health.store)
         self.store = open_store(self.setup, memory=True)
@@ -323,6 +325,8 @@ class Daemon:
                 self.store.path,
                 self.store.write_error,
             )
+        if self._lock is not None:  # last: the state folder is free for the next daemon
+            os.close(self._lock)
 
     def _startup_findings(self) -> None:
         now = self.clock()
@@ -699,8 +703,44 @@ def _quietly(fn: Callable[[], Any]) -> None:
         log.warning("shutdown step failed: %s", exc)
 
 
+LOCK_FILE = "hma.lock"
+EX_RUNNING = 75  # EX_TEMPFAIL: another `hma run` holds the state folder
+
+
+class AlreadyRunning(Exception):
+    """Another daemon holds the lock of this state folder."""
+
+
+def hold_lock(state_dir: str) -> Optional[int]:
+    """Lock ``state_dir``/hma.lock (flock) for this process's life, writing the pid in it: one
+    daemon per state folder. Raises ``AlreadyRunning``; None (logged) when the file cannot be
+    opened at all (a failing disk must not stop the agent: the store falls back to memory)."""
+    path = os.path.join(state_dir, LOCK_FILE)
+    try:
+        os.makedirs(state_dir, mode=0o700, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        log.warning(
+            "cannot open the lock file %s (%s): not guarding against a second daemon", path, exc
+        )
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        os.close(fd)
+        raise AlreadyRunning(
+            f"another hma run (pid {holder or '?'}) uses the state folder {state_dir} "
+            f"(it holds {path})"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
 def main(config_file: Optional[str]) -> int:
-    """``hma run``: exit 78 on an invalid configuration (the unit prevents restarts on it)."""
+    """``hma run``: exit 78 on an invalid configuration (the unit prevents restarts on it), 75
+    when another daemon holds the state folder."""
     logging.basicConfig(level=logging.INFO, format="hma: %(levelname)s %(message)s")
     try:
         daemon = Daemon(config_file)
@@ -711,4 +751,7 @@ def main(config_file: Optional[str]) -> int:
     except StateError as exc:
         log.error("state folder unusable: %s", exc)
         return 73  # EX_CANTCREAT
+    except AlreadyRunning as exc:
+        log.error("%s", exc)
+        return EX_RUNNING
     return daemon.run()

@@ -32,6 +32,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
+from hma.adapters import strict
 from hma.cluster.slurm.client import SlurmClient
 from hma.cluster.slurm.parse import ADDRESS, NAME, SlurmError
 from hma.contracts import label as label_mod
@@ -62,22 +63,24 @@ class Options:
 
 def _positive_int(text: str) -> int:
     try:
-        value = int(text)
-    except ValueError:
+        value = strict.parse_uint(text, hex_ok=False)  # ASCII digits only (not '٣', '1_0')
+    except strict.ParseError:
         value = 0
-    if value < 1 or not text.strip().isdigit():
+    if value < 1:
         raise UsageError(f"--auto-resume: {text!r} is not a positive integer (attempts allowed)")
     return value
 
 
+MAX_GRACE_S = 86400.0
+
+
 def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0:
-        raise UsageError(f"--grace: {text!r} is not a number of seconds >= 0")
-    return value
+    try:  # a plain ASCII decimal: no inf, nan, exponent or non-ASCII digits
+        return strict.parse_decimal(text, low=0.0, high=MAX_GRACE_S)
+    except strict.ParseError:
+        raise UsageError(
+            f"--grace: {text!r} is not a number of seconds >= 0 (at most {MAX_GRACE_S:g})"
+        ) from None
 
 
 OWN = {"--auto-resume": _positive_int, "--grace": _seconds}

@@ -58,10 +58,7 @@ def read_layers(path: Path) -> tuple[list[tuple[str, dict[str, Any]]], list[str]
     """Each readable file (main, then drop-ins in name order) with its parsed TOML; and errors."""
     errors: list[str] = []
     layers: list[tuple[str, dict[str, Any]]] = []
-    candidates = [path]
-    dropins = path.parent / "hma.d"
-    if dropins.is_dir():
-        candidates += sorted(dropins.glob("*.toml"))
+    candidates = [path, *_dropins(path.parent / "hma.d", errors)]
     for candidate in candidates:
         try:
             text = candidate.read_text(encoding="utf-8")
@@ -77,6 +74,18 @@ def read_layers(path: Path) -> tuple[list[tuple[str, dict[str, Any]]], list[str]
         except tomlcompat.TOMLDecodeError as exc:
             errors.append(f"{candidate}: invalid TOML: {exc}")
     return layers, errors
+
+
+def _dropins(folder: Path, errors: list[str]) -> list[Path]:
+    """The ``*.toml`` files of ``folder`` in name order; one it cannot list is an error."""
+    try:
+        names = os.listdir(folder)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError as exc:
+        errors.append(f"{folder}: cannot read: {exc}")
+        return []
+    return [folder / name for name in sorted(names) if name.endswith(".toml")]
 
 
 def origins(layers: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, str]:

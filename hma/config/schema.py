@@ -60,14 +60,21 @@ CORE_SECTIONS: dict[str, dict[str, Option]] = {
 # class declares itself).
 TRIGGER_SUBSYSTEMS = ("infiniband", "net", "pci")
 
-# Longest probe interval and timeout (a timeout must also stay below threading.TIMEOUT_MAX).
+# Shortest probe interval (a smaller one spins a core); longest probe interval and timeout (a
+# timeout must also stay below threading.TIMEOUT_MAX).
+MIN_INTERVAL = 0.1
 MAX_INTERVAL = 30 * 86400.0
 MAX_TIMEOUT = 86400.0
 
 PROBE_COMMON: dict[str, Option] = {
     "enabled": Option("bool", True, "Run this probe."),
     "interval": Option(
-        "float", 60.0, "Seconds between runs.", check=positive, maximum=MAX_INTERVAL
+        "float",
+        60.0,
+        "Seconds between runs.",
+        check=positive,
+        minimum=MIN_INTERVAL,
+        maximum=MAX_INTERVAL,
     ),
     "timeout": Option(
         "float",

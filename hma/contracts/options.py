@@ -16,10 +16,11 @@ class Option:
     """A configuration key: its kind, default, one-line documentation and optional extra check.
 
     Kinds: ``bool``, ``int`` (64-bit), ``float`` (finite, within ``FLOAT_LIMIT`` unless a
-    ``maximum`` is declared; ints accepted), ``str`` (one line, no control
-    characters), ``path`` (absolute), ``argv`` (non-empty list of strings), ``strlist`` (items
-    from ``choices`` when given), ``choice`` (one of ``choices``), ``table`` (any TOML table,
-    checked by ``check``). ``minimum``/``maximum`` bound numbers (inclusive); ``below`` names a
+    ``maximum`` is declared; ints accepted), ``str`` (one line, no C0, C1 or bidi control
+    characters), ``path`` (absolute), ``pathlist`` (list of absolute paths), ``argv`` (non-empty
+    list of strings), ``strlist`` (items from ``choices`` when given), ``choice`` (one of
+    ``choices``), ``table`` (any TOML table, checked by ``check``). ``check`` runs before the
+    bounds; ``minimum``/``maximum`` bound numbers (inclusive); ``below`` names a
     key of the same table that a number must stay under (``nvml_deadline_s`` below ``timeout``).
     No value anywhere holds a non-finite float or a NUL. ``default=None`` means "unset".
     """
@@ -36,17 +37,18 @@ class Option:
     def validate(self, value: Any) -> Optional[str]:
         """None when ``value`` is acceptable, else the problem in a few words."""
         problem = _KIND_CHECKS[self.kind](self, value) or _leaf_problem(value)
+        if problem is None and self.check is not None:
+            problem = self.check(value)
         if problem is None and self.minimum is not None and value < self.minimum:
             problem = f"must be >= {self.minimum:g}"
         if problem is None and self.maximum is not None and value > self.maximum:
             problem = f"must be <= {self.maximum:g}"
-        if problem is None and self.check is not None:
-            problem = self.check(value)
         return problem
 
     def limits(self) -> str:
         """The declared bounds in words ('' when none), for generated documentation."""
-        parts = ["> 0"] if self.check is positive else []
+        above_zero = self.minimum is not None and self.minimum > 0
+        parts = ["> 0"] if self.check is positive and not above_zero else []
         if self.minimum is not None:
             parts.append(f">= {self.minimum:.15g}")
         if self.maximum is not None:
@@ -95,7 +97,8 @@ def _float(o: Option, v: Any) -> Optional[str]:
     return None
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# C0, DEL, C1, and the bidi embeddings, overrides and isolates (they reorder what a terminal shows)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
 def _one_line(v: str) -> Optional[str]:
@@ -111,6 +114,16 @@ def _path(_o: Option, v: Any) -> Optional[str]:
     if not isinstance(v, str):
         return f"expected a path string, got {_show(v)}"
     return _one_line(v) if v.startswith("/") else f"must be an absolute path, got {_show(v)}"
+
+
+def _pathlist(_o: Option, v: Any) -> Optional[str]:
+    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+        return f"expected a list of path strings, got {_show(v)}"
+    for item in v:
+        problem = _path(_o, item)
+        if problem:
+            return problem
+    return None
 
 
 def _argv(_o: Option, v: Any) -> Optional[str]:
@@ -145,6 +158,7 @@ _KIND_CHECKS: dict[str, Callable[[Option, Any], Optional[str]]] = {
     "float": _float,
     "str": _str,
     "path": _path,
+    "pathlist": _pathlist,
     "argv": _argv,
     "strlist": _strlist,
     "choice": _choice,
@@ -164,3 +178,11 @@ def _show(v: Any) -> str:
 def positive(v: Any) -> Optional[str]:
     """Check: strictly positive number."""
     return None if v > 0 else "must be > 0"
+
+
+def pci_ids(v: Any) -> Optional[str]:
+    """Check: every item a PCI id in hex (``0x1d0f``), 0 to 0xffff."""
+    for item in v:
+        if not re.fullmatch(r"(0[xX])?[0-9a-fA-F]{1,4}", item):
+            return f"expected a PCI id in hex, 0x0000 to 0xffff, got {_show(item)}"
+    return None

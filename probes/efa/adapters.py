@@ -25,7 +25,7 @@ from typing import Any, ClassVar, Collection, Mapping, Optional
 from hma.adapters.files import ReadError, RootReader
 from hma.adapters.strict import ASCII_SPACE, ParseError, parse_uint, parse_word
 from hma.contracts.model import Finding, Severity
-from hma.contracts.options import Option
+from hma.contracts.options import Option, pci_ids
 from hma.contracts.probe import Probe, ProbeContext, unknown
 
 IB = "class/infiniband"
@@ -77,15 +77,6 @@ def _limits_check(value: Any) -> Optional[str]:
     return None
 
 
-def _vendor_check(value: Any) -> Optional[str]:
-    for item in value:
-        try:
-            int(item, 16)
-        except ValueError:
-            return f"not a hex vendor id: {item!r}"
-    return None
-
-
 class EfaProbe(Probe):
     """EFA adapter count, port state and error/retransmission rates."""
 
@@ -106,7 +97,7 @@ class EfaProbe(Probe):
             "strlist",
             [AMAZON],
             "PCI vendor ids that mark an RDMA device as EFA.",
-            check=_vendor_check,
+            check=pci_ids,
         ),
         "rate_limits": Option(
             "table",

@@ -30,7 +30,7 @@ from typing import Any, ClassVar, Iterator, Mapping, Optional, Sequence
 from hma.adapters.command import CommandResult
 from hma.adapters.files import ReadError
 from hma.contracts.model import Finding
-from hma.contracts.options import Option
+from hma.contracts.options import Option, pci_ids
 from hma.contracts.probe import Probe, ProbeContext, unknown
 
 NODE = "node"
@@ -194,7 +194,9 @@ class EfaMeshProbe(Probe):
             False,
             "Run when Slurm is configured but whether a job runs is unknown (else skip).",
         ),
-        "vendor_ids": Option("strlist", ["0x1d0f"], "PCI vendor ids of EFA adapters (sysfs)."),
+        "vendor_ids": Option(
+            "strlist", ["0x1d0f"], "PCI vendor ids of EFA adapters (sysfs).", check=pci_ids
+        ),
         "lock_file": Option(
             "path",
             "/run/lock/hma-efa_mesh.lock",

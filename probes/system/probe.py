@@ -34,7 +34,9 @@ class SystemProbe(Probe):
     default_interval = 60.0
     default_timeout = 20.0
     options: ClassVar[Mapping[str, Option]] = {
-        "filesystems": Option("strlist", ["/", "/tmp"], "Paths that must exist and be writable."),
+        "filesystems": Option(
+            "pathlist", ["/", "/tmp"], "Absolute paths that must exist and be writable."
+        ),
         "min_free_percent": Option(
             "float", 5.0, "Critical below this % free space.", minimum=0, maximum=100
         ),

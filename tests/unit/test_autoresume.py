@@ -122,6 +122,13 @@ def test_parse_args(
         (["--auto-resume"], "needs a value"),
         (["--auto-resume=1"], "no command given"),
         (["--grace=-3", "--auto-resume=1", "cmd"], "seconds >= 0"),
+        # non-finite and non-ASCII numbers (issue 23)
+        (["--grace=inf", "--auto-resume=1", "cmd"], "seconds >= 0"),
+        (["--grace=nan", "--auto-resume=1", "cmd"], "seconds >= 0"),
+        (["--grace=1e309", "--auto-resume=1", "cmd"], "seconds >= 0"),
+        (["--grace=\u0663", "--auto-resume=1", "cmd"], "seconds >= 0"),
+        (["--auto-resume=\u0663", "cmd"], "not a positive integer"),
+        (["--auto-resume=1_0", "cmd"], "not a positive integer"),
     ],
 )
 def test_parse_args_errors(argv: list[str], message: str) -> None:

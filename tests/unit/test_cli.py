@@ -136,3 +136,45 @@ def test_logscan_names_a_missing_file_once(capsys: Any, tmp_path: Any) -> None:
     rc, out, _ = run(capsys, "logscan", str(missing))
     assert rc == 3
     assert out.count(str(missing)) == 1 and "No such file or directory" in out
+
+
+# root without the capabilities that bypass file permissions: an ordinary user's view of files,
+# with this interpreter still usable (it may live under /root)
+WITHOUT_DAC = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", sys.executable]
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv"
+)
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["status"],
+        ["check"],
+        ["explain", "GPU_XID_79"],
+        ["config", "check"],
+        ["fleet"],
+        ["logscan", "/dev/null"],
+        ["srun", "--help"],
+        ["job-env"],
+    ],
+)
+def test_a_config_folder_that_cannot_be_entered_is_an_error_not_a_traceback(
+    tmp_path: Any, command: list[str]
+) -> None:
+    folder = tmp_path / "locked"
+    folder.mkdir(mode=0o700)
+    (folder / "hma.toml").write_text("[agent]\n")
+    os.chown(folder, 65534, 65534)
+    res = subprocess.run(
+        [*WITHOUT_DAC, "-m", "hma", *command],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd="/",
+        env={**os.environ, "HMA_CONFIG": str(folder / "hma.toml")},
+    )
+    assert "Traceback" not in res.stderr, res.stderr
+    if command[0] in ("check", "config", "fleet", "logscan"):
+        assert res.returncode != 0 and "Permission denied" in res.stderr, res.stderr

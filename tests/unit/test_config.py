@@ -105,6 +105,19 @@ def errors_of(raw: dict) -> list[str]:
         ({"agent": {"state_dir": "/var/\0"}}, "agent.state_dir: must not contain control"),
         ({"recovery": {"reboot_command": ["/bin/x\0"]}}, "recovery.reboot_command: must not con"),
         ({"probes": {"efa_mesh": {"env": {"A": "\0"}}}}, "probes.efa_mesh.env: must not contain"),
+        # bounds that keep a value from costing a core or the controller (issue 23)
+        ({"probes": {"system": {"interval": 5e-324}}}, "probes.system.interval: must be >= 0.1"),
+        ({"slurm": {"heartbeat": 1e-6}}, "slurm.heartbeat: must be >= 1"),
+        ({"slurm": {"facts_interval": 1e-6}}, "slurm.facts_interval: must be >= 0.02"),
+        ({"probes": {"system": {"filesystems": ["tmp"]}}}, "probes.system.filesystems: must be an"),
+        ({"probes": {"system": {"filesystems": [""]}}}, "probes.system.filesystems: must be an"),
+        ({"probes": {"efa": {"vendor_ids": ["0x11d0f"]}}}, "probes.efa.vendor_ids: expected a PCI"),
+        ({"probes": {"efa": {"vendor_ids": ["-0x1"]}}}, "probes.efa.vendor_ids: expected a PCI"),
+        ({"probes": {"efa_mesh": {"vendor_ids": ["1d0fz"]}}}, "probes.efa_mesh.vendor_ids: expect"),
+        ({"agent": {"node_name": "a\x85b"}}, "agent.node_name: must not contain control character"),
+        ({"agent": {"node_name": "a\u202eb"}}, "agent.node_name: must not contain control"),
+        ({"agent": {"node_name": "a\u2066b"}}, "agent.node_name: must not contain control"),
+        ({"probes": {"neuron": {"status_counters": ["\x9b2J"]}}}, "probes.neuron.status_counte"),
     ],
 )
 def test_invalid(raw: dict, expected: str) -> None:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -95,3 +99,23 @@ def test_an_unsupported_answer_stands_until_a_device_event(tmp_path: Path) -> No
         assert neuron.next_due <= time.monotonic() + 0.2
     finally:
         d.store.close()
+
+
+def test_a_second_daemon_on_one_state_folder_exits_75(tmp_path: Path) -> None:
+    """One `hma run` per state folder: while a daemon holds it, another exits at once."""
+    first = daemon(tmp_path, [NOW])
+    assert first.store is not None  # constructed: the lock is held
+    done = subprocess.run(
+        [sys.executable, "-m", "hma", "run", "--config", str(tmp_path / "hma.toml")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 75, done.stderr
+    assert f"another hma run (pid {os.getpid()}) uses the state folder" in done.stderr
+    first._teardown()  # the lock goes with the daemon: a next one may start
+    assert (tmp_path / "state" / "hma.lock").read_text() == f"{os.getpid()}\n"
+    with open(tmp_path / "state" / "hma.lock") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)

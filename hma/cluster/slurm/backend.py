@@ -50,6 +50,7 @@ OPTIONS: dict[str, Option] = {
         "Seconds between reads of the node's Slurm state while nothing happens (jittered by "
         "10%; each read is one single-node sinfo: 2 controller RPCs).",
         check=positive,
+        minimum=1.0,
     ),
     "facts_interval": Option(
         "float",
@@ -57,6 +58,7 @@ OPTIONS: dict[str, Option] = {
         "Seconds between reads of the node's jobs (local slurmd), and of its Slurm state while "
         "something happens (a fault, an action, a drain being watched, a controller outage).",
         check=positive,
+        minimum=0.02,
     ),
     "enabled": Option(
         "bool",
