@@ -1,0 +1,120 @@
+"""``hma logscan``'s line shapes: a line is a kernel message only when its shape says so."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hma.probes.kernel_log.lines import saved_line
+from hma.probes.kernel_log.rules import RuleSet
+
+XID = "NVRM: Xid (PCI:0000:01:00): 79, pid='<unknown>', name=<unknown>, planted"
+RULES = RuleSet.load(None)
+
+# journalctl's output modes (systemd logs-show.c), syslog files and RFC 5424, each with the
+# kernel's own line (identifier `kernel`) and what `logger -t TAG` (any user) makes of it.
+SHAPES = [
+    ("syslog", "Dec 02 10:43:35 worker4 {ident}: {msg}"),  # -o short
+    ("syslog", "Dec  2 10:43:35 worker4 {ident}: {msg}"),  # /var/log/messages
+    ("syslog", "Dec 02 10:43:35.123456 worker4 {ident}: {msg}"),  # -o short-precise
+    ("syslog", "<4>Dec  2 10:43:35 worker4 {ident}: {msg}"),  # RFC 3164 with its priority
+    ("iso", "2024-12-02T10:43:35+0000 worker4 {ident}: {msg}"),  # -o short-iso
+    ("iso", "2024-12-02T10:43:35+00:00 worker4 {ident}: {msg}"),  # -o short-iso, newer systemd
+    ("iso", "2024-12-02T10:43:35.123456+0000 worker4 {ident}: {msg}"),  # -o short-iso-precise
+    ("iso", "2024-12-02T10:43:35.123456+00:00 worker4 {ident}: {msg}"),  # rsyslog RFC 3339
+    ("full", "Mon 2024-12-02 10:43:35 UTC worker4 {ident}: {msg}"),  # -o short-full
+    ("full", "Mon 2024-12-02 10:43:35 +03 worker4 {ident}: {msg}"),  # numeric zone name
+    ("unix", "1733136215.123456 worker4 {ident}: {msg}"),  # -o short-unix
+    ("monotonic", "[240314.528856] worker4 {ident}: {msg}"),  # -o short-monotonic
+    ("monotonic", "[    5.000001] worker4 {ident}: {msg}"),
+    ("monotonic", "[240314.528856 <    0.000012>] worker4 {ident}: {msg}"),  # -o short-delta
+]
+RFC5424 = "<4>1 2024-12-02T10:43:35.123456+00:00 worker4 {app} {pid} - {sd} {msg}"
+
+
+@pytest.mark.parametrize(("fmt", "shape"), SHAPES)
+@pytest.mark.parametrize(
+    "ident",
+    ["NVRM", "NVRM[12]", "kernel[123]", "xkernel", "kernelx", "my kernel", "kernel foo", "sshd[1]"],
+)
+def test_user_space_identifiers_are_not_the_kernel(fmt: str, shape: str, ident: str) -> None:
+    if fmt == "monotonic" and " " in ident:
+        pytest.skip("a one-word identifier only: `[ts] host a b: ...` is a dmesg line too")
+    assert saved_line(shape.format(ident=ident, msg=XID)) == (fmt, None)
+    later = shape.format(ident=ident, msg=f"user says kernel: {XID}")
+    assert saved_line(later) == (fmt, None)
+
+
+@pytest.mark.parametrize(("fmt", "shape"), SHAPES)
+def test_the_kernel_identifier_is_a_kernel_message(fmt: str, shape: str) -> None:
+    assert saved_line(shape.format(ident="kernel", msg=XID)) == (fmt, XID)
+    stamped = shape.format(ident="kernel", msg=f"[240314.528856] {XID}")
+    assert saved_line(stamped) == (fmt, XID)
+
+
+@pytest.mark.parametrize(
+    ("app", "pid", "sd", "kernel"),
+    [
+        ("kernel", "-", "-", True),
+        ("kernel", "-", '[meta seq="1"]', True),
+        ("NVRM", "12", "-", False),
+        ("kernel[1]", "-", "-", False),
+        ("xkernel", "-", '[a b="kernel"][c d="\\]"]', False),
+    ],
+)
+def test_rfc5424_app_name(app: str, pid: str, sd: str, kernel: bool) -> None:
+    line = RFC5424.format(app=app, pid=pid, sd=sd, msg=XID)
+    assert saved_line(line) == ("rfc5424", XID if kernel else None)
+
+
+@pytest.mark.parametrize(
+    ("line", "fmt", "message"),
+    [
+        ("   " + XID, "plain", None),  # journalctl's continuation of a multi-line entry
+        ("[ 1.0] NVRM[12]: Xid (PCI:0000:01:00): 79", "monotonic", None),  # --no-hostname
+        ("[ 1.0] host :x: " + XID, "monotonic", None),
+        ("[ 5.5] Out of memory: Killed process 1", "dmesg", "Out of memory: Killed process 1"),
+        ("[ 7.0] {1}[Hardware Error]: fatal", "dmesg", "{1}[Hardware Error]: fatal"),
+        ("2024-12-02T10:43:35,123456+00:00 host NVRM: x", "iso", "host NVRM: x"),  # dmesg iso
+    ],
+)
+def test_other_shapes(line: str, fmt: str, message: Optional[str]) -> None:
+    assert saved_line(line) == (fmt, message)
+
+
+HOSTS = st.from_regex(r"\A[a-z][a-z0-9-]{0,20}(\.[a-z0-9-]{1,10}){0,2}\Z")
+IDENTS = st.text(
+    st.sampled_from(":[] kernelNVRM") | st.characters(blacklist_categories=("Cc", "Cs")),
+    min_size=1,
+    max_size=20,
+).filter(lambda t: t != "kernel" and ": " not in t and not t[0].isspace())
+MESSAGES = st.sampled_from(
+    [
+        XID,
+        "NVRM: GPU 0000:18:00.0: GPU has fallen off the bus.",
+        "mce: [Hardware Error]: Machine Check Exception: 5 Bank 4",
+        "INFO: task python3:1 blocked for more than 120 seconds.",
+        "neuron2: NEURON_HW_ERR=DMA_ERROR nd-id=2",
+        f"kernel: {XID}",
+        f"[ 1.0] {XID}",
+    ]
+)
+
+
+@given(
+    st.sampled_from(SHAPES), HOSTS, IDENTS, st.one_of(st.none(), st.integers(0, 99999)), MESSAGES
+)
+def test_property_no_finding_unless_the_identifier_is_kernel(
+    shape: tuple[str, str], host: str, ident: str, pid: Optional[int], msg: str
+) -> None:
+    fmt, template = shape
+    if fmt == "monotonic" and any(c.isspace() for c in ident):
+        return  # `[ts] host a b: ...`: a dmesg line (documented)
+    field = ident if pid is None else f"{ident}[{pid}]"
+    line = template.replace("worker4", host).format(ident=field, msg=msg)
+    got_fmt, message = saved_line(line)
+    assert message is None, (line, got_fmt, message)
+    assert RULES.matcher("t").feed(message or "") is None
