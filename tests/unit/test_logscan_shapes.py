@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Optional
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from hma.commands import logscan
+from hma.contracts.catalogue import load_builtin
 from hma.probes.kernel_log.lines import saved_line
 from hma.probes.kernel_log.rules import RuleSet
 
@@ -118,3 +121,21 @@ def test_property_no_finding_unless_the_identifier_is_kernel(
     got_fmt, message = saved_line(line)
     assert message is None, (line, got_fmt, message)
     assert RULES.matcher("t").feed(message or "") is None
+
+
+def test_a_flood_of_matching_lines_keeps_bounded_output(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(logscan, "MAX_FINDINGS", 50)
+    path = tmp_path / "flood.log"
+    with open(path, "w", encoding="utf-8") as out:
+        for i in range(20_000):
+            out.write(f"[ 1.{i}] NVRM: Xid (PCI:0000:{i % 256:02x}:00): {i % 150 + 1}, pid={i}\n")
+    not_kept = [0]
+    hits, errors = logscan.scan([str(path)], RULES, not_kept)
+    assert not errors and len(hits) == 50
+    assert sum(h.count for h in hits) + not_kept[0] == 20_000
+    assert all(len(h.last) <= 1000 and len(h.finding.details["raw"]) <= 1000 for h in hits)
+    doc = logscan.document(hits, errors, load_builtin(), not_kept[0])
+    assert len(doc["findings"]) == 50 and doc["not_kept"] == not_kept[0] > 0
+    assert f"{not_kept[0]} matching line(s)" in logscan.render_text(doc)
