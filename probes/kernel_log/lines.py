@@ -60,9 +60,11 @@ _RFC5424 = re.compile(
 # the identifier field, exactly `kernel`, after an optional host (journalctl --no-hostname)
 _KERNEL_IDENT = re.compile(r"(?:\S+ )?kernel: ")
 # `[ts] host ident[pid]: ...` (journalctl -o short-monotonic/short-delta): a host name and a
-# one-word identifier; kernel messages start `NVRM: `, `mce: `, `{1}[Hardware Error]: `, `Out of
-# memory: ` (an identifier with a space cannot be told from such a dmesg line).
-_HOST_THEN_IDENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]* \S+?(?:\[\d+\])?: ")
+# user-space identifier, which journalctl prints with the writer's pid (journald records _PID for
+# every user-space entry; only kernel entries come without one). `[ts] host ident: ` without a pid
+# cannot be told from a dmesg line such as `nvme nvme0: ` or `mlx5_core 0000:5e:00.0: `, which it
+# is read as; the kernel's own `kernel: ` identifier is recognised before.
+_HOST_THEN_IDENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]* \S+?\[\d+\]: ")
 # `sshd[1]: ...`: a user-space syslog tag (the kernel's `comm[pid]: segfault` lines look alike;
 # no rule is about them).
 _USER_TAG = re.compile(r"^[A-Za-z0-9_.@/-]+\[\d+\]: ")
