@@ -39,7 +39,7 @@ class Hit:
 
 BLOCK = 1 << 20  # bytes read at a time
 MAX_LINE = 65536  # bytes of one line kept (longer: cut; rules see MAX_MESSAGE characters anyway)
-MAX_FINDINGS = 1000  # distinct faults kept; matching lines of further ones are only counted
+MAX_FINDINGS = 1000  # distinct faults kept (then one more per new code); the rest are counted
 
 
 @contextlib.contextmanager
@@ -105,6 +105,7 @@ class _Scan:
         self.hits = hits
         self.lineno = 0  # lines before the current block
         self.tail: list[bytes] = []  # the last ``history`` lines before the current block
+        self._codes: Optional[set[str]] = None  # codes among the hits, once the cap is reached
 
     def block(self, block: bytes) -> None:
         """Match the candidate lines of one block (of :func:`blocks`)."""
@@ -158,8 +159,12 @@ class _Scan:
         hit = self.hits.get(key)
         if hit is None:
             if len(self.hits) >= MAX_FINDINGS:
-                self.not_kept[0] += 1
-                return
+                if self._codes is None:
+                    self._codes = {k[1] for k in self.hits}
+                if found.code in self._codes:  # one fault per code is kept past the cap, so the
+                    self.not_kept[0] += 1  # worst severity (the exit code) counts every code
+                    return
+                self._codes.add(found.code)
             self.hits[key] = Hit(found.with_(details={**found.details, "raw": line[:1000]}))
         else:
             hit.count += 1

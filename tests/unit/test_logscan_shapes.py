@@ -143,9 +143,28 @@ def test_a_flood_of_matching_lines_keeps_bounded_output(
             out.write(f"[ 1.{i}] NVRM: Xid (PCI:0000:{i % 256:02x}:00): {i % 150 + 1}, pid={i}\n")
     not_kept = [0]
     hits, errors = logscan.scan([str(path)], RULES, not_kept)
-    assert not errors and len(hits) == 50
+    codes = {h.finding.code for h in hits}  # at most 150 (Xids 1-150), one kept each past the cap
+    assert not errors and len(codes) <= 150 and 50 <= len(hits) <= 50 + len(codes)
     assert sum(h.count for h in hits) + not_kept[0] == 20_000
     assert all(len(h.last) <= 1000 and len(h.finding.details["raw"]) <= 1000 for h in hits)
     doc = logscan.document(hits, errors, load_builtin(), not_kept[0])
-    assert len(doc["findings"]) == 50 and doc["not_kept"] == not_kept[0] > 0
+    assert len(doc["findings"]) == len(hits) and doc["not_kept"] == not_kept[0] > 0
     assert f"{not_kept[0]} matching line(s)" in logscan.render_text(doc)
+
+
+def test_past_the_cap_every_code_still_counts_for_the_exit_code(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cap keeps output bounded; a fault of a code not seen before is still kept, so the
+    worst severity is never lowered by what was dropped."""
+    monkeypatch.setattr(logscan, "MAX_FINDINGS", 5)
+    path = tmp_path / "mixed.log"
+    with open(path, "w", encoding="utf-8") as out:
+        for i in range(200):  # warnings (Xid 13) on 200 GPUs fill the cap
+            out.write(f"[ 1.{i}] NVRM: Xid (PCI:0000:{i:02x}:00): 13, pid={i}\n")
+        out.write("[ 2.0] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n")
+    not_kept = [0]
+    hits, _errors = logscan.scan([str(path)], RULES, not_kept)
+    assert len(hits) == 6 and not_kept[0] == 195
+    doc = logscan.document(hits, [], load_builtin(), not_kept[0])
+    assert doc["severity"] == "critical"
