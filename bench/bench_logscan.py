@@ -8,7 +8,8 @@ Files are generated in a temporary folder (removed after):
 - noise: dmesg and syslog lines that no rule matches, some of them close (``NVRM: GPU at ...``);
 - mixed: the same with one line in 1,000 a fault (Xid, machine check, hung task, fallen off the
   bus in three lines, Neuron) and one in 100 a user-space ``NVRM[pid]: Xid`` syslog line;
-- newlines.gz: 200 MB of newlines, gzip-compressed (about 1 MB).
+- newlines.gz: 200 MB of newlines, gzip-compressed (about 1 MB);
+- matching: every line an Xid (256 GPUs x 150 Xids, more faults than ``MAX_FINDINGS`` keeps).
 
 Each is scanned ``--runs`` times in this process (``hma.commands.logscan.scan``, the rules loaded
 once); the median wall time gives lines per second; the ``hma logscan`` command's wall time is shown
@@ -51,6 +52,7 @@ FAULTS = [
     " to commands.",
     "[ {s}.{i:06d}] neuron3: NEURON_HW_ERR=SRAM_UNCORRECTABLE_ERROR nd-id=3 nc-id=0",
 ]
+MATCHING = "[ {s}.{i:06d}] NVRM: Xid (PCI:0000:{bus:02x}:00): {xid}, pid={i}, name=python3, Ch 1\n"
 USER = "Dec  2 10:43:35 worker4 NVRM[{i}]: Xid (PCI:0000:01:00): 79, pid=1, name=x, planted"
 
 
@@ -126,6 +128,15 @@ def main() -> int:
         print(
             f"  gzip: 200 MB of newlines ({packed.stat().st_size / 1e6:.1f} MB packed) in"
             f" {median:.3f} s: {total / median:,.0f} lines/s"
+        )
+        matching = folder / "matching.log"
+        with open(matching, "w", encoding="utf-8") as out:
+            for i in range(args.lines // 4):
+                out.write(MATCHING.format(s=1000 + i // 1000, i=i, bus=i % 256, xid=i % 150 + 1))
+        median = timed(lambda: scan([str(matching)], rules), args.runs)
+        print(
+            f"matching: {args.lines // 4:,} Xid lines in {median:.3f} s:"
+            f" {args.lines // 4 / median:,.0f} lines/s"
         )
         messages = []
         with open(folder / "noise.log", encoding="utf-8") as src:

@@ -39,6 +39,7 @@ class Hit:
 
 BLOCK = 1 << 20  # bytes read at a time
 MAX_LINE = 65536  # bytes of one line kept (longer: cut; rules see MAX_MESSAGE characters anyway)
+MAX_FINDINGS = 1000  # distinct faults kept (then one more per new code); the rest are counted
 
 
 @contextlib.contextmanager
@@ -89,14 +90,22 @@ class _Scan:
     """One file through the rules: the literal prefilter finds candidate lines in whole blocks
     (``bytes.find`` per needle), only those are parsed, decoded and matched."""
 
-    def __init__(self, path: str, rules: RuleSet, hits: dict[tuple[str, str, str], Hit]) -> None:
+    def __init__(
+        self,
+        path: str,
+        rules: RuleSet,
+        hits: dict[tuple[str, str, str], Hit],
+        not_kept: Optional[list[int]] = None,
+    ) -> None:
         self.path = path
+        self.not_kept = not_kept if not_kept is not None else [0]  # lines of faults not kept
         self.matcher = rules.matcher(SOURCE)
         self.needles = [n.encode() for n in rules.needles] if rules.needles is not None else None
         self.history = rules.history
         self.hits = hits
         self.lineno = 0  # lines before the current block
         self.tail: list[bytes] = []  # the last ``history`` lines before the current block
+        self._codes: Optional[set[str]] = None  # codes among the hits, once the cap is reached
 
     def block(self, block: bytes) -> None:
         """Match the candidate lines of one block (of :func:`blocks`)."""
@@ -129,16 +138,19 @@ class _Scan:
         lines.reverse()
         return lines
 
+    def _context(self, block: bytes, start: int) -> list[str]:
+        before = self._before(block, start, self.history)
+        before = (self.tail + before)[-self.history :] if len(before) < self.history else before
+        context = (saved_line(b.decode("utf-8", "replace").rstrip("\r"))[1] for b in before)
+        return [m for m in context if m is not None]
+
     def _line(self, block: bytes, start: int, end: int, lineno: int) -> None:
         line = block[start:end].decode("utf-8", "replace").rstrip("\r")
         fmt, message = saved_line(line)
         if message is None:  # written by user space: no kernel message
             return
         if self.history:
-            before = self._before(block, start, self.history)
-            before = (self.tail + before)[-self.history :] if len(before) < self.history else before
-            context = (saved_line(b.decode("utf-8", "replace").rstrip("\r"))[1] for b in before)
-            self.matcher.context([m for m in context if m is not None])
+            self.matcher.lazy_context(lambda: self._context(block, start))
         evidence = {"file": self.path, "lineno": lineno, "format": fmt}
         found = self.matcher.feed(message, 0.0, evidence)
         if found is None:
@@ -146,7 +158,14 @@ class _Scan:
         key = (found.component, found.code, str(found.severity))
         hit = self.hits.get(key)
         if hit is None:
-            self.hits[key] = Hit(found.with_(details={**found.details, "raw": line}))
+            if len(self.hits) >= MAX_FINDINGS:
+                if self._codes is None:
+                    self._codes = {k[1] for k in self.hits}
+                if found.code in self._codes:  # one fault per code is kept past the cap, so the
+                    self.not_kept[0] += 1  # worst severity (the exit code) counts every code
+                    return
+                self._codes.add(found.code)
+            self.hits[key] = Hit(found.with_(details={**found.details, "raw": line[:1000]}))
         else:
             hit.count += 1
             hit.last, hit.last_where = line[:1000], f"{self.path}:{lineno}"
@@ -157,14 +176,17 @@ def _all_starts(block: bytes) -> list[int]:
     return [0, *(m.end() for m in re.finditer(b"\n", block))][:-1]
 
 
-def scan(paths: Sequence[str], rules: RuleSet) -> tuple[list[Hit], list[str]]:
-    """Hits over every file (in order of first sight) and one error line per unreadable file."""
+def scan(
+    paths: Sequence[str], rules: RuleSet, not_kept: Optional[list[int]] = None
+) -> tuple[list[Hit], list[str]]:
+    """Hits over every file (in order of first sight, at most ``MAX_FINDINGS``) and one error line
+    per unreadable file; ``not_kept[0]`` counts the matching lines of faults beyond the cap."""
     hits: dict[tuple[str, str, str], Hit] = {}
     errors: list[str] = []
     for path in paths:
         try:
             with _open(path) as stream:
-                one = _Scan(path, rules, hits)
+                one = _Scan(path, rules, hits, not_kept)
                 for block in blocks(stream):
                     one.block(block)
         except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
@@ -172,8 +194,11 @@ def scan(paths: Sequence[str], rules: RuleSet) -> tuple[list[Hit], list[str]]:
     return list(hits.values()), errors
 
 
-def document(hits: Sequence[Hit], errors: Sequence[str], cat: Catalogue) -> dict[str, Any]:
-    """The ``--json`` document: worst severity and one entry per fault."""
+def document(
+    hits: Sequence[Hit], errors: Sequence[str], cat: Catalogue, not_kept: int = 0
+) -> dict[str, Any]:
+    """The ``--json`` document: worst severity, one entry per fault and (when the cap was reached)
+    ``not_kept``, the number of matching lines of faults beyond it."""
 
     findings = []
     for hit in hits:
@@ -190,7 +215,14 @@ def document(hits: Sequence[Hit], errors: Sequence[str], cat: Catalogue) -> dict
     severities = [Severity.parse(f["severity"]) for f in findings]
     if errors:
         severities.append(Severity.UNKNOWN)
-    return {"severity": str(worst(severities)), "findings": findings, "errors": list(errors)}
+    doc: dict[str, Any] = {
+        "severity": str(worst(severities)),
+        "findings": findings,
+        "errors": list(errors),
+    }
+    if not_kept:
+        doc["not_kept"] = not_kept
+    return doc
 
 
 def render_text(doc: dict[str, Any]) -> str:
@@ -204,6 +236,8 @@ def render_text(doc: dict[str, Any]) -> str:
         lines.append(f"    {d['raw']}")
         if d.get("last_line"):
             lines.append(f"    last at {d['last_at']}: {d['last_line']}")
+    if doc.get("not_kept"):
+        lines.append(f"{doc['not_kept']} matching line(s) of further faults not kept")
     for err in doc["errors"]:
         lines.append(f"error: {err}")
     return "\n".join(lines)
@@ -237,7 +271,8 @@ def main(args: argparse.Namespace) -> int:
         catalogue = catalogue.extended(
             e for e in load_site(args.rules_dir)[1] if e.code not in catalogue
         )
-    hits, errors = scan(args.files, rules)
-    doc = document(hits, errors, catalogue)
+    not_kept = [0]
+    hits, errors = scan(args.files, rules, not_kept)
+    doc = document(hits, errors, catalogue, not_kept[0])
     print(json.dumps(doc, indent=2, allow_nan=False) if args.json else render_text(doc))
     return int(Severity.parse(doc["severity"]))

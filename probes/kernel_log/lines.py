@@ -28,19 +28,45 @@ class Record:
     message: str
 
 
-_DMESG_TS = re.compile(r"^\[\s*\d+\.\d+\]\s?")
+_DMESG_TS = re.compile(r"^\[\s*\d+\.\d+(?: <\s*\d+\.\d+>)?\]\s?")
 _CTIME = re.compile(
     r"^\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} [ \d]?\d \d\d:\d\d:\d\d \d{4}\]\s?"
 )
-_ISO = re.compile(r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\s+")
-_SYSLOG_TIME = re.compile(r"^[A-Z][a-z]{2} [ \d]?\d \d\d:\d\d:\d\d\s+")
-# `host ident[pid]: message` after a syslog or ISO time stamp (a host name has no colon: that
-# keeps `NVRM: GPU at ...` of `dmesg --time-format iso` a kernel message).
-_HOST_IDENT = re.compile(
-    r"^(?P<host>[^\s:]+) (?P<ident>[A-Za-z0-9_.@/-]+?)(?:\[\d+\])?: (?P<msg>.*)$"
+# `dmesg --time-format iso`: comma, microseconds, `+hh:mm` (journalctl and rsyslog print a dot)
+_ISO_DMESG = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d,\d{6}[+-]\d\d:\d\d ")
+_PRI = r"(?:<\d{1,3}>)?"
+# Shapes with an identifier field after the time stamp (and the host): journalctl's short,
+# short-precise, short-iso(-precise), short-full, short-unix, syslog files (RFC 3164, with or
+# without `<pri>`), rsyslog's RFC 3339 time stamps.
+_STAMPED = (
+    (
+        "iso",
+        re.compile(_PRI + r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\s+"),
+    ),
+    ("syslog", re.compile(_PRI + r"[A-Z][a-z]{2} [ \d]?\d \d\d:\d\d:\d\d(?:\.\d+)?\s+")),
+    (
+        "full",
+        re.compile(
+            r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) \d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? [^\s\d]\S* "
+        ),
+    ),
+    ("unix", re.compile(r"\d{9,}\.\d{6} ")),
 )
-# `sshd[1]: ...` without a time stamp: a user-space syslog tag (the kernel's `comm[pid]: segfault`
-# lines look alike; no rule is about them).
+# RFC 5424: `<pri>1 TIMESTAMP HOST APP-NAME PROCID MSGID STRUCTURED-DATA MSG`
+_RFC5424 = re.compile(
+    _PRI + r"1 (?:-|\d{4}-\d\d-\d\dT\S+) \S+ (?P<app>\S+) \S+ \S+ "
+    r"(?:-|(?:\[(?:[^\]\\]|\\.)*\])+)(?: (?:\ufeff)?(?P<msg>.*))?$"
+)
+# the identifier field, exactly `kernel`, after an optional host (journalctl --no-hostname)
+_KERNEL_IDENT = re.compile(r"(?:\S+ )?kernel: ")
+# `[ts] host ident[pid]: ...` (journalctl -o short-monotonic/short-delta): a host name and a
+# user-space identifier, which journalctl prints with the writer's pid (journald records _PID for
+# every user-space entry; only kernel entries come without one). `[ts] host ident: ` without a pid
+# cannot be told from a dmesg line such as `nvme nvme0: ` or `mlx5_core 0000:5e:00.0: `, which it
+# is read as; the kernel's own `kernel: ` identifier is recognised before.
+_HOST_THEN_IDENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]* \S+?\[\d+\]: ")
+# `sshd[1]: ...`: a user-space syslog tag (the kernel's `comm[pid]: segfault` lines look alike;
+# no rule is about them).
 _USER_TAG = re.compile(r"^[A-Za-z0-9_.@/-]+\[\d+\]: ")
 _KMSG = re.compile(r"^(?P<pri>\d{1,4}),(?P<seq>\d{1,20}),(?P<ts>\d{1,20}),[^;]*;(?P<msg>.*)$")
 # journald `-o short` without a host (seen in some exports): `kernel: message`.
@@ -74,35 +100,51 @@ def from_identifier(ident: str, message: str) -> str:
 
 def saved_line(line: str) -> tuple[str, Optional[str]]:
     """(format, kernel message) of one line of a saved log; the message is None for a line that
-    user space wrote (a syslog identifier other than ``kernel``).
+    user space may have written (its identifier field is not exactly ``kernel``).
 
-    Formats: ``kmsg`` (/dev/kmsg records), ``dmesg`` (``[  170.053881] ``), ``ctime``
-    (``dmesg --ctime``), ``iso`` (``dmesg --time-format iso``, ``journalctl -o short-iso``),
-    ``syslog`` (``Dec  2 10:43:35 host kernel: ...``) and ``plain`` (anything else, matched as is;
-    ``ident[pid]: ...`` is a user-space syslog tag).
+    Kernel-only formats: ``kmsg`` (/dev/kmsg records), ``dmesg`` (``[  170.053881] ``, also
+    ``--show-delta``), ``ctime`` (``dmesg --ctime``), ``iso`` (``dmesg --time-format iso``).
+    Formats with an identifier field (a kernel message only when it is ``kernel``): ``iso``
+    (``journalctl -o short-iso[-precise]``, rsyslog), ``syslog`` (``-o short[-precise]``,
+    /var/log/messages, ``<pri>`` or not), ``full`` (``-o short-full``), ``unix``
+    (``-o short-unix``), ``monotonic`` (``-o short-monotonic``/``short-delta``: ``[ts] host
+    ident: ``, which dmesg never prints), ``rfc5424``. ``plain``: anything else, matched as is,
+    except a user-space tag (``ident[pid]: ...``) and a continuation line (leading blank).
     """
     line = line.rstrip("\r\n")
     m = _KMSG.match(line)
     if m:
         return "kmsg", m.group("msg")
-    if _DMESG_TS.match(line):
-        return "dmesg", _DMESG_TS.sub("", line, count=1)
-    m2 = _CTIME.match(line)
-    if m2:
-        return "ctime", line[m2.end() :]
-    for fmt, stamp in (("iso", _ISO), ("syslog", _SYSLOG_TIME)):
-        m3 = stamp.match(line)
-        if m3:
-            rest = line[m3.end() :]
-            ident = _HOST_IDENT.match(rest)
-            if ident:
-                if ident.group("ident") != "kernel":
-                    return fmt, None
-                return fmt, _DMESG_TS.sub("", ident.group("msg"), count=1)
-            return fmt, _DMESG_TS.sub("", rest, count=1)
-    if _USER_TAG.match(line):
+    m = _DMESG_TS.match(line)
+    if m:
+        rest = line[m.end() :]
+        message = _identified(rest)
+        if message is not None:
+            return "monotonic", message
+        if _HOST_THEN_IDENT.match(rest) or _USER_TAG.match(rest):
+            return "monotonic", None
+        return "dmesg", rest
+    m = _CTIME.match(line) or _ISO_DMESG.match(line)
+    if m:
+        return ("ctime" if line[0] == "[" else "iso"), line[m.end() :]
+    for fmt, stamp in _STAMPED:
+        m = stamp.match(line)
+        if m:
+            return fmt, _identified(line[m.end() :])
+    m = _RFC5424.match(line)
+    if m:
+        if m.group("app") != "kernel":
+            return "rfc5424", None
+        return "rfc5424", _DMESG_TS.sub("", m.group("msg") or "", count=1)
+    if line[:1].isspace() or _USER_TAG.match(line):
         return "plain", None
     bare = _BARE_IDENT.match(line)
     if bare:
         return "plain", from_identifier(bare.group("ident"), bare.group("msg"))
     return "plain", line
+
+
+def _identified(rest: str) -> Optional[str]:
+    """The message after ``[host ]kernel: ``, None for any other identifier field."""
+    m = _KERNEL_IDENT.match(rest)
+    return _DMESG_TS.sub("", rest[m.end() :], count=1) if m else None

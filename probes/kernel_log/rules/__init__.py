@@ -28,7 +28,7 @@ import string
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 try:
     from re import _parser as _sre_parse  # type: ignore[attr-defined]  # Python 3.11+
@@ -318,6 +318,7 @@ class Matcher:
         self.needles = ruleset.needles
         self.source = source
         self._recent: collections.deque[str] = collections.deque(maxlen=max(ruleset.history, 1))
+        self._pending: Optional[Callable[[], Sequence[str]]] = None
 
     def feed(
         self, message: str, ts: float = 0.0, evidence: Optional[Mapping[str, Any]] = None
@@ -330,6 +331,9 @@ class Matcher:
                 return None  # the common case: one cheap check, no regular expression
             return self._match(message, ts, evidence or {})
         finally:
+            if self._pending is not None:  # not needed: the lines before are unknown here
+                self._pending = None
+                self._recent.clear()
             self._recent.append(message)
 
     def context(self, messages: Sequence[str]) -> None:
@@ -337,6 +341,10 @@ class Matcher:
         lines without feeding them (``hma logscan`` feeds prefiltered lines only)."""
         self._recent.clear()
         self._recent.extend(m[:MAX_MESSAGE] for m in messages)
+
+    def lazy_context(self, messages: Callable[[], Sequence[str]]) -> None:
+        """:meth:`context` computed only if a multi-line rule looks back (bounded cost per line)."""
+        self._pending = messages
 
     def _match(self, message: str, ts: float, evidence: Mapping[str, Any]) -> Optional[Finding]:
         for rule in self.rules:
@@ -380,6 +388,9 @@ class Matcher:
 
     def _look_back(self, rule: Rule) -> dict[str, str]:
         assert rule.before is not None
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            self.context(pending())
         for previous in list(self._recent)[-rule.before_lines :][::-1]:
             m = rule.before.search(previous)
             if m:
