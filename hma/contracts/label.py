@@ -9,9 +9,10 @@ still counted within the window (so that a node whose disk a reboot wiped still 
 unix time the fault was first seen, ``r`` the reboots for this fault within the window, ``j`` the
 jobs on the node when the fault hit (at most 8), ``h`` why an action is held (``breaker``,
 ``rate``, ``policy``, ``dry_run``, ``not_owned``, ``maintenance``, ``unsupported``: the backend
-lacks the capability), ``d`` when hma drained the node (the circuit breaker orders simultaneous
-drains by it). The rest of the field is never touched: the token is replaced in place, added at
-the end, or removed with its separating space.
+lacks the capability; ``repair``, ``label``: a drain kept after a state loss), ``d`` when hma
+drained the node (the circuit breaker orders simultaneous drains by it). The rest of the field is
+never touched: the token is replaced in place, added at the end, or removed with its separating
+space.
 """
 
 from __future__ import annotations
