@@ -9,13 +9,15 @@ still counted within the window (so that a node whose disk a reboot wiped still 
 unix time the fault was first seen, ``r`` the reboots for this fault within the window, ``j`` the
 jobs on the node when the fault hit (at most 8), ``h`` why an action is held (``breaker``,
 ``rate``, ``policy``, ``dry_run``, ``not_owned``, ``maintenance``, ``unsupported``: the backend
-lacks the capability), ``d`` when hma drained the node (the circuit breaker orders simultaneous
-drains by it). The rest of the field is never touched: the token is replaced in place, added at
-the end, or removed with its separating space.
+lacks the capability; ``repair``, ``label``: a drain kept after a state loss), ``d`` when hma
+drained the node (the circuit breaker orders simultaneous drains by it). The rest of the field is
+never touched: the token is replaced in place, added at the end, or removed with its separating
+space.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -90,6 +92,43 @@ def parse(token: str) -> Optional[Label]:
         values.get("h", ""),
         drained,
     )
+
+
+STATES = ("unhealthy", "recovered")
+ACTIONS = ("none", "reboot", "replace")
+_CODE = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
+_TIME = re.compile(r"[0-9]{1,12}(\.[0-9]{1,6})?")
+_VALUES = {
+    "c": re.compile(r"[^\s,+=]{1,128}"),
+    "t": _TIME,
+    "r": re.compile(r"[0-9]{1,4}"),
+    "j": re.compile(r"[^\s,+=]{1,32}(\+[^\s,+=]{1,32}){0,7}"),
+    "h": re.compile(r"[a-z_]{1,32}"),
+    "d": _TIME,
+}
+
+
+def parse_strict(token: str) -> Optional[Label]:
+    """A label only when every part of ``token`` is what hma writes (a known state, code and
+    action; each field known, once, in its form); None otherwise. For a label hma would act on."""
+    head, _, rest = token[len(PREFIX) :].partition(",")
+    parts = head.split(":")
+    if (
+        not token.startswith(PREFIX)
+        or len(parts) != 3
+        or parts[0] not in STATES
+        or not _CODE.fullmatch(parts[1])
+        or parts[2] not in ACTIONS
+    ):
+        return None
+    seen: set[str] = set()
+    for item in rest.split(",") if rest else ():
+        key, sep, value = item.partition("=")
+        form = _VALUES.get(key)
+        if not sep or form is None or key in seen or not form.fullmatch(value):
+            return None
+        seen.add(key)
+    return parse(token)
 
 
 def find(text: str) -> Optional[Label]:

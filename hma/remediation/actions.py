@@ -146,8 +146,8 @@ class Applier:
         new = label_mod.edit(text, lab)
         return None if new == text else new
 
-    def _write_label(self, node: NodeState, held: str = "") -> None:
-        text = self._label_text(node, self._label_for(node, held))
+    def _write_label(self, node: NodeState, held: str = "", drained: float = 0.0) -> None:
+        text = self._label_text(node, self._label_for(node, held, drained))
         if text is not None:
             self.backend.label(node.name, text)
 
@@ -200,6 +200,15 @@ class Applier:
     def _label(self, node: NodeState, row: Row) -> tuple[str, str]:
         self._write_label(node, held="policy" if self.rec.policy == "none" else "")
         return "done", ""
+
+    def _hold(self, node: NodeState, row: Row) -> tuple[str, str]:
+        """Keep a drain taken up from Slurm (``Episode.held``): label it ``h=<held>`` and stay
+        held while the episode holds it in this boot and the drain is still hma's."""
+        ep = self.outbox.episode()
+        if ep is None or not ep.holds(self.view().boot_id) or not node.owned:
+            return "skipped", "nothing to hold any more"
+        self._write_label(node, held=ep.held, drained=float(ep.drained_at or 0.0))
+        return "held", f"{ep.held}: {ep.message}"
 
     def _drain(self, node: NodeState, row: Row) -> tuple[str, str]:
         reason, clock = row.reason, self.clock
@@ -458,7 +467,7 @@ class Applier:
             return
         self._last_recheck = now
         ep, name = self.outbox.episode(), self.view().node_name
-        if ep is None or ep.phase != "open" or not ep.owned or ep.acted or not name:
+        if ep is None or ep.phase != "open" or not ep.owned or ep.acted or ep.held or not name:
             self._recheck_every = self.rec.recheck_interval
             return
         if self.outbox.due():
@@ -484,6 +493,7 @@ class Kind:
 # Every kind the planner enqueues.
 KINDS: dict[str, Kind] = {
     "label": Kind("label {node} {code}:{action}", Applier._label),
+    "hold": Kind("keep {node} drained ({reason}) as its label asks", Applier._hold),
     "drain": Kind("drain {node} ({reason})", Applier._drain),
     "down": Kind("set {node} DOWN ({reason}): drain_timeout passed", Applier._down),
     "reboot": Kind("reboot {node} ({mode})", Applier._act),

@@ -16,6 +16,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 from hma.config.schema import Config, ConfigError
@@ -64,7 +65,21 @@ class Known:
     verdict: Optional[Verdict] = None
     boot_id: str = ""
     boot_since: float = 0.0  # when the engine first heard of the current boot id
+    booted: float = 0.0  # when the current boot started (``boot_time``; 0: unknown)
     domain: str = ""  # this node's NVLink domain (hma.topology.domain), published in its label
+
+
+def boot_time(procfs: str) -> float:
+    """When this boot started: ``btime`` of ``<procfs>/stat`` (unix seconds); 0.0 unknown."""
+    try:
+        lines = (Path(procfs) / "stat").read_text().splitlines()
+    except OSError:
+        return 0.0
+    for line in lines:
+        key, _, value = line.partition(" ")
+        if key == "btime" and value.strip().isdigit():
+            return float(value)
+    return 0.0
 
 
 class Remediator:
@@ -85,6 +100,7 @@ class Remediator:
         if errors:
             raise ConfigError(errors)
         self.resume_gate = resume_gate  # boot id -> why a recovered node waits ("" = go)
+        self.procfs = str(setup.config.section("paths")["procfs"])
         self.store = store
         self.clock = clock
         self.rec = options_mod.Recovery.of(section)
@@ -160,8 +176,12 @@ class Remediator:
         """Decide on the latest verdict; decisions go to the outbox. Returns at once."""
         with self._lock:
             known = self._known
-            since = self.clock() if boot_id != known.boot_id else known.boot_since
-            self._known = replace(known, verdict=verdict, boot_id=boot_id, boot_since=since)
+            new = boot_id != known.boot_id
+            since = self.clock() if new else known.boot_since
+            booted = boot_time(self.procfs) if new else known.booted
+            self._known = replace(
+                known, verdict=verdict, boot_id=boot_id, boot_since=since, booted=booted
+            )
         if self.enabled:
             self._plan()
         self._wake.set()
@@ -314,6 +334,7 @@ class Remediator:
                     jobs=known.jobs,
                     boot_id=known.boot_id,
                     boot_since=known.boot_since,
+                    booted=known.booted,
                     reboots=tuple(self.outbox.reboots()),
                     auto_resume_jobs=frozenset(self._autoresume.marked),
                     open_rows=self.outbox.open_rows(conn, ep.id) if ep is not None else (),

@@ -61,6 +61,16 @@ class Episode:
     healthy_since: Optional[float] = None
     stale: bool = False  # taken up from Slurm, without a record in the state store
     adopted: Optional[str] = None  # Slurm's own drain reason hma took over
+    # Why a drain taken up from Slurm stays whatever the verdict: "label" (its label cannot be
+    # trusted: until someone else lets go) or "repair" (its label says a reboot or replace was
+    # asked and no boot came since: until a new boot)
+    held: str = ""
+
+    def holds(self, boot_id: str) -> bool:
+        """Whether ``held`` still keeps the drain in boot ``boot_id``."""
+        if self.held == "repair":
+            return self.acted is not None and self.acted.boot_id == boot_id
+        return self.held == "label"
 
     def to_json(self) -> dict[str, Any]:
         """The stored and shown form."""
@@ -91,6 +101,8 @@ class Episode:
             doc["stale"] = True
         if self.adopted is not None:
             doc["adopted"] = self.adopted
+        if self.held:
+            doc["held"] = self.held
         return doc
 
     @classmethod
@@ -121,6 +133,7 @@ class Episode:
             healthy_since=doc.get("healthy_since"),
             stale=bool(doc.get("stale")),
             adopted=doc.get("adopted"),
+            held=str(doc.get("held") or ""),
         )
 
 
@@ -183,6 +196,7 @@ class Situation:
     jobs: tuple[tuple[str, str], ...] = ()  # (job id, user) on the node
     boot_id: str = ""
     boot_since: float = 0.0  # when the current boot id was first heard of
+    booted: float = 0.0  # when the current boot started (the node's clock; 0: unknown)
     reboots: tuple[Reboot, ...] = ()
     auto_resume_jobs: frozenset[str] = frozenset()  # jobs seen running under hma srun
     open_rows: tuple[tuple[int, str], ...] = ()  # (id, kind) of the episode's open actions
@@ -361,6 +375,8 @@ def _faulty(w: _Work, ep: Optional[Episode], fault: Fault, action: Action) -> Ep
 def _healthy(w: _Work, ep: Episode) -> Optional[Episode]:
     """No draining fault: resume once healthy for ``resume_after`` (at once if never drained)."""
     now = w.s.now
+    if ep.holds(w.s.boot_id) and not _let_go(w.s):
+        return ep  # healthy_since starts once nothing holds it
     if ep.healthy_since is None:
         ep = replace(ep, healthy_since=now)
     never_drained = not ep.owned
@@ -375,13 +391,15 @@ def _healthy(w: _Work, ep: Episode) -> Optional[Episode]:
 
 def _stale_episode(w: _Work) -> Optional[Episode]:
     """A healthy node that Slurm shows labelled or drained by hma, with no episode in the
-    state store (a wiped disk, a replaced instance): take it up again, so that the drain is
-    resumed after ``resume_after`` and the label cleared, by the usual rules."""
+    state store (a wiped disk, a replaced instance, a state reset): take it up again, so that
+    the drain is resumed after ``resume_after`` and the label cleared, by the usual rules, unless
+    its label says more is owed (``_owed``)."""
     s, node = w.s, w.s.node
     if node is None or not s.facts_ok or w.stale_checked:
         return None
     w.stale_checked = True  # once, at start: later labels are this instance's own
-    found = label_mod.find(node.field(w.policy.label_field))
+    field_text = node.field(w.policy.label_field)
+    found = label_mod.find(field_text)
     owned = node.owned and node.out_of_service
     if not owned and (found is None or found.state != "unhealthy"):
         return None
@@ -390,7 +408,7 @@ def _stale_episode(w: _Work) -> Optional[Episode]:
         text = node.reason[len(OWNED_PREFIX) :].split(" : ", 1)[0].strip()
         code, _, component = text.partition(" ")
     w.seq += 1
-    return Episode(
+    ep = Episode(
         id=w.seq,
         code=code or "?",
         component=component or "node",
@@ -406,12 +424,64 @@ def _stale_episode(w: _Work) -> Optional[Episode]:
         drained_at=node.reason_time if owned else None,
         stale=True,
     )
+    token = label_mod.find_token(field_text, label_mod.PREFIX)
+    return _owed(w, ep, node, token) if owned and token is not None else ep
+
+
+def _let_go(s: Situation) -> bool:
+    """Whoever holds the node now is not hma (an admin resumed it or took the drain over)."""
+    return s.node is not None and s.facts_ok and not s.node.owned
+
+
+def _distrust(lab: Optional[label_mod.Label], ep: Episode, now: float) -> str:
+    """Why the label of a drain hma owns cannot be taken as hma's own record ("" if it can)."""
+    if lab is None:
+        return "not a well-formed hma label"
+    if lab.state != "unhealthy":
+        return f"state {lab.state} on a drained node"
+    if (lab.code, lab.component or "node") != (ep.code, ep.component):
+        return f"it names {lab.code} {lab.component}, the drain reason {ep.code} {ep.component}"
+    if lab.held == "label":
+        return "held before: its label was not trusted"
+    if max(lab.since, lab.drained) > now + 300:
+        return "a time in the future"
+    return ""
+
+
+def _owed(w: _Work, ep: Episode, node: NodeState, token: str) -> Episode:
+    """What a drain hma owns, found without a record, is owed by its label (``token``). Only
+    ever more than the drain alone: a reboot or replace the label says was asked keeps the node
+    drained until a boot after the drain; a label that cannot be trusted keeps it drained until
+    someone else lets go. Nothing here acts: a reboot or replace comes only from a fault hma
+    observes itself, and never while the label is distrusted."""
+    s = w.s
+    lab = label_mod.parse_strict(token)
+    why = _distrust(lab, ep, s.now)
+    if why or lab is None:
+        note = f"{ep.message}; its label {token[:200]!r} is not trusted: {why}"
+        held = replace(ep, action="none", held="label", message=note)
+        return w.enqueue(held, "hold", f"ep{ep.id}:hold")
+    ep = replace(ep, action=lab.action, since=lab.since or ep.since, jobs=lab.jobs)
+    if lab.action not in ("reboot", "replace"):
+        return ep
+    drained = lab.drained or node.reason_time
+    rebooted = bool(drained) and s.booted > drained
+    if not node.reboot_pending and (rebooted or not drained):
+        return replace(ep, drained_at=drained or None, acted=Acted(lab.action, "", drained))
+    ep = replace(
+        ep,
+        drained_at=drained or None,
+        acted=Acted(lab.action, s.boot_id, drained),
+        held="repair",
+        message=f"{ep.message}; its label says {lab.action}, and no boot came since the drain",
+    )
+    return w.enqueue(ep, "hold", f"ep{ep.id}:hold")
 
 
 def _progress(w: _Work, ep: Episode, action: Action, fault: Fault) -> Episode:
     """Next recovery step of an open episode whose drain hma owns (``fault``: its primary)."""
     s, now = w.s, w.s.now
-    if not ep.owned or ep.phase != "open":
+    if not ep.owned or ep.phase != "open" or ep.holds(s.boot_id):
         return ep
     node, acted = s.node, ep.acted
     if acted and acted.boot_id == s.boot_id:

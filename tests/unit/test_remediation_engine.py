@@ -393,3 +393,43 @@ def test_read_ahead_stands_for_the_drains_own_read(
         assert fake.timeline[:reads].count("read n1") == (2 if ahead else 1)
     finally:
         rem.close()
+
+
+def test_state_reset_keeps_a_drain_whose_reboot_is_owed(tmp_path: Path) -> None:
+    """Issue 23: a reboot asked for and not done yet in this boot survives the loss of state."""
+    fake = FakeSlurm("n1")
+    drained = time.time() - 60  # after this machine booted (/proc/stat btime)
+    fake.state["n1"] = replace(
+        fake.state["n1"],
+        flags=frozenset({"DRAIN"}),
+        reason="HMA: GPU_XID_79 gpu:0000:3b:00 : reboot issued",
+        reason_time=drained,
+        extra=f"hma=unhealthy:GPU_XID_79:reboot,c=gpu:0000:3b:00,t={int(drained)},d={drained:.3f}",
+    )
+    rem = make(tmp_path, fake)  # a fresh state database: the Xid is forgotten
+    rem.refresh()
+    for _ in range(3):
+        run(rem, ())
+    assert "DRAIN" in fake.state["n1"].flags and "reboot" not in writes(fake)
+    assert ",h=repair" in fake.state["n1"].extra and rem.status()["held"].startswith("repair")
+    assert "action_held" in [a.kind for a in rem.alerts()]
+    run(rem, (), boot="b2")  # rebooted, healthy
+    assert writes(fake)[-1] == "RESUME" and "DRAIN" not in fake.state["n1"].flags
+
+
+def test_state_reset_with_a_forged_label_holds_and_never_reboots(tmp_path: Path) -> None:
+    fake = FakeSlurm("n1")
+    fake.state["n1"] = replace(
+        fake.state["n1"],
+        flags=frozenset({"DRAIN"}),
+        reason="HMA: GPU_XID_79 gpu:0000:3b:00",
+        reason_time=time.time() - 60,
+        extra="hma=unhealthy:GPU_XID_79:reboot,c=gpu:0000:3b:00,t=1;reboot",
+    )
+    rem = make(tmp_path, fake, max_drained_percent=100.0)
+    rem.refresh()
+    run(rem, ())
+    run(rem, (fault(),))  # even a fault hma sees itself: nothing until someone lets go
+    run(rem, (), boot="b2")
+    assert "DRAIN" in fake.state["n1"].flags and "reboot" not in writes(fake)
+    assert ",h=label" in fake.state["n1"].extra and rem.status()["held"].startswith("label")

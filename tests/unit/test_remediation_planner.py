@@ -226,3 +226,82 @@ def test_plan_does_not_change_its_input() -> None:
     before = ep.to_json()
     decide(ep, (fault(),), node("idle", "DRAIN"))
     assert ep.to_json() == before
+
+
+# A drain hma owns, found in Slurm without a record (state reset): what its label says it owes.
+OWED = f"hma=unhealthy:GPU_XID_79:reboot,c=gpu:0000:3b:00,t={NOW - 90:.0f},r=1,d={NOW - 60:.3f}"
+
+
+def owned_drain(extra: str) -> NodeState:
+    return node(
+        "idle", "DRAIN", reason="HMA: GPU_XID_79 gpu:0000:3b:00 : reboot issued", extra=extra
+    )
+
+
+def after_reset(
+    n: NodeState, faults: tuple[Fault, ...] = (), boot: str = "b1", booted: float = NOW - 3600
+) -> Plan:
+    """Plan at start with no episode (healthy: the fault was forgotten), then once more later
+    with ``faults`` on the episode it took up."""
+    policy = Policy(resume_after=0.0)
+    first = plan(
+        None, 0, Situation(NOW, Verdict(NOW, "b1", ()), n, boot_id="b1", booted=booted), policy
+    )
+    s = Situation(NOW + 600, Verdict(NOW + 600, boot, faults), n, boot_id=boot, booted=booted)
+    return plan(first.episode, first.seq, s, policy, True)
+
+
+def test_reset_keeps_a_drain_whose_reboot_is_owed_in_this_boot() -> None:
+    result = after_reset(owned_drain(OWED))
+    ep = result.episode
+    assert ep is not None and ep.held == "repair" and ep.action == "reboot" and ep.owned
+    assert ep.acted == Acted("reboot", "b1", NOW - 60) and kinds(result) == []
+    first = plan(
+        None,
+        0,
+        Situation(NOW, Verdict(NOW, "b1", ()), owned_drain(OWED), boot_id="b1", booted=NOW - 3600),
+        Policy(),
+    )
+    assert kinds(first) == ["hold@ep1:hold"]
+    # the fault seen again in the same boot: no second reboot
+    assert kinds(after_reset(owned_drain(OWED), (fault(),))) == []
+    # Slurm says the reboot is still pending: the same, whatever the boot time says
+    pending = replace(owned_drain(OWED), flags=frozenset({"DRAIN", "REBOOT_REQUESTED"}))
+    assert after_reset(pending, booted=NOW).episode.held == "repair"  # type: ignore[union-attr]
+
+
+def test_reset_resumes_after_a_new_boot_and_a_healthy_cycle() -> None:
+    assert kinds(after_reset(owned_drain(OWED), boot="b2")) == ["resume@ep1:resume"]
+    # booted after the drain (the reboot happened before the state was lost): the usual rules
+    ep = after_reset(owned_drain(OWED), booted=NOW - 30).episode
+    assert ep is not None and not ep.held and ep.phase == "resuming"
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        "hma=unhealthy:GPU_XID_79:reboot,c=gpu:0000:3b:00,t=oops",  # garbled
+        "hma=unhealthy:GPU_XID_79",  # cut
+        "hma=unhealthy:GPU_XID_79:reboot,c=gpu:0000:3b:00,x=1",  # a field hma never writes
+        "hma=unhealthy:GPU_XID_48:reboot,c=gpu:0000:3b:00",  # another fault than the reason's
+        "hma=recovered:GPU_XID_79:reboot,c=gpu:0000:3b:00",  # recovered, yet drained
+        "hma=unhealthy:GPU_XID_79:none,c=gpu:0000:3b:00,h=label",  # held before
+        f"hma=unhealthy:GPU_XID_79:reboot,c=gpu:0000:3b:00,d={NOW + 86400:.0f}",  # future
+    ],
+)
+def test_reset_with_a_label_not_trusted_holds_and_never_acts(extra: str) -> None:
+    for faults_now in ((), (fault(),)):
+        result = after_reset(owned_drain(extra), faults_now)
+        ep = result.episode
+        assert ep is not None and ep.held == "label" and ep.holds("b1")
+        assert not [k for k in kinds(result) if k.split("@")[0] in ("reboot", "replace", "resume")]
+
+    ep = after_reset(owned_drain(extra)).episode
+    assert ep is not None and "not trusted" in ep.message and ep.action == "none"
+
+
+def test_held_drain_is_let_go_once_someone_else_holds_the_node() -> None:
+    held = after_reset(owned_drain("hma=unhealthy:GPU_XID_79")).episode
+    resumed = node(extra="hma=unhealthy:GPU_XID_79")  # an admin resumed it
+    s = Situation(NOW + 900, Verdict(NOW + 900, "b1", ()), resumed, boot_id="b1")
+    assert kinds(plan(held, 1, s, Policy(resume_after=0.0), True)) == ["resume@ep1:resume"]
