@@ -733,8 +733,15 @@ def hold_lock(state_dir: str) -> Optional[int]:
             f"another hma run (pid {holder or '?'}) uses the state folder {state_dir} "
             f"(it holds {path})"
         ) from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except OSError as exc:  # a file system without locks: run unguarded, as above
+        os.close(fd)
+        log.warning("cannot lock %s (%s): not guarding against a second daemon", path, exc)
+        return None
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except OSError as exc:  # a full disk: the lock holds, only the pid in it is missing
+        log.warning("cannot write the pid into %s (%s)", path, exc)
     return fd
 
 
