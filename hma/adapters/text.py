@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-# C0 but newline, DEL, C1, bidi and format controls, line/paragraph separators, lone surrogates
+# refused besides C0: DEL, C1, bidi and format controls, U+2028/U+2029, lone surrogates
 _OTHERS = r"\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff"
 _REFUSED = re.compile(rf"[\x00-\x09\x0b-\x1f{_OTHERS}]")
 _REFUSED_LINE = re.compile(rf"[\x00-\x1f{_OTHERS}]")
