@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Optional, Sequence
 
+from hma.adapters.text import printable
 from hma.assembly import load
 from hma.contracts.model import Finding, ProbeRun, Severity
 from hma.contracts.severity import worst
@@ -39,18 +40,23 @@ def _finding_json(f: Finding) -> dict[str, Any]:
 
 
 def render_text(doc: dict[str, Any]) -> str:
-    """Human-readable form of the check document."""
-    lines = [f"{doc['node']}: {doc['severity'].upper()}"]
+    """Human-readable form of the check document (text that others wrote escaped)."""
+    lines = [f"{printable(doc['node'])}: {doc['severity'].upper()}"]
     for probe in doc["probes"]:
         lines.append(
-            f"  {probe['name']:<12} {probe['status']:<11} {probe['duration_s'] * 1000:7.0f} ms"
-            + (f"  {probe['error']}" if probe.get("error") else "")
+            f"  {printable(probe['name']):<12} {probe['status']:<11} "
+            f"{probe['duration_s'] * 1000:7.0f} ms"
+            + (f"  {printable(probe['error'])}" if probe.get("error") else "")
         )
-        for f in probe["findings"]:
-            lines.append(f"    [{f['severity']}] {f['code']} {f['component']}: {f['message']}")
-    for f in doc.get("agent_findings", []):
-        lines.append(f"  [{f['severity']}] {f['code']} {f['component']}: {f['message']}")
+        lines += [f"    {_finding_line(f)}" for f in probe["findings"]]
+    lines += [f"  {_finding_line(f)}" for f in doc.get("agent_findings", [])]
     return "\n".join(lines)
+
+
+def _finding_line(f: dict[str, Any]) -> str:
+    return f"[{f['severity']}] {printable(f['code'])} {printable(f['component'])}: " + printable(
+        f["message"]
+    )
 
 
 def exit_code(doc: dict[str, Any]) -> int:

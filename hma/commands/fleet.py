@@ -11,6 +11,7 @@ import sys
 import time
 from typing import Any, Optional
 
+from hma.adapters.text import printable
 from hma.cluster.slurm.client import SlurmClient
 from hma.cluster.slurm.parse import SlurmError
 from hma.contracts import label as label_mod
@@ -77,7 +78,7 @@ def collect(
 
 
 def render_text(doc: dict[str, Any]) -> str:
-    """Human-readable fleet view."""
+    """Human-readable fleet view; text from Slurm is escaped (hma.adapters.text)."""
     lines = []
     if not doc["nodes"]:
         lines.append("no node is labelled or drained by hma")
@@ -94,16 +95,17 @@ def render_text(doc: dict[str, Any]) -> str:
             if r["label"] == "recovered":
                 note = (note + " " if note else "") + "recovered"
             lines.append(
-                f"{r['node']:<14} {r['state']:<10} {r['code'] or '-':<24} "
-                f"{r['component'] or '-':<18} {r['action'] or '-':<8} {since:<17} "
-                f"{r['reboots']:>7}  {note}"
+                f"{printable(r['node']):<14} {printable(r['state']):<10} "
+                f"{printable(r['code'] or '-'):<24} {printable(r['component'] or '-'):<18} "
+                f"{printable(r['action'] or '-'):<8} {since:<17} "
+                f"{r['reboots']:>7}  {printable(note)}"
             )
     lines.append("")
     lines.append(f"{'PARTITION':<14} {'NODES':>5} {'HELD':>5} {'LIMIT':>5}  BREAKER")
     for p in doc["partitions"]:
         lines.append(
-            f"{p['partition']:<14} {p['nodes']:>5} {p['held_by_hma']:>5} {p['limit']:>5}  "
-            f"{p['breaker']}"
+            f"{printable(p['partition']):<14} {p['nodes']:>5} {p['held_by_hma']:>5} "
+            f"{p['limit']:>5}  {p['breaker']}"
         )
     return "\n".join(lines)
 
@@ -117,7 +119,7 @@ def main(setup: Setup, as_json: bool) -> int:
             client, rec["label_field"], float(rec["max_drained_percent"]), rec["max_drained_nodes"]
         )
     except SlurmError as exc:
-        print(f"hma fleet: {exc}", file=sys.stderr)
+        print(f"hma fleet: {printable(str(exc))}", file=sys.stderr)
         return 3
     if as_json:
         import json

@@ -21,6 +21,7 @@ import sys
 import time
 from typing import Any, Optional
 
+from hma.adapters.text import printable
 from hma.config.files import ConfigError
 from hma.contracts.model import Severity
 from hma.reporters import statusfile
@@ -64,8 +65,10 @@ def run(config_file: Optional[str] = None, quiet: bool = False) -> int:
         if not quiet:
             what = ", ".join(f"{f['code']} {f['component']}" for f in faults) or "no active fault"
             print(
-                f"{doc.get('node')}: {severity.upper()} (daemon pid {doc.get('pid')}): {what}"
-                + (f"; held: {held}" if held else "")
+                printable(
+                    f"{doc.get('node')}: {severity.upper()} (daemon pid {doc.get('pid')}): {what}"
+                    + (f"; held: {held}" if held else "")
+                )
             )
         try:
             return int(Severity.parse(severity))
@@ -102,9 +105,11 @@ def _standalone(setup: Any, now: float, quiet: bool) -> int:
     if not quiet:
         faults = ", ".join(f"{f.code} {f.component}" for f in verdict.faults) or "no active fault"
         print(
-            f"{status.get('node') or setup.node_name}: {str(verdict.severity).upper()}: {faults}"
-            f"; slurm {status.get('state')}"
-            + (f"; held: {status['held']}" if status.get("held") else "")
+            printable(
+                f"{status.get('node') or setup.node_name}: {str(verdict.severity).upper()}: "
+                f"{faults}; slurm {status.get('state')}"
+                + (f"; held: {status['held']}" if status.get("held") else "")
+            )
         )
     return int(verdict.severity)
 

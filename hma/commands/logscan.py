@@ -18,6 +18,7 @@ import zlib
 from dataclasses import dataclass
 from typing import IO, Any, Iterator, Optional, Sequence
 
+from hma.adapters.text import printable
 from hma.contracts.catalogue import Catalogue
 from hma.contracts.model import Finding, Severity
 from hma.contracts.severity import worst
@@ -226,20 +227,24 @@ def document(
 
 
 def render_text(doc: dict[str, Any]) -> str:
-    """Human-readable report: one block per fault, with the matching line as evidence."""
+    """Human-readable report: one block per fault, with the matching line as evidence (log text
+    escaped: hma.adapters.text)."""
     lines = [f"logscan: {doc['severity'].upper()} ({len(doc['findings'])} finding(s))"]
     for f in doc["findings"]:
         d = f["details"]
         times = f" x{d['count']}" if d["count"] > 1 else ""
-        lines.append(f"[{f['severity']}] {f['code']} {f['component']}{times}: {f['message']}")
-        lines.append(f"    action: {f['action']}    at {d['file']}:{d['lineno']}")
-        lines.append(f"    {d['raw']}")
+        lines.append(
+            f"[{f['severity']}] {printable(f['code'])} {printable(f['component'])}{times}: "
+            + printable(f["message"])
+        )
+        lines.append(f"    action: {f['action']}    at {printable(d['file'])}:{d['lineno']}")
+        lines.append(f"    {printable(d['raw'])}")
         if d.get("last_line"):
-            lines.append(f"    last at {d['last_at']}: {d['last_line']}")
+            lines.append(f"    last at {printable(d['last_at'])}: {printable(d['last_line'])}")
     if doc.get("not_kept"):
         lines.append(f"{doc['not_kept']} matching line(s) of further faults not kept")
     for err in doc["errors"]:
-        lines.append(f"error: {err}")
+        lines.append(f"error: {printable(err)}")
     return "\n".join(lines)
 
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from hma.adapters import strict
+from hma.adapters.text import printable
 from hma.cluster.slurm.client import SlurmClient
 from hma.cluster.slurm.parse import ADDRESS, NAME, SlurmError
 from hma.contracts import label as label_mod
@@ -254,7 +255,7 @@ class Log:
     def __call__(self, text: str, severity: Severity = Severity.OK, **details: Any) -> None:
         """Write one decision."""
         stream = self.stderr if self.stderr is not None else sys.stderr
-        print(f"{PROG}: {text}", file=stream, flush=True)
+        print(f"{PROG}: {printable(text)}", file=stream, flush=True)
         if self.journal is not None:
             alert = Alert(
                 "agent",

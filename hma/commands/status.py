@@ -12,6 +12,7 @@ import sys
 import time
 from typing import Any, Mapping, Optional
 
+from hma.adapters.text import printable
 from hma.contracts.severity import Severity, worst
 from hma.reporters import statusfile
 
@@ -48,16 +49,9 @@ _VALUE_CAP = 500
 _LINES_CAP = 20
 
 
-def _clean(text: Any) -> str:
-    """Untrusted text (log lines, tool output) without terminal control characters."""
-    out = []
-    for ch in str(text):
-        code = ord(ch)
-        if ch in "\n\t" or (32 <= code < 127) or code > 159:
-            out.append(ch)
-        else:
-            out.append(f"\\x{code:02x}")
-    return "".join(out)
+def _clean(text: Any, newlines: bool = False) -> str:
+    """Text that others wrote (log lines, tool output), safe for the terminal."""
+    return printable(str(text), newlines)
 
 
 def _when(ts: Any, now: float) -> str:
@@ -85,7 +79,7 @@ def _evidence(details: Mapping[str, Any], indent: str) -> list[str]:
             if isinstance(value, str)
             else json.dumps(value, sort_keys=True, default=str, allow_nan=False)
         )
-        text = _clean(text)
+        text = _clean(text, newlines=True)
         if len(text) > _VALUE_CAP:
             text = text[:_VALUE_CAP] + f"... ({len(text)} characters)"
         parts = text.splitlines() or [""]
@@ -118,7 +112,7 @@ def _fault_lines(fault: Mapping[str, Any], now: float) -> list[str]:
     lines.append("      " + ", ".join(facts))
     count = fault.get("count", 0)
     lines.append(
-        f"      since {_when(fault.get('first_seen'), now)}, seen {count}x, "
+        f"      since {_when(fault.get('first_seen'), now)}, seen {_clean(count)}x, "
         f"last {_when(fault.get('last_seen'), now)}, probe {_clean(fault.get('probe') or '-')}"
     )
     details = fault.get("details") or {}
@@ -135,17 +129,17 @@ def _fault_order(fault: Mapping[str, Any]) -> tuple[int, str, str]:
 def render(doc: Optional[Mapping[str, Any]], problem: str = "", now: Optional[float] = None) -> str:
     """A readable summary: health, probes, active faults with evidence, remediation and why."""
     if doc is None:
-        return f"hma status: {problem or 'no status'}"
+        return f"hma status: {_clean(problem or 'no status')}"
     now = time.time() if now is None else now
     lines: list[str] = []
     if problem:
-        lines += [f"hma status: {problem}", "Last known status (may be out of date):", ""]
+        lines += [f"hma status: {_clean(problem)}", "Last known status (may be out of date):", ""]
     sev = severity(doc)
     head = f"{_clean(doc.get('node', '?'))}: {str(sev).upper()}"
     if doc.get("action") and doc.get("action") != "none":
         head += f", recommended action {_clean(doc['action'])}"
     lines.append(head)
-    about = [f"hma {_clean(doc.get('version', '?'))}", f"pid {doc.get('pid')}"]
+    about = [f"hma {_clean(doc.get('version', '?'))}", f"pid {_clean(doc.get('pid'))}"]
     if isinstance(doc.get("started"), (int, float)):
         about.append(f"up {statusfile.duration(now - doc['started'])}")
     about.append(f"status written {_when(doc.get('generated'), now)}")
@@ -167,9 +161,9 @@ def render(doc: Optional[Mapping[str, Any]], problem: str = "", now: Optional[fl
                 f"  {_clean(p.get('name')):<{width}}{_clean(p.get('status', '?')):<13}"
                 f"{_when(p.get('last_run'), now) if ran else '-':<22}"
                 f"{_took(p.get('duration_s')) if ran else '-':>9}  "
-                f"{str(p.get('findings', 0)) if ran else '-':<9}"
+                f"{_clean(p.get('findings', 0)) if ran else '-':<9}"
             )
-            error = _clean(p.get("error") or "").strip()
+            error = _clean(p.get("error") or "", newlines=True).strip()
             if error:
                 row += error.splitlines()[0][:200]
             lines.append(row.rstrip())
@@ -185,14 +179,16 @@ def render(doc: Optional[Mapping[str, Any]], problem: str = "", now: Optional[fl
     else:
         lines.append("Active faults: none")
     if doc.get("faults_omitted"):
-        lines.append(f"  ... and {doc['faults_omitted']} more not listed in the status file")
+        lines.append(
+            f"  ... and {_clean(doc['faults_omitted'])} more not listed in the status file"
+        )
     if pending:
         lines.append(f"Pending, not yet faults ({len(pending)}):")
         for fault in pending:
             lines.append(
                 f"  [{_clean(fault.get('severity'))}] {_clean(fault.get('code'))} on "
                 f"{_clean(fault.get('component'))}: {_clean(fault.get('message', ''))} "
-                f"(seen {fault.get('count', 0)}x)"
+                f"(seen {_clean(fault.get('count', 0))}x)"
             )
     lines.append("")
     lines += _remediation_lines(doc.get("remediation") or {}, now)
@@ -222,8 +218,9 @@ def _remediation_lines(rem: Mapping[str, Any], now: float) -> list[str]:
     for a in actions:
         attempts = a.get("attempts", 0)
         row = (
-            f"    #{a.get('id')} {_clean(a.get('kind', '?'))} {_clean(a.get('state', '?'))}, "
-            f"{attempts} attempt{'' if attempts == 1 else 's'}, "
+            f"    #{_clean(a.get('id'))} {_clean(a.get('kind', '?'))} "
+            f"{_clean(a.get('state', '?'))}, "
+            f"{_clean(attempts)} attempt{'' if attempts == 1 else 's'}, "
             f"updated {_when(a.get('updated'), now)}"
         )
         if a.get("reason"):
@@ -268,7 +265,7 @@ def main(config_file: Optional[str], as_json: bool) -> int:
         if doc is not None:
             print(json.dumps(doc, indent=2, allow_nan=False))
         if problem:
-            print(f"hma status: {problem}", file=sys.stderr)
+            print(f"hma status: {_clean(problem)}", file=sys.stderr)
     else:
         print(render(doc, problem), end="" if doc is not None else "\n")
     return exit_code(doc, problem)

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
+from hma.adapters.text import printable
 from hma.cluster.slurm.client import SlurmClient
 from hma.cluster.slurm.parse import SlurmError
 from hma.contracts.cluster import NodeState
@@ -73,24 +74,29 @@ def run(
     for name in lonely:
         why = unusable[name]
         what = f"an unusable domain ({why})" if why else "no domain"
-        print(f"hma topology: warning: {name} publishes {what}; in a block of its own", file=err)
+        print(
+            f"hma topology: warning: {printable(name)} publishes {what}; in a block of its own",
+            file=err,
+        )
     if fmt != "tree" and lonely:
         print(f"hma topology: warning: BlockSizes lowered to {size} by those blocks", file=err)
     refused = conf.problems(text, fmt)
     if refused:
         for why in refused:
-            print(f"hma topology: error: the new {path.name} would be refused: {why}", file=err)
+            print(
+                f"hma topology: error: the new {path.name} would be refused: {printable(why)}",
+                file=err,
+            )
         print(f"hma topology: error: {path} kept, no spare changed, no reconfigure", file=err)
         return EX_REFUSED
     old = _read(path)
     changed = text != old
     if check:
         if changed:
-            out.writelines(
-                difflib.unified_diff(
-                    old.splitlines(True), text.splitlines(True), str(path), f"{path} (new)"
-                )
+            diff = difflib.unified_diff(
+                old.splitlines(True), text.splitlines(True), str(path), f"{path} (new)"
             )
+            out.write(printable("".join(diff), newlines=True))
         for name in mark:
             print(f"would make {name} a spare (drain, reason {spares.SPARE_REASON})", file=out)
         for name in release:

@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from typing import IO, Any, Iterable, Iterator, Mapping, Optional, Sequence
 
 from hma.adapters.command import CommandRunner
+from hma.adapters.text import printable
 from hma.deepcheck.stages import (
     NODE_STAGE_FUNCS,
     SKIPPED,
@@ -103,13 +104,17 @@ def overall(verdicts: Iterable[str]) -> str:
 
 def render_text(doc: Mapping[str, Any]) -> str:
     """The per-stage table an operator reads."""
-    lines = [f"deep check of {doc['node']}: {doc['verdict'].upper()}"]
+    lines = [f"deep check of {printable(doc['node'])}: {doc['verdict'].upper()}"]
     for s in doc["stages"]:
         lines.append(
-            f"  {s['stage']:<13} {s['verdict']:<8} {s['duration_s']:>8.1f} s  {s['message']}"
+            f"  {s['stage']:<13} {s['verdict']:<8} {s['duration_s']:>8.1f} s  "
+            + printable(s["message"])
         )
         for f in s["findings"]:
-            lines.append(f"      {f['code']} {f['component']}: {f['message']}")
+            lines.append(
+                f"      {printable(f['code'])} {printable(f['component'])}: "
+                + printable(f["message"])
+            )
     if "recorded" in doc:
-        lines.append(f"recorded: {doc['recorded']}")
+        lines.append(f"recorded: {printable(str(doc['recorded']))}")
     return "\n".join(lines)

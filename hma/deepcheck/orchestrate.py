@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
+from hma.adapters.text import printable
 from hma.cluster.slurm.client import SlurmClient
 from hma.cluster.slurm.parse import SlurmError
 from hma.contracts.cluster import NodeState
@@ -328,7 +329,7 @@ def render_table(reports: Sequence[NodeReport], detail: Mapping[str, Any]) -> st
                 r.verdict,
                 *[r.stages.get(s, "-") for s in stage_names],
                 r.connectivity or "-",
-                r.note,
+                printable(r.note),
             ]
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(head) - 1)]
@@ -339,6 +340,6 @@ def render_table(reports: Sequence[NodeReport], detail: Mapping[str, Any]) -> st
             f"connectivity: {detail.get('verdict')}"
             + (f", group {bw:g} GB/s" if isinstance(bw, float) else "")
             + (f", minimum {detail['minimum_gbps']:g} GB/s" if "minimum_gbps" in detail else "")
-            + (f" ({detail['why']})" if "why" in detail else "")
+            + (f" ({printable(str(detail['why']))})" if "why" in detail else "")
         )
     return "\n".join(line.rstrip() for line in lines)
