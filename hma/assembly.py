@@ -49,7 +49,8 @@ def schema_for(
     backend_names: Optional[Collection[str]] = None,
 ) -> Schema:
     """The config schema for this set of probes, event sources, reporters and cluster backends
-    (every installed reporter and backend, or those named)."""
+    (every installed reporter and backend, or those named). Backends and reporters that fail to
+    load are added to ``broken``; the tables of broken plugins are left unchecked."""
     probes = {
         name: config_mod.probe_options(
             cls.options,
@@ -60,24 +61,27 @@ def schema_for(
         )
         for name, cls in classes.items()
     }
-    for item in broken:  # a broken plugin's section must not make the config invalid
-        probes.setdefault(item.name, dict(config_mod.PROBE_COMMON))
     backends: dict[str, Any] = {}
     if backend_names is None or backend_names:  # `hma check` on a file without one: none
         from hma.contracts.cluster import GROUP as BACKEND_GROUP
         from hma.contracts.cluster import Backend
 
-        backends = discover(BACKEND_GROUP, Backend, backend_names)[0]
+        backends, failed = discover(BACKEND_GROUP, Backend, backend_names)
+        broken += failed
     reporters: dict[str, Mapping[str, Option]] = {}
     if reporter_names is None or reporter_names:  # `hma check` on a file without one: none
         from hma import reporters as reporters_mod
 
-        reporters = reporters_mod.schemas(reporter_names)
+        reporter_classes, failed = reporters_mod.discover(reporter_names)
+        broken += failed
+        reporters = reporters_mod.schemas(reporter_classes)
     return Schema(
         sections={
             **CORE_SECTIONS,
             **FEATURE_SECTIONS,
-            "cluster": remediation_options.cluster_options(backends),
+            "cluster": remediation_options.cluster_options(
+                [*backends, *(b.name for b in broken if b.kind == "backend")]
+            ),
             "recovery": remediation_options.RECOVERY,
             **{name: dict(cls.options) for name, cls in sorted(backends.items())},
         },
@@ -92,6 +96,9 @@ def schema_for(
             }
             for name, cls in (sources or {}).items()
         },
+        # a broken plugin's table must not make the configuration invalid (its options are
+        # unknown): `hma config check` reports the plugin itself
+        unchecked=frozenset(item.section for item in broken),
     )
 
 
@@ -152,6 +159,16 @@ def _tables(raw: dict[str, Any], group: str) -> set[str]:
     return set(tables) if isinstance(tables, dict) else set()
 
 
+def _in_use(raw: dict[str, Any], item: Broken) -> bool:
+    """Whether the raw configuration enables a broken probe, event source or reporter: its
+    table is there without ``enabled = false`` (a broken backend is in use when ``[cluster]
+    backend`` names it, which ``load`` refuses)."""
+    group, _, name = item.section.partition(".")
+    tables = raw.get(group)
+    table = tables.get(name) if name and isinstance(tables, dict) else None
+    return isinstance(table, dict) and table.get("enabled") is not False
+
+
 def load(config_file: Optional[str] = None, only: Optional[Sequence[str]] = None) -> Setup:
     """Discover everything and load the configuration; raises ``config.ConfigError``.
 
@@ -209,13 +226,23 @@ def load(config_file: Optional[str] = None, only: Optional[Sequence[str]] = None
         None if only is None else _tables(raw, "reporters"),
         None if only is None else _backend_sections(raw),
     )
-    schema = replace(schema, unchecked=frozenset(unchecked))
+    schema = replace(schema, unchecked=schema.unchecked | unchecked)
     cfg = config_mod.load(schema, config_file, read)
+    backend = cfg.section("cluster")["backend"]
+    failed = [b.error for b in broken if b.kind == "backend" and b.name == backend]
+    if failed:  # `hma run` would have nothing to act through
+        raise ConfigError([f"cluster.backend: {backend!r} failed to load: {failed[0]}"])
     return Setup(
         config=cfg,
         catalogue=cat.with_overrides(cfg.codes),
         probes={name: cls() for name, cls in classes.items()},
         sources={name: cls() for name, cls in source_classes.items()},
         broken=broken,
+        broken_in_use=tuple(
+            # not an executable that shadows a built-in probe: the built-in one runs
+            b
+            for b in broken
+            if _in_use(raw, b) and not (b.kind == "probe" and b.name in classes)
+        ),
         exec_names=frozenset(exec_names),
     )

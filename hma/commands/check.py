@@ -68,7 +68,8 @@ def select(setup: Setup, wanted: Sequence[str]) -> tuple[list[str], Optional[str
     """Probe names to run (default: all enabled) or an error for a name that is not a probe."""
     if not wanted:
         return setup.enabled(), None
-    broken = {b.name for b in setup.broken}  # reported as HMA_PLUGIN_BROKEN, not run
+    # reported as HMA_PLUGIN_BROKEN, not run
+    broken = {b.name for b in setup.broken if b.kind == "probe"}
     missing = [n for n in wanted if n not in setup.probes and n not in broken]
     if not missing:
         return [n for n in wanted if n in setup.probes], None

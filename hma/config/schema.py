@@ -116,7 +116,8 @@ class Schema:
     catalogue: Catalogue
     sources: Mapping[str, Mapping[str, Option]] = field(default_factory=dict)
     # "probes.NAME" / "sources.NAME" sections that exist but are not checked here: `hma check`
-    # loads only the probes it runs (`hma config check` and `hma run` check everything).
+    # loads only the probes it runs (`hma config check` and `hma run` check everything); and
+    # the tables of broken plugins ("reporters.NAME", a backend's "NAME").
     unchecked: frozenset[str] = frozenset()
     # Checks across the keys of one section (section values -> "key.path: problem" lines).
     checks: Mapping[str, Callable[[Mapping[str, Any]], list[str]]] = field(default_factory=dict)
@@ -202,7 +203,9 @@ def validate(raw: Mapping[str, Any], schema: Schema, files: Sequence[str] = ()) 
         if name in schema.checks and not any(e.startswith(f"{name}.") for e in errors):
             errors += schema.checks[name](sections[name])
     probes = _fill_group("probes", raw.get("probes", {}), schema.probes, errors, schema.unchecked)
-    reporters = _fill_group("reporters", raw.get("reporters", {}), schema.reporters, errors)
+    reporters = _fill_group(
+        "reporters", raw.get("reporters", {}), schema.reporters, errors, schema.unchecked
+    )
     sources = _fill_group(
         "sources", raw.get("sources", {}), schema.sources, errors, schema.unchecked
     )
@@ -221,7 +224,7 @@ def validate(raw: Mapping[str, Any], schema: Schema, files: Sequence[str] = ()) 
         codes[code] = {k: v for k, v in filled.items() if v is not None}
     known = [*schema.sections, "probes", "sources", "reporters", "codes"]
     for key in raw:
-        if key not in known:
+        if key not in known and key not in schema.unchecked:
             errors.append(f"{key}: unknown section{_hint(key, known)}")
     if errors:
         raise ConfigError(errors)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import os
 import shutil
 import stat
@@ -21,14 +22,33 @@ from hma.contracts.options import Option
 from hma.contracts.probe import Probe, ProbeContext
 
 GROUP = "hma.probes"
+# what each plugin group holds (the groups are declared in hma.contracts)
+KINDS = {
+    "hma.probes": "probe",
+    "hma.sources": "source",
+    "hma.reporters": "reporter",
+    "hma.backends": "backend",
+}
 
 
 @dataclass(frozen=True)
 class Broken:
-    """A probe that could not be loaded, with the reason."""
+    """A plugin of entry point ``group`` that could not be loaded, with the reason."""
 
     name: str
     error: str
+    group: str = GROUP
+
+    @property
+    def kind(self) -> str:
+        """probe, source, reporter or backend."""
+        return KINDS.get(self.group, self.group)
+
+    @property
+    def section(self) -> str:
+        """The configuration table of the plugin: ``probes.NAME``, ``sources.NAME``,
+        ``reporters.NAME``, or a backend's own ``NAME``."""
+        return self.name if self.kind == "backend" else f"{self.kind}s.{self.name}"
 
 
 @dataclass(frozen=True)
@@ -126,8 +146,9 @@ def entry_point_names(group: str = GROUP, among: Optional[Collection[str]] = Non
 def discover(
     group: str = GROUP, base: Any = Probe, names: Optional[Collection[str]] = None
 ) -> tuple[dict[str, Any], list[Broken]]:
-    """Load every class of an entry point group (probes by default; event sources too), or
-    only those in ``names``."""
+    """Load every class of an entry point group (probes by default; event sources, reporters
+    and backends too), or only those in ``names``. An entry point that does not load, or names
+    no concrete ``base`` subclass of its own name, is broken."""
     found: dict[str, Any] = {}
     broken: list[Broken] = []
     for ep in sorted(_entry_points(group, names), key=lambda e: e.name):
@@ -137,10 +158,13 @@ def discover(
             cls = ep.load()
             if not (isinstance(cls, type) and issubclass(cls, base)):
                 raise TypeError(f"{ep.value} is not a {base.__module__}.{base.__name__} subclass")
+            if inspect.isabstract(cls):
+                missing = ", ".join(sorted(getattr(cls, "__abstractmethods__", ())))
+                raise TypeError(f"{ep.value} is abstract: it does not implement {missing}")
             if getattr(cls, "name", None) != ep.name:
                 raise TypeError(f"entry point {ep.name!r} names a class whose name differs")
         except Exception as exc:  # noqa: BLE001 - any plugin failure is reported, not fatal
-            broken.append(Broken(ep.name, f"{type(exc).__name__}: {exc}"))
+            broken.append(Broken(ep.name, f"{type(exc).__name__}: {exc}", group))
             continue
         found[ep.name] = cls
     return found, broken
@@ -150,8 +174,8 @@ def broken_finding(item: Broken) -> Finding:
     """The finding that reports a plugin that failed to load."""
     return Finding(
         "HMA_PLUGIN_BROKEN",
-        f"probe:{item.name}",
-        f"probe plugin {item.name!r} failed to load: {item.error}",
+        f"{item.kind}:{item.name}",
+        f"{item.kind} plugin {item.name!r} failed to load: {item.error}",
         {"error": item.error},
     )
 

@@ -31,6 +31,7 @@ class Setup:
     probes: dict[str, Probe]  # enabled or not; see ``enabled``
     sources: dict[str, EventSource] = field(default_factory=dict)
     broken: list[Broken] = field(default_factory=list)
+    broken_in_use: tuple[Broken, ...] = ()  # those whose table the configuration enables
     exec_names: frozenset[str] = frozenset()  # executable (Nagios) probes among ``probes``
 
     def enabled(self) -> list[str]:

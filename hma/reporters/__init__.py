@@ -40,10 +40,13 @@ def start_reporters(
     return out
 
 
-def schemas(names: Optional[Collection[str]] = None) -> dict[str, Mapping[str, Option]]:
-    """Option sets of the known reporters, or those named (``enabled`` first), keyed by reporter
-    name."""
-    classes, _broken = discover(names)
+def schemas(
+    classes: Optional[Mapping[str, type[Reporter]]] = None,
+) -> dict[str, Mapping[str, Option]]:
+    """Option sets of these reporter classes (default: every one that loads) with ``enabled``
+    first, keyed by reporter name."""
+    if classes is None:
+        classes = discover()[0]
     return {
         name: {"enabled": Option("bool", cls.default_enabled, "Use this reporter."), **cls.options}
         for name, cls in classes.items()
