@@ -20,8 +20,8 @@ from hma.detection.runner import Collected, collect_guarded, encode_answer
 def main(argv: list[str]) -> int:
     """Serve collect requests for the probe named in ``argv[0]``."""
     _restore_pythonpath()
-    classes, broken = discover()
     name = argv[0] if argv else ""
+    classes, broken = discover(names=[name])  # this probe's module only, not every probe's
     cls = classes.get(name)
     for line in sys.stdin:
         if cls is None:
