@@ -23,11 +23,7 @@ class SlurmError(BackendError):
 # SageMaker HyperPod's recovery on Slurm: a node set ``State=FAIL`` with exactly this reason is
 # rebooted or replaced by HyperPod (``reboot_mode``/``replace_mode = "hyperpod"``).
 HYPERPOD_REBOOT = "Action:Reboot"
-
-
 HYPERPOD_REPLACE = "Action:Replace"
-
-
 HYPERPOD = {HYPERPOD_REBOOT: "reboot", HYPERPOD_REPLACE: "replace"}
 
 
@@ -47,6 +43,11 @@ SEP = "\x1f"  # starts every field's end mark (not a digit: sinfo/squeue read th
 def new_nonce() -> str:
     """A fresh nonce for one call's end marks (users cannot guess it before the call)."""
     return secrets.token_hex(8)
+
+
+def _format(fields: Sequence[str], nonce: str) -> str:
+    """The ``-O`` argument of ``fields``, each unpadded and ended by ``SEP + nonce``."""
+    return ",".join(f"{f}:0{SEP}{nonce}" for f in fields)
 
 
 # sinfo -O fields of one node, each unpadded (":0") and ended by SEP + nonce. With ``-n`` naming one
@@ -69,7 +70,7 @@ NODE_FIELDS = (
 
 def node_format(nonce: str) -> str:
     """The ``sinfo -O`` argument whose fields end with ``SEP + nonce``."""
-    return ",".join(f"{f}:0{SEP}{nonce}" for f in NODE_FIELDS)
+    return _format(NODE_FIELDS, nonce)
 
 
 NODE_FORMAT = node_format("")  # the nonce-less layout of the recorded captures
@@ -94,7 +95,7 @@ _OPTIONAL = {"(null)", "N/A"}  # a host field Slurm has no value for
 
 
 def _text(value: str) -> str:
-    return "" if value in ("(null)", "N/A") else value
+    return "" if value in _OPTIONAL else value
 
 
 def _records(text: str, tool: str, nonce: str, width: int) -> list[list[str]]:
@@ -199,7 +200,7 @@ JOB_FIELDS = (
 
 def job_format(nonce: str) -> str:
     """The ``squeue -O`` argument whose fields end with ``SEP + nonce``."""
-    return ",".join(f"{f}:0{SEP}{nonce}" for f in JOB_FIELDS)
+    return _format(JOB_FIELDS, nonce)
 
 
 JOB_FORMAT = job_format("")  # the nonce-less layout of the recorded captures
