@@ -206,7 +206,8 @@ def document(
         resolved = cat.resolve_all([hit.finding])
         if not resolved:
             continue  # code disabled by the operator
-        data = resolved[0].to_json()
+        # a counted code is judged on the repeats found (the scan keeps no window)
+        data = cat.at_count(resolved[0], hit.count).to_json()
         del data["ts"]
         data["details"]["count"] = hit.count
         if hit.last:

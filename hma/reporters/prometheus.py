@@ -71,6 +71,12 @@ FAMILIES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ),
     ("hma_findings_active", "Active faults (value 1 each).", ("code", "severity", "component")),
     (
+        "hma_findings_observed",
+        "Active faults of codes in observe mode that act mode would act on (value 1 each):"
+        " would is drain, reboot or replace.",
+        ("code", "component", "would"),
+    ),
+    (
         "hma_probe_success",
         "1 when the probe's last run completed, 0 when it failed or timed out.",
         ("probe",),
@@ -122,6 +128,9 @@ def samples(status: Mapping[str, Any]) -> dict[str, list[tuple[dict[str, str], f
             worst[comp] = sev
         labels = {"code": str(fault.get("code", "")), "severity": str(sev), "component": comp}
         out["hma_findings_active"].append((labels, 1.0))
+        if fault.get("would"):
+            observed = {"code": labels["code"], "component": comp, "would": str(fault["would"])}
+            out["hma_findings_observed"].append((observed, 1.0))
     for comp, sev in worst.items():
         out["hma_component_severity"].append(({"component": comp}, float(int(sev))))
 
