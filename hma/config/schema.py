@@ -100,7 +100,11 @@ CODE_OPTIONS: dict[str, Option] = {
     "clear_after": Option("int", None, "Consecutive good observations to clear.", minimum=1),
     "enabled": Option("bool", None, "false: the code is dropped (tune false positives)."),
     "window_s": Option(
-        "float", None, "Window of window-cleared codes.", check=positive, maximum=366 * 86400.0
+        "float",
+        None,
+        "Window of window-cleared codes (and of a counted code's warning below `after`).",
+        check=positive,
+        maximum=366 * 86400.0,
     ),
     "after": Option(
         "int",

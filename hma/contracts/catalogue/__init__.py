@@ -390,7 +390,7 @@ def explain(entry: Entry) -> str:
     if not entry.drains:
         drains = "no"
     elif entry.severity is Severity.CRITICAL:
-        drains = "yes"
+        drains = "yes, at its threshold (below it never)" if entry.counted else "yes"
     else:
         drains = (
             f"not at its severity {entry.severity}; yes when a probe or rule reports it "
