@@ -157,7 +157,7 @@ def test_observe_mode_alerts_would_reboot_and_never_drains(
     ns, sock = journald
     textfile = tmp_path / "hma.prom"
     extra = (
-        '[codes.GPU_XID_79]\nmode = "observe"\n'
+        '[codes.GPU_XID_79]\nmode = "observe"\n[codes.GPU_XID_48]\naction = "none"\n'
         f'[reporters.journald]\nsocket = "{sock}"\n'
         f'[reporters.prometheus]\nenabled = true\ntextfile = "{textfile}"\n'
     )

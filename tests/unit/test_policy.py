@@ -248,3 +248,66 @@ def test_site_codes_declare_a_policy_and_bad_ones_are_refused() -> None:
         parse_entry("SITE_X", {**base, "clears": "reboot", "after": 2})
     with pytest.raises(CatalogueError, match="SITE_X.mode"):
         parse_entry("SITE_X", {**base, "clears": "reboot", "mode": "shadow"})
+
+
+def test_pipeline_keeps_the_window_across_a_restart_and_alerts_would(hma_env: Any) -> None:
+    from hma import assembly
+    from hma.contracts.alert import Alert
+    from hma.health.pipeline import Pipeline
+    from hma.reporters import journal
+
+    hma_env.write(
+        '[codes.GPU_XID_13]\nafter = 3\nwithin = "1h"\n[codes.GPU_XID_79]\nmode = "observe"\n'
+    )
+    setup = assembly.load(str(hma_env.config))
+    path = str(hma_env.state / "state.db")
+    alerts: list[Alert] = []
+    for t in (100.0, 200.0):  # one daemon life per occurrence
+        store = Store(path, memory=True)
+        try:
+            Pipeline(setup, store, "boot-a", alerts.append).event(xid(setup.catalogue, 13, GPU3), t)
+        finally:
+            store.close()
+    store = Store(path, memory=True)
+    try:
+        pipeline = Pipeline(setup, store, "boot-a", alerts.append)
+        (third,) = pipeline.event(xid(setup.catalogue, 13, GPU3), 300.0)
+        assert len(third.verdict.draining) == 1
+        (observed,) = pipeline.event(xid(setup.catalogue, 79, GPU4), 301.0)
+        (fault,) = [f for f in observed.verdict.faults if f.code == "GPU_XID_79"]
+        assert fault.would == "reboot" and fault.observe
+        assert [f.code for f in observed.verdict.draining] == ["GPU_XID_13"]
+    finally:
+        store.close()
+    assert [(a.kind, a.code) for a in alerts] == [
+        ("raised", "GPU_XID_13"),
+        ("escalated", "GPU_XID_13"),
+        ("raised", "GPU_XID_79"),
+    ]
+    fields = dict(journal.fields(alerts[-1]))
+    assert fields["HMA_MODE"] == "observe" and fields["HMA_WOULD"] == "reboot"
+    assert fields["HMA_SEVERITY"] == "warning" and fields["PRIORITY"] == str(journal.WARNING)
+    assert "observe mode, would reboot: " in fields["MESSAGE"]
+    assert "HMA_MODE" not in journal.decode(journal.encode(journal.fields(alerts[0])))
+
+
+def test_status_and_metrics_show_the_count_and_observe_mode() -> None:
+    from hma.commands import status
+    from hma.reporters import prometheus
+
+    cat = catalogue(GPU_XID_13=XID13, GPU_XID_79={"mode": "observe"})
+    model = HealthModel(cat, "b")
+    model.observe_event(xid(cat, 13, GPU3), 1.0)
+    verdict = model.observe_event(xid(cat, 79, GPU4), 2.0)
+    doc = {
+        "node": "n1",
+        "severity": str(verdict.severity),
+        "action": str(verdict.action),
+        "faults": [f.to_json() for f in verdict.faults],
+    }
+    text = status.render(doc, now=3.0)
+    assert "below its threshold: 1 of 3 within 60 min on this component" in text
+    assert "observe mode: would reboot, never acted on" in text
+    assert status.exit_code(doc) == 1  # warnings: nothing is critical yet
+    rows = prometheus.samples(doc)["hma_findings_observed"]
+    assert rows == [({"code": "GPU_XID_79", "component": "gpu:0000:5d:00", "would": "reboot"}, 1.0)]
