@@ -4,11 +4,17 @@ a counter storm between two samples, link flaps, a slower rate, unreadable files
 
 from __future__ import annotations
 
+import contextlib
+import json
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from mutate import apply_file, break_folder, budget, file_mutation, folder_mutation
 from trn_support import FIXTURES, codes, gen_sysfs, make_ctx
 
 from hma.contracts.catalogue import load_builtin
@@ -252,3 +258,45 @@ def test_options_are_checked() -> None:
     assert opts["expected_ports"].validate(["../x/1"]) is not None
     assert opts["rate_limits"].validate({"symbol_error": 0}) is not None
     assert opts["exclude_vendor_ids"].validate(["0x1d0f"]) is None
+
+
+# --- property: garbage in the real capture is unknown, never a fault ---------------------------
+
+TARGETS = (
+    "hfi1_0/ports/1/state",
+    "mlx4_0/ports/2/state",
+    "mlx4_0/ports/1/rate",
+    "mlx5_0/ports/1/rate",
+    "mlx5_0/ports/1/phys_state",
+    "mlx5_0/ports/1/link_layer",
+    "mlx5_0/ports/1/counters/symbol_error",
+    "mlx5_0/ports/1/counters/link_downed",
+    "mlx4_0/ports/1/counters/port_rcv_errors",
+    "hfi1_0/ports/1/counters/port_xmit_discards",
+)
+FOLDERS = ("mlx4_0", "mlx4_0/ports", "hfi1_0/ports/1", "mlx5_0/ports/1/counters")
+
+
+@budget(40)
+@given(
+    files=st.lists(st.tuples(st.sampled_from(TARGETS), file_mutation()), max_size=3),
+    folders=st.lists(st.tuples(st.sampled_from(FOLDERS), folder_mutation()), max_size=1),
+)
+def test_garbage_in_the_capture_is_unknown(tmp_path: Path, files: list, folders: list) -> None:
+    catalogue = load_builtin()
+    with tempfile.TemporaryDirectory(dir=tmp_path) as tmp:
+        root = copy(PROCFS, Path(tmp))
+        healthy, _ = run(root)
+        for rel, mutation in files:
+            with contextlib.suppress(OSError):  # an earlier folder mutation took its place
+                apply_file(root / IB / rel, mutation)
+        for rel, shape in folders:
+            with contextlib.suppress(OSError):
+                break_folder(root / IB / rel, shape)
+        probe = InfinibandProbe()
+        ctx = make_ctx(InfinibandProbe, root, previous=healthy, clock=lambda: 1030.0)
+        snap = probe.collect(ctx)
+        json.dumps(snap)  # the snapshot stays JSON (the state store)
+        for finding in probe.evaluate(snap, ctx):
+            severity = catalogue.resolve(finding).severity
+            assert severity is Severity.UNKNOWN, (files, folders, finding)
