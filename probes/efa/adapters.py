@@ -165,7 +165,8 @@ class EfaProbe(Probe):
             layout = self._cache[1]
         else:
             layout = discover_adapters(ctx.sysfs, vendor_ids, wanted)
-            self._cache = None if layout.unresolved else (key, layout)
+            cacheable = not layout.unresolved and layout.pci_error is None
+            self._cache = (key, layout) if cacheable else None
         self._last = (ctx, layout)
         return layout
 
@@ -223,8 +224,8 @@ class EfaProbe(Probe):
         if snapshot.get("listed", True):
             unresolved = len(snapshot.get("unresolved", []))
             out += _eval_count(adapters, unresolved, opts, ctx.instance_type)
-            if not unresolved:
-                out += _eval_unbound(adapters, snapshot.get("functions", {}))
+            if not unresolved and snapshot.get("functions") is not None:
+                out += _eval_unbound(adapters, snapshot["functions"])
         out += _eval_ena(snapshot.get("ena", {}), adapters)
         base, base_ts = _baseline(snapshot, ctx)
         if base is not None:
@@ -258,7 +259,8 @@ class Layout:
     ``adapters``: EFA adapter -> PCI address; ``ignored``: other RDMA devices; ``unresolved``:
     read errors of devices that could not be classified (they may be EFA adapters);
     ``counters``: adapter -> {hw_counters folder: names present there}; ``functions``: EFA PCI
-    functions (address -> device id and bound driver).
+    functions (address -> device id and bound driver), None when ``bus/pci/devices`` cannot be
+    listed (``pci_error`` says why).
     """
 
     adapters: dict[str, str]
@@ -266,7 +268,8 @@ class Layout:
     unresolved: list[dict[str, Any]]
     ports: dict[str, list[str]]
     counters: dict[str, dict[str, list[str]]]
-    functions: dict[str, dict[str, Any]]
+    functions: Optional[dict[str, dict[str, Any]]]
+    pci_error: Optional[dict[str, Any]] = None
 
 
 def _error(sysfs: RootReader, rel: str, exc: Exception, adapter: Optional[str]) -> dict[str, Any]:
@@ -310,14 +313,17 @@ def discover_adapters(
         except ReadError as exc:
             found.pop(name, None)
             unresolved.append(_error(sysfs, link, exc, name))
-    functions = efa_functions(sysfs, vendors)
-    return Layout(found, ignored, unresolved, ports, counters, functions)
+    try:
+        return Layout(found, ignored, unresolved, ports, counters, efa_functions(sysfs, vendors))
+    except ReadError as exc:
+        error = _error(sysfs, PCI, exc, None)
+        return Layout(found, ignored, unresolved, ports, counters, None, error)
 
 
 def efa_functions(sysfs: RootReader, vendors: Collection[int]) -> dict[str, dict[str, Any]]:
     """EFA PCI functions on the bus (vendor in ``vendors``, an efa device id) and the driver each
     is bound to (None: unbound). A function whose ids cannot be read is left out: it is no
-    evidence either way."""
+    evidence either way. ReadError when ``bus/pci/devices`` cannot be listed."""
     out: dict[str, dict[str, Any]] = {}
     for bdf in sysfs.listdir(PCI):
         try:
@@ -373,6 +379,8 @@ def read_adapters(sysfs: RootReader, layout: Layout, ena: Mapping[str, str]) -> 
     """Read what changes: the judged counters of the adapters in ``layout`` and the link of the
     ``ena`` interfaces; errors are recorded in the snapshot, never raised."""
     errors = list(layout.unresolved)
+    if layout.pci_error is not None:
+        errors.append(layout.pci_error)
     adapters: dict[str, Any] = {}
     for name, pci in layout.adapters.items():
         base = f"{IB}/{name}"

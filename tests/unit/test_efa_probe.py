@@ -114,6 +114,17 @@ def test_bound_function_without_rdma_device(tmp_path: Path) -> None:
     assert len(unbound) == 1 and unbound[0].details["driver"] == "efa"
 
 
+def test_unlistable_pci_bus_is_unknown_not_unbound(tmp_path: Path) -> None:
+    root = gen_sysfs.build(tmp_path, "trn1.32xlarge")
+    devices = root / "bus" / "pci" / "devices"
+    shutil.rmtree(devices)
+    devices.symlink_to("nowhere")
+    snap, findings = run(root, "trn1.32xlarge")
+    assert codes(findings) == {("EFA_READ_FAILED", "node")}
+    assert findings[0].details["path"].endswith("bus/pci/devices")
+    assert snap["functions"] is None and len(snap["adapters"]) == 8
+
+
 def test_port_state_is_not_read(tmp_path: Path) -> None:
     """efa_query_port reports ACTIVE unconditionally: a DOWN here is a made-up tree."""
     root = gen_sysfs.build(tmp_path, "trn1.32xlarge")
