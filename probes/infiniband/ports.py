@@ -53,15 +53,19 @@ FLAP_COUNTER = "link_downed"
 # What older kernels' show_pma_counter writes for a device without a PMA (i40iw, soft RoCE).
 NO_PMA = "N/A (no PMA)"
 
-DEFAULT_RATE_LIMITS: dict[str, float] = {
-    "symbol_error": 1.0,
-    "link_error_recovery": 0.05,
-    "port_rcv_errors": 1.0,
-    "port_rcv_remote_physical_errors": 1.0,
-    "local_link_integrity_errors": 0.1,
-    "excessive_buffer_overrun_errors": 0.1,
-    "port_xmit_discards": 10.0,
+# infiniband-diags' default error thresholds (rdma-core infiniband-diags/etc/error_thresholds:
+# SymbolErrorCounter=10, PortXmitDiscards=100, ...), counts that ibqueryerrors reports a port
+# past; here spread over the default 30 s interval as a per-second warning limit.
+ERROR_THRESHOLDS: dict[str, int] = {
+    "symbol_error": 10,
+    "link_error_recovery": 10,
+    "port_rcv_errors": 10,
+    "port_rcv_remote_physical_errors": 100,
+    "local_link_integrity_errors": 10,
+    "excessive_buffer_overrun_errors": 10,
+    "port_xmit_discards": 100,
 }
+DEFAULT_RATE_LIMITS: dict[str, float] = {k: round(v / 30.0, 3) for k, v in ERROR_THRESHOLDS.items()}
 
 # "%d%s Gb/sec (%dX%s)" (sysfs.c rate_show): "2.5 Gb/sec (1X SDR)", "10 Gb/sec (4X)".
 _RATE = re.compile(

@@ -137,7 +137,7 @@ def test_missing_device(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("added", "code"),
-    [(60, "IB_COUNTER_RATE_WARN"), (600, "IB_COUNTER_RATE_CRIT"), (10, None)],
+    [(60, "IB_COUNTER_RATE_WARN"), (600, "IB_COUNTER_RATE_CRIT"), (5, None)],
 )
 def test_symbol_error_storm_between_two_samples(
     tmp_path: Path, added: int, code: str | None
@@ -147,7 +147,7 @@ def test_symbol_error_storm_between_two_samples(
     bump(root, "mlx5_0/1", "symbol_error", added)
     _snap, findings = run(root, previous=before, now=1030.0)
     if code is None:
-        assert findings == []  # 0.33/s: under the 1/s limit
+        assert findings == []  # 0.17/s: under the limit (10 in 30 s, infiniband-diags)
     else:
         assert codes(findings) == {(code, "ib:mlx5_0/1")}
         item = findings[0].details["counters"][0]
