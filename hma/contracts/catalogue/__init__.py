@@ -15,8 +15,8 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 from hma.adapters import tomlcompat
 from hma.contracts.model import Action, Clears, Finding, Severity
 
-CODE_RE = re.compile(r"^(GPU|NEURON|EFA|SYS|KERNEL|HMA|SLURM|SITE|DEEP)_[A-Z0-9_]+$")
-FAMILIES = ("GPU", "NEURON", "EFA", "SYS", "KERNEL", "HMA", "SLURM", "SITE", "DEEP")
+CODE_RE = re.compile(r"^(GPU|NEURON|EFA|IB|SYS|KERNEL|HMA|SLURM|SITE|DEEP)_[A-Z0-9_]+$")
+FAMILIES = ("GPU", "NEURON", "EFA", "IB", "SYS", "KERNEL", "HMA", "SLURM", "SITE", "DEEP")
 
 _DEFAULT_FAIL_AFTER = 2
 _DEFAULT_CLEAR_AFTER = 2
