@@ -429,7 +429,7 @@ class Applier:
         argv = [*self.rec.gpu_reset_command, "--gpu-reset", "-i", str(bus)]
         result = CommandRunner().run(argv, self.rec.gpu_reset_timeout)
         at, boot = self.clock(), self.view().boot_id
-        out = printable((result.stdout.strip() + " " + result.stderr.strip()).strip())[-300:]
+        out = printable((result.stdout.strip() + " " + result.stderr.strip()).strip())[:300]
         if not result.ok:
             what = "timed out" if result.timed_out else f"exited {result.rc}"
             note = f"GPU reset of {gpu} failed ({what}): {out or result.error}"

@@ -191,10 +191,9 @@ class Outbox:
         with self.lock:
             if self.store.remediations() or self.human():  # hma reset's records count here
                 return False
-            for ts, code in mirror.entries:
-                self.store.add_remediation(
-                    {"ts": ts, "code": code, "component": "", "action": "drain", "who": "mirror"}
-                )
+            for i, (ts, code) in enumerate(mirror.entries):  # episodes before the wipe: < 0
+                row = {"ts": ts, "episode": -1 - i, "code": code, "component": "", "who": "mirror"}
+                self.store.add_remediation({**row, "action": "drain"})
             if mirror.held:
                 self.set_human(mirror.held)
             return True

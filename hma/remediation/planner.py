@@ -640,8 +640,9 @@ def _progress(w: _Work, ep: Episode, action: Action, fault: Fault) -> Episode:
         return ep
     if action is Action.REBOOT:
         rung = _reset_rung(w, ep, fault)
-        if rung is not None:
+        if rung is not None and not (w.policy.dry_run and rung.gpu_reset and rung.gpu_reset.note):
             return rung
+        ep = rung or ep  # dry run: the simulated reset shown, then the reboot after it
         return w.enqueue(ep, "reboot", f"ep{ep.id}:reboot:{s.boot_id}")
     if action is Action.REPLACE:
         return w.enqueue(ep, "replace", f"ep{ep.id}:replace")
