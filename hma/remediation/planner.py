@@ -203,6 +203,12 @@ def reboot_count(
     )
 
 
+# What counts as a remediation (``hma reset`` records its own rows, which do not count).
+ACTIONS_COUNTED = ("drain", "reset_gpu", "reboot", "replace")
+# The probe whose completed run verifies a GPU after its reset (a good observation of the GPU).
+VERIFY_PROBE = "gpu"
+
+
 @dataclass(frozen=True)
 class Remediation:
     """One remediation hma carried out on this node (the state store's ``remediations``): a
@@ -225,12 +231,6 @@ def remediation_count(rows: Sequence[Remediation], now: float, window: float) ->
         if now - r.ts <= window and r.action in ACTIONS_COUNTED
     }
     return len(episodes)
-
-
-# What counts as a remediation (``hma reset`` records its own rows, which do not count).
-ACTIONS_COUNTED = ("drain", "reset_gpu", "reboot", "replace")
-# The probe whose completed run verifies a GPU after its reset (a good observation of the GPU).
-VERIFY_PROBE = "gpu"
 
 
 @dataclass(frozen=True)
