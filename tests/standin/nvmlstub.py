@@ -139,10 +139,6 @@ class Scenario:
             return self.dev(index, reset="fail")
         return self.drop(index, "reset")
 
-    def read_back(self) -> str:
-        """The file as it is now (the stand-in nvidia-smi rewrites it after a reset)."""
-        return self.path.read_text()
-
     def push_xid(self, index: int, xid: int) -> None:
         """Append one Xid critical-error event for device ``index`` to the event queue."""
         with self.events.open("a") as f:
