@@ -585,10 +585,10 @@ class Kind:
 # Every kind the planner enqueues.
 KINDS: dict[str, Kind] = {
     "label": Kind("label {node} {code}:{action}", Applier._label),
-    "hold": Kind("keep {node} drained ({reason}) as its label asks", Applier._hold),
+    "hold": Kind("keep {node} drained ({reason})", Applier._hold),
     "drain": Kind("drain {node} ({reason})", Applier._drain),
     "down": Kind("set {node} DOWN ({reason}): drain_timeout passed", Applier._down),
-    "reset_gpu": Kind("reset the GPU of {code} on {node} (GPU reset)", Applier._reset_gpu),
+    "reset_gpu": Kind("reset the GPU of {code} on {node}", Applier._reset_gpu),
     "mirror": Kind("write {node}'s label and history again (hma reset)", Applier._mirror),
     "reboot": Kind("reboot {node} ({mode})", Applier._act),
     "replace": Kind("replace {node} ({mode})", Applier._act),
