@@ -4,12 +4,15 @@ test_remediation_engine (the same flows run on the real Slurm in tests/integrati
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from hma import cli
 from hma.contracts import label as label_mod
 from hma.contracts.model import Action, Clears
 from hma.health.store import Store
@@ -152,3 +155,49 @@ def test_reset_of_one_code_keeps_the_hold_while_the_count_stays_beyond(tmp_path:
     done = rem.release("SYS_A", "node", "bob", "cable")
     assert done["cleared"] == 1 and done["released"] and done["left"] == 2
     assert not rem.status()["held_for_human"]
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["reset", "--reason", "x"], "give either --all or CODE"),
+        (["reset", "--all", "GPU_XID_46", "--reason", "x"], "give either --all or CODE"),
+        (["reset", "--all", "--reason", "  "], "--reason must say what was repaired"),
+        (["reset", "--all", "--reason", "line\nbreak"], "printable characters on one line"),
+        (["reset", "79", "--reason", "x"], "unknown code 79 (did you mean GPU_XID_79"),
+        (["reset", "GPU_XID_46", "gpu 3", "--reason", "x"], "not a component: gpu 3"),
+    ],
+)
+def test_hma_reset_misuse_is_refused_before_anything_changes(
+    hma_env: Any, capsys: Any, argv: list[str], says: str
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("hma reset checks root first")
+    rc = cli.main([*argv, "--config", str(hma_env.config)])
+    err = capsys.readouterr().err
+    assert rc == 2 and says in err, err
+    assert not (hma_env.state / "state.db").exists()
+
+
+def test_hma_reset_without_a_daemon_or_slurm_records_who_and_why(
+    hma_env: Any, capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("hma reset needs root")
+    hma_env.write("[slurm]\nenabled = false\n[reporters.journald]\nenabled = false\n")
+    monkeypatch.setenv("SUDO_USER", "carol")
+    rc = cli.main(["reset", "gpu_xid_46", "--reason", "new GPU", "--config", str(hma_env.config)])
+    out = capsys.readouterr().out
+    assert rc == 0 and "reset GPU_XID_46: 0 remediation(s)" in out and "no daemon" in out
+    store = Store(str(hma_env.state / "state.db"))
+    try:
+        (row,) = store.remediations()
+        assert (row["action"], row["code"], row["who"], row["note"]) == (
+            "reset",
+            "GPU_XID_46",
+            "carol",
+            "new GPU",
+        )
+        assert store.history(1)[0]["who"] == "carol"
+    finally:
+        store.close()
