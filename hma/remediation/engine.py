@@ -208,8 +208,8 @@ class Remediator:
     def probe_ran(self, probe: str, started: float) -> None:
         """A run of ``probe`` that started at ``started`` completed (the daemon tells): what
         verifies a GPU after its reset, and a node after ``hma reset``."""
-        with self._lock:
-            self._runs[probe] = max(started, self._runs.get(probe, 0.0))
+        with self._lock:  # replaced whole: the worker reads it without the lock
+            self._runs = {**self._runs, probe: max(started, self._runs.get(probe, 0.0))}
         if self.enabled and self.outbox.episode() is not None:
             self._wake.set()
 
@@ -444,7 +444,7 @@ class Remediator:
             name, verdict = known.node_name, known.verdict
             if name is None or verdict is None:
                 return  # decided once the cluster told us who we are and the daemon gave a verdict
-            now = self.clock()
+            now, runs = self.clock(), self._runs
             seq, ep = self.outbox.load()
             with self.store.transaction() as conn:
                 situation = Situation(
@@ -462,8 +462,8 @@ class Remediator:
                     resume_hold=self._resume_hold(ep, known.boot_id, verdict),
                     remediations=tuple(self.outbox.remediations()),
                     human=self.outbox.human(),
-                    observed=max(self._runs.values(), default=0.0),
-                    verified=self._runs.get(VERIFY_PROBE, 0.0),
+                    observed=max(runs.values(), default=0.0),
+                    verified=runs.get(VERIFY_PROBE, 0.0),
                 )
                 result = plan(ep, seq, situation, self.policy, self._stale_checked)
                 self._stale_checked = result.stale_checked
