@@ -107,6 +107,27 @@ def cmd_ack(args: argparse.Namespace) -> int:
     return ack.main(setup, args.code.upper(), args.component)
 
 
+def cmd_reset(args: argparse.Namespace) -> int:
+    """A human says the node was repaired: clear its remediation history and hold."""
+    from hma.commands import reset
+
+    if os.geteuid() != 0:
+        print(
+            "hma reset: needs root (it changes the agent's state store); run it with sudo",
+            file=sys.stderr,
+        )
+        return 77
+    if args.all == (args.code is not None):
+        print("hma reset: give either --all or CODE [COMPONENT]", file=sys.stderr)
+        return 2
+    try:
+        setup = _load(args)
+    except ConfigError as exc:
+        return _config_failed(exc, 2)
+    code = args.code.upper() if args.code else None
+    return reset.main(setup, code, args.component, args.reason)
+
+
 def cmd_srun(args: argparse.Namespace) -> int:
     """``hma srun``: handled in ``main`` before argparse (srun's options pass through verbatim)."""
     return cmd_srun_argv(args.config, args.srun_args)
@@ -217,6 +238,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("code")
     p.add_argument("component", nargs="?")
     p.set_defaults(func=cmd_ack)
+
+    p = add("reset", help="a human repaired the node: clear its remediation history and hold")
+    p.add_argument("--all", action="store_true", help="everything (else CODE [COMPONENT])")
+    p.add_argument("code", nargs="?")
+    p.add_argument("component", nargs="?")
+    p.add_argument("--reason", required=True, help="what was repaired (recorded with who)")
+    p.set_defaults(func=cmd_reset)
 
     p = add("healthcheck", help="Slurm HealthCheckProgram: verdict and drain state")
     p.add_argument("--quiet", action="store_true", help="print nothing; only the exit code")
