@@ -194,6 +194,8 @@ class Daemon:
         self.inputs.put(SignalReceived(signum))
 
     def _configure(self) -> None:
+        for line in self.setup.config.warnings:  # `hma config check` prints them too
+            log.warning("configuration: %s", line)
         now = time.monotonic()
         old = self.probes
         self.probes = {}

@@ -40,6 +40,18 @@ def start_reporters(
     return out
 
 
+def unmet(configured: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """``reporters.NAME: problem`` for each enabled reporter this host cannot run (its
+    ``Reporter.unmet``)."""
+    classes, _broken = discover()
+    out = []
+    for name, values in sorted(configured.items()):
+        problem = classes[name].unmet(values) if values.get("enabled") and name in classes else None
+        if problem:
+            out.append(f"reporters.{name}: enabled, but {problem}")
+    return out
+
+
 def schemas(
     classes: Optional[Mapping[str, type[Reporter]]] = None,
 ) -> dict[str, Mapping[str, Option]]:
