@@ -119,7 +119,7 @@ FAMILIES: tuple[Family, ...] = (
     Family(
         "hma_remediation_held",
         "gauge",
-        "1 while remediation holds actions back (breaker, policy, dry run).",
+        "1 while remediation holds an action back (breaker, maintenance, limits: hma status).",
     ),
     Family(
         "hma_alerts_total",
