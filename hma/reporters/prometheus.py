@@ -124,13 +124,13 @@ FAMILIES: tuple[Family, ...] = (
     Family(
         "hma_alerts_total",
         "counter",
-        "Alerts (state changes) since the agent started or reloaded, by kind.",
+        "Alerts (state changes) since the agent started, by kind.",
         ("kind",),
     ),
     Family(
         "hma_remediation_actions_total",
         "counter",
-        "Remediation action alerts since the agent started or reloaded, by kind and outcome.",
+        "Remediation action alerts since the agent started, by kind and outcome.",
         ("action", "outcome"),
     ),
 )

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -243,3 +247,67 @@ def test_docs_list_every_metric() -> None:
     text = docs.read_text("utf-8")
     for name in prom.families():
         assert f"| `{name}` |" in text
+
+
+def test_start_reporters_keeps_an_unchanged_reporter(tmp_path: Path) -> None:
+    pytest.importorskip("prometheus_client")
+    opts = {"enabled": True, "textfile": str(tmp_path / "hma.prom")}
+    problems: list[str] = []
+    first = reporters.start_reporters({"prometheus": opts}, problems.append)
+    first[0].alert(alert("raised"))
+    again = reporters.start_reporters({"prometheus": dict(opts)}, problems.append, first)
+    assert again == first  # the same instance, its counters with it
+    moved = {**opts, "textfile": str(tmp_path / "other.prom")}
+    changed = reporters.start_reporters({"prometheus": moved}, problems.append, first)
+    assert changed[0] is not first[0]
+    off = reporters.start_reporters(
+        {"prometheus": {**opts, "enabled": False}}, problems.append, first
+    )
+    assert off == [] and problems == []
+
+
+@pytest.mark.timeout(90)
+def test_a_reload_keeps_the_counters(hma_env) -> None:  # type: ignore[no-untyped-def]
+    """The daemon keeps an unchanged reporter across SIGHUP: hma_alerts_total does not reset."""
+    pytest.importorskip("prometheus_client")
+    textfile = hma_env.base / "hma.prom"
+    hma_env.exec_probe("fan", 'echo "fan 3 failed"\nexit 2')
+    hma_env.write(
+        "[probes.fan]\ninterval = 0.5\n[probes.system]\nenabled = false\n"
+        "[reporters.journald]\nenabled = false\n"
+        f'[reporters.prometheus]\nenabled = true\ntextfile = "{textfile}"\n'
+    )
+    log = hma_env.base / "daemon.log"
+
+    def counters() -> dict:
+        if not textfile.exists():
+            return {}
+        return {
+            (s.name, s.labels.get("kind")): s.value
+            for f in parse(textfile)
+            for s in f.samples
+            if s.name in ("hma_alerts_total", "hma_status_generated_timestamp_seconds")
+        }
+
+    def wait(cond: Callable[[], bool], what: str) -> None:
+        deadline = time.monotonic() + 30
+        while not cond():
+            assert proc.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            time.sleep(0.1)
+
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "hma", "run"], env=hma_env.env(), stdout=out, stderr=out
+        )
+    try:
+        wait(lambda: counters().get(("hma_alerts_total", "raised")) == 1, "the fault counted")
+        proc.send_signal(signal.SIGHUP)
+        wait(lambda: "configuration reloaded" in log.read_text(), "the reload")
+        reloaded = time.time()
+        key = ("hma_status_generated_timestamp_seconds", None)
+        wait(lambda: counters().get(key, 0) > reloaded, "a textfile written after the reload")
+        assert counters()[("hma_alerts_total", "raised")] == 1
+    finally:
+        proc.terminate()
+        proc.wait(30)
