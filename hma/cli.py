@@ -49,18 +49,22 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_config_check(args: argparse.Namespace) -> int:
     """Validate the configuration: exit 0, or 2 with one ``key.path: problem`` line per error
-    (a broken plugin the configuration enables is one; any other is a warning)."""
+    (a broken plugin the configuration enables is one, and an enabled reporter this host cannot
+    run; any other broken plugin, and options of a plugin left off, are warnings)."""
     try:
         setup = _load(args)
     except ConfigError as exc:
         return _config_failed(exc, 2)
+    from hma import reporters
+
     for b in setup.broken:
         if b not in setup.broken_in_use:
             print(f"warning: {b.kind} plugin {b.name!r} failed to load: {b.error}", file=sys.stderr)
-    if setup.broken_in_use:
-        lines = [
-            f"{b.section}: {b.kind} plugin failed to load: {b.error}" for b in setup.broken_in_use
-        ]
+    for line in setup.config.warnings:
+        print(f"warning: {line}", file=sys.stderr)
+    lines = [f"{b.section}: {b.kind} plugin failed to load: {b.error}" for b in setup.broken_in_use]
+    lines += reporters.unmet(setup.config.reporters)
+    if lines:
         return _config_failed(ConfigError(lines), 2)
     files = ", ".join(setup.config.files) or "no file (all defaults)"
     print(f"configuration OK ({files})")

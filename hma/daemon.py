@@ -200,6 +200,8 @@ class Daemon:
         self.inputs.put(SignalReceived(signum))
 
     def _configure(self) -> None:
+        for line in self.setup.config.warnings:  # `hma config check` prints them too
+            log.warning("configuration: %s", line)
         now = time.monotonic()
         old = self.probes
         self.probes = {}
@@ -224,9 +226,11 @@ class Daemon:
         self._start_devices()
 
     def _make_reporters(self) -> list[Reporter]:
+        started = start_reporters(self.setup.config.reporters, log.error, self.reporters)
         for reporter in self.reporters:
-            _quietly(reporter.close)
-        return start_reporters(self.setup.config.reporters, log.error)
+            if reporter not in started:
+                _quietly(reporter.close)
+        return started
 
     def _make_remediator(self) -> Remediator:
         if self.remediator is not None:
