@@ -16,8 +16,8 @@ from hma.adapters import tomlcompat
 from hma.contracts.model import Action, Clears, Finding, Severity
 from hma.contracts.options import parse_duration
 
-CODE_RE = re.compile(r"^(GPU|NEURON|EFA|SYS|KERNEL|HMA|SLURM|SITE|DEEP)_[A-Z0-9_]+$")
-FAMILIES = ("GPU", "NEURON", "EFA", "SYS", "KERNEL", "HMA", "SLURM", "SITE", "DEEP")
+CODE_RE = re.compile(r"^(GPU|NEURON|EFA|IB|SYS|KERNEL|HMA|SLURM|SITE|DEEP)_[A-Z0-9_]+$")
+FAMILIES = ("GPU", "NEURON", "EFA", "IB", "SYS", "KERNEL", "HMA", "SLURM", "SITE", "DEEP")
 
 _DEFAULT_FAIL_AFTER = 2
 _DEFAULT_CLEAR_AFTER = 2
@@ -47,6 +47,7 @@ class Entry:
     within: float = 0.0
     per: str = "component"
     mode: str = "act"
+    reset_gpu: bool = False  # a GPU reset may clear it (NVIDIA's resolution RESET_GPU)
 
     @property
     def family(self) -> str:
@@ -109,6 +110,7 @@ _FIELDS: dict[str, Any] = {
     "within": (int, float, str),
     "per": str,
     "mode": str,
+    "reset_gpu": bool,
 }
 
 
@@ -147,6 +149,7 @@ def parse_entry(code: str, raw: Mapping[str, Any]) -> Entry:
             within=parse_duration(raw.get("within", 0.0)),
             per=str(raw.get("per", "component")),
             mode=str(raw.get("mode", "act")),
+            reset_gpu=bool(raw.get("reset_gpu", False)),
         )
     except ValueError as exc:
         raise CatalogueError(f"{code}: {exc}") from None
@@ -157,6 +160,8 @@ def parse_entry(code: str, raw: Mapping[str, Any]) -> Entry:
         raise CatalogueError(f"{code}: agent codes never drain")
     if entry.clears is Clears.WINDOW and entry.window_s <= 0:
         raise CatalogueError(f"{code}.window_s: required when clears = 'window'")
+    if entry.reset_gpu and (entry.family != "GPU" or not entry.drains):
+        raise CatalogueError(f"{code}.reset_gpu: only for GPU codes that drain")
     if entry.fail_after < 1 or entry.clear_after < 1:
         raise CatalogueError(f"{code}: fail_after and clear_after must be >= 1")
     return entry
