@@ -175,8 +175,9 @@ class Pipeline:
             return Applied(old.verdict(now), False)
         keys = {(r.component, r.code) for r in gone}
         kept = [r for r in old.records() if (r.component, r.code) not in keys]
-        self.model = HealthModel(old.catalogue, old.boot_id, kept)
+        self.model = HealthModel(old.catalogue, old.boot_id, kept, old.occurrences())
         self.model.changed.update(keys | old.changed)
+        self.model.changed_occurrences.update(old.changed_occurrences)
         transitions = [
             Transition("cleared", old.fault(r), now, "GPU reset") for r in gone if r.active
         ]

@@ -311,3 +311,24 @@ def test_status_and_metrics_show_the_count_and_observe_mode() -> None:
     assert status.exit_code(doc) == 1  # warnings: nothing is critical yet
     rows = prometheus.samples(doc)["hma_findings_observed"]
     assert rows == [({"code": "GPU_XID_79", "component": "gpu:0000:5d:00", "would": "reboot"}, 1.0)]
+
+
+def test_a_gpu_reset_keeps_the_counts_of_counted_codes(hma_env: Any) -> None:
+    from hma import assembly
+    from hma.health.pipeline import Pipeline
+
+    hma_env.write('[codes.GPU_XID_13]\nafter = 3\nwithin = "1h"\n')
+    setup = assembly.load(str(hma_env.config))
+    store = Store(str(hma_env.state / "state.db"))
+    try:
+        pipeline = Pipeline(setup, store, "boot-a", lambda _alert: None)
+        pipeline.event(xid(setup.catalogue, 13, GPU3), 100.0)
+        pipeline.event(xid(setup.catalogue, 13, GPU3), 200.0)
+        pipeline.event(xid(setup.catalogue, 109, GPU3), 210.0)  # a reset clears Xid 109
+        cleared = pipeline.gpu_reset("gpu:0000:3b:00", 220.0, 230.0)
+        assert [f.code for f in cleared.verdict.faults] == ["GPU_XID_13"]
+        (third,) = pipeline.event(xid(setup.catalogue, 13, GPU3), 300.0)
+        assert [f.code for f in third.verdict.draining] == ["GPU_XID_13"]
+        assert store.load_occurrences()[0] == pipeline.model.occurrences()
+    finally:
+        store.close()
