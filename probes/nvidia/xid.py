@@ -192,3 +192,8 @@ class Dedup:
             cutoff = now - self.window_s
             self._open = {k: v for k, v in self._open.items() if v[0] >= cutoff}
         return finding.with_(details={**finding.details, "count": held + 1})
+
+    def forget(self, component: str, code: str) -> None:
+        """Drop the open windows of (component, code): the fault was cleared, so its next
+        sighting is news, not a repeat."""
+        self._open = {k: v for k, v in self._open.items() if k[:2] != (component, code)}

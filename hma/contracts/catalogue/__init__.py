@@ -38,6 +38,7 @@ class Entry:
     clear_after: int = _DEFAULT_CLEAR_AFTER
     window_s: float = 0.0
     enabled: bool = True
+    source: str = ""  # what the detector is grounded in: driver source file and format, document
 
     @property
     def family(self) -> str:
@@ -57,6 +58,7 @@ _FIELDS: dict[str, Any] = {
     "clear_after": int,
     "window_s": (int, float),
     "enabled": bool,
+    "source": str,
 }
 
 
@@ -91,6 +93,7 @@ def parse_entry(code: str, raw: Mapping[str, Any]) -> Entry:
             clear_after=int(raw.get("clear_after", _DEFAULT_CLEAR_AFTER)),
             window_s=float(raw.get("window_s", 0.0)),
             enabled=bool(raw.get("enabled", True)),
+            source=str(raw.get("source", "")),
         )
     except ValueError as exc:
         raise CatalogueError(f"{code}: {exc}") from None
@@ -228,12 +231,15 @@ class Catalogue:
         """The finding with severity and action filled from the catalogue.
 
         A probe may set a severity itself (e.g. ``unknown`` when it could not measure); an
-        operator override of the code's severity always wins over both.
+        operator override of the code's severity wins over both, except over ``unknown`` and
+        ``ok`` (a kernel-log line saying the fault is over).
         """
         entry = self.entry(finding.code)
         fields = self._overridden.get(entry.code, frozenset())
         severity = finding.severity
-        if severity is None or ("severity" in fields and severity is not Severity.UNKNOWN):
+        if severity is None or (
+            "severity" in fields and severity not in (Severity.UNKNOWN, Severity.OK)
+        ):
             severity = entry.severity
         action = finding.action
         if action is None or "action" in fields:
@@ -305,7 +311,7 @@ def explain(entry: Entry) -> str:
         f"{entry.code}\n  {entry.summary}\n\n"
         f"  severity:  {entry.severity}\n  action:    {entry.action}\n  drains:    {drains}\n"
         f"  raised:    {onset}\n  clears:    {clears_text(entry)}\n\n"
-        f"  What to do: {entry.remedy}"
+        f"  What to do: {entry.remedy}" + (f"\n\n  Source: {entry.source}" if entry.source else "")
     )
 
 
