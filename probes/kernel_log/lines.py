@@ -30,7 +30,9 @@ class Record:
     message: str
 
 
-_DMESG_TS = re.compile(r"^\[\s*\d+\.\d+(?: <\s*\d+\.\d+>)?\]\s?")
+# `[  170.053881] ` (`--show-delta`: `[ ts <delta>]`), with `dmesg -r`'s `<pri>` before it and
+# CONFIG_PRINTK_CALLER's `[  T292]` after it
+_DMESG_TS = re.compile(r"^(?:<\d{1,3}>)?\[\s*\d+\.\d+(?: <\s*\d+\.\d+>)?\](?:\[\s*[TC]\d+\])?\s?")
 _CTIME = re.compile(
     r"^\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} [ \d]?\d \d\d:\d\d:\d\d \d{4}\]\s?"
 )
@@ -85,7 +87,7 @@ _TIME_KMSG = re.compile(r"^\d{1,4},\d{1,20},(\d{1,20}),")
 _TIME_UNIX = re.compile(r"^(\d{9,}\.\d{6}) ")
 _TIME_ISO = re.compile(r"(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?")
 _TIME_SYSLOG = re.compile(r"([A-Z][a-z]{2}) +(\d{1,2}) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?")
-_TIME_DMESG = re.compile(r"\[\s*(\d+\.\d+)")
+_TIME_DMESG = re.compile(r"(?:<\d{1,3}>)?\[\s*(\d+\.\d+)")
 _MONTHS = "JanFebMarAprMayJunJulAugSepOctNovDec"
 
 
