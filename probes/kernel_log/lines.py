@@ -72,6 +72,15 @@ _HOST_THEN_IDENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]* \S+?\[\d+\]: ")
 # `sshd[1]: ...`: a user-space syslog tag (the kernel's `comm[pid]: segfault` lines look alike;
 # no rule is about them).
 _USER_TAG = re.compile(r"^[A-Za-z0-9_.@/-]+\[\d+\]: ")
+# after `[ts] `: the kernel's identifier (journalctl short-monotonic), or a user-space one (with a
+# host, or a bare tag); one match for the three (dmesg lines match none)
+_IDENT_AFTER_TS = re.compile(
+    r"(?P<kernel>(?:\S+ )?kernel: )|(?P<user>"
+    + _HOST_THEN_IDENT.pattern
+    + "|"
+    + _USER_TAG.pattern[1:]
+    + ")"
+)
 _KMSG = re.compile(r"^(?P<pri>\d{1,4}),(?P<seq>\d{1,20}),(?P<ts>\d{1,20}),[^;]*;(?P<msg>.*)$")
 # journald `-o short` without a host (seen in some exports): `kernel: message`.
 _BARE_IDENT = re.compile(r"^(?P<ident>kernel|NVRM): (?P<msg>.*)$")
@@ -133,7 +142,7 @@ def saved_line(line: str) -> tuple[str, Optional[str]]:
     except a user-space tag (``ident[pid]: ...``) and a continuation line (leading blank).
     """
     line = line.rstrip("\r\n")
-    m = _KMSG.match(line)
+    m = None if line[:1] == "[" else _KMSG.match(line)  # dmesg lines first: the common case
     if m:
         return "kmsg", m.group("msg")
     if line.startswith(('{"', '\x1e{"')):
@@ -148,12 +157,12 @@ def saved_line(line: str) -> tuple[str, Optional[str]]:
     m = _DMESG_TS.match(line)
     if m:
         rest = line[m.end() :]
-        message = _identified(rest)
-        if message is not None:
-            return "monotonic", message
-        if _HOST_THEN_IDENT.match(rest) or _USER_TAG.match(rest):
-            return "monotonic", None
-        return "dmesg", rest
+        ident = _IDENT_AFTER_TS.match(rest)
+        if ident is None:
+            return "dmesg", rest
+        if ident.lastgroup == "kernel":
+            return "monotonic", _DMESG_TS.sub("", rest[ident.end() :], count=1)
+        return "monotonic", None
     m = _CTIME.match(line) or _ISO_DMESG.match(line)
     if m:
         return ("ctime" if line[0] == "[" else "iso"), line[m.end() :]

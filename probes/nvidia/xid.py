@@ -92,8 +92,10 @@ def xid_code(xid: int) -> str:
     return f"{PREFIX}{xid}" if xid in _catalogued() else OTHER
 
 
+@functools.lru_cache(maxsize=4096)
 def component_of(pci: str) -> str:
-    """GPU component key of a PCI id as printed by the driver or NVML; ``node`` if unreadable."""
+    """GPU component key of a PCI id as printed by the driver or NVML; ``node`` if unreadable
+    (cached: a storm of Xid lines names the same few GPUs)."""
     try:
         return gpu_component(pci)
     except (ValueError, IndexError):

@@ -25,6 +25,7 @@ A rule file::
 from __future__ import annotations
 
 import collections
+import functools
 import re
 import string
 from dataclasses import dataclass
@@ -109,8 +110,11 @@ def derive_needles(pattern: re.Pattern[str]) -> list[str]:
     return [best] if len(best) >= 3 else []
 
 
-def _fields(template: str) -> list[str]:
-    return [f for _, f, _, _ in string.Formatter().parse(template) if f]
+@functools.lru_cache(maxsize=1024)
+def _fields(template: str) -> tuple[str, ...]:
+    """The named fields of a component or message template (cached: a few templates, parsed
+    once, not per matching line)."""
+    return tuple(f for _, f, _, _ in string.Formatter().parse(template) if f)
 
 
 def compile_rule(raw: Mapping[str, Any], origin: str) -> Rule:
@@ -300,6 +304,15 @@ class RuleSet:
         self.needles: Optional[tuple[str, ...]] = None
         if all(r.needles for r in self.rules):
             self.needles = tuple(sorted({n for r in self.rules for n in r.needles}))
+        # needle -> the rules (their positions) that need it, so that a message is tried only
+        # against the rules whose literals it holds; rules without needles are always tried
+        by_needle: dict[str, list[int]] = {}
+        for i, rule in enumerate(self.rules):
+            for needle in rule.needles:
+                by_needle.setdefault(needle, []).append(i)
+        self.by_needle: dict[str, tuple[int, ...]] = {k: tuple(v) for k, v in by_needle.items()}
+        self.always: tuple[int, ...] = tuple(i for i, r in enumerate(self.rules) if not r.needles)
+        self.all_needles: tuple[str, ...] = tuple(sorted(by_needle))
 
     @classmethod
     def load(cls, site_folder: Optional[str] = None) -> RuleSet:
@@ -338,6 +351,9 @@ class Matcher:
     def __init__(self, ruleset: RuleSet, source: str) -> None:
         self.rules = ruleset.rules
         self.needles = ruleset.needles
+        self._all_needles = ruleset.all_needles
+        self._by_needle = ruleset.by_needle
+        self._always = ruleset.always
         self.source = source
         self._recent: collections.deque[str] = collections.deque(maxlen=max(ruleset.history, 1))
         self._pending: Optional[Callable[[], Sequence[str]]] = None
@@ -361,9 +377,16 @@ class Matcher:
         if len(message) > MAX_MESSAGE:
             message = message[:MAX_MESSAGE]
         try:
-            if self.needles is not None and not any(n in message for n in self.needles):
-                return None  # the common case: one cheap check, no regular expression
-            return self._match(message, ts, evidence or {}, at)
+            found = [n for n in self._all_needles if n in message]
+            if not found and not self._always:
+                return None  # the common case: literal checks only, no regular expression
+            if len(found) == 1 and not self._always:
+                candidates: Sequence[int] = self._by_needle[found[0]]
+            else:
+                candidates = sorted(
+                    {*self._always, *(i for n in found for i in self._by_needle[n])}
+                )
+            return self._match(message, ts, evidence or {}, at, candidates)
         finally:
             if self._pending is not None:  # not needed: the lines before are unknown here
                 self._pending = None
@@ -386,20 +409,22 @@ class Matcher:
         ts: float,
         evidence: Mapping[str, Any],
         at: Union[None, float, Callable[[], Optional[float]]],
+        candidates: Sequence[int],
     ) -> Optional[Finding]:
-        for rule in self.rules:
-            if rule.needles and not any(n in message for n in rule.needles):
-                continue
-            m = rule.pattern.search(message)
-            if m is None:
-                continue
-            details: dict[str, Any] = {"line": message[:1000], "rule": rule.name, **evidence}
-            if rule.kind == "xid":
+        """The first of the ``candidates`` rules (positions, in rule order) that matches."""
+        for i in candidates:
+            rule = self.rules[i]
+            if rule.kind == "xid":  # its pattern is the Xid parser's: parse once
                 line = xid.parse_xid_line(message)
                 if line is None:
                     continue
+                details = {"line": message[:1000], "rule": rule.name, **evidence}
                 finding = xid.line_finding(line, details, self.source, ts)
                 return _override(finding, rule)
+            m = rule.pattern.search(message)
+            if m is None:
+                continue
+            details = {"line": message[:1000], "rule": rule.name, **evidence}
             groups = {k: v for k, v in m.groupdict().items() if v is not None}
             if rule.before is not None:
                 missing = set(rule.before.groupindex) - set(groups)
@@ -410,11 +435,7 @@ class Matcher:
             component = _component(rule.component, groups)
             if rule.count > 1 and not self._storm(rule, component, at):
                 return None  # one more match counted; not (yet) a storm
-            message_text = (
-                string.Formatter().vformat(rule.message, (), _Groups(groups))
-                if rule.message
-                else message
-            )
+            message_text = rule.message.format_map(_Groups(groups)) if rule.message else message
             details.update({k: v for k, v in groups.items() if k != "gpu"})
             if rule.count > 1:
                 details.update(storm_count=rule.count, storm_window_s=rule.window_s)
