@@ -108,7 +108,9 @@ class _Scan:
         self.export = False  # a candidate line was a journal export field (not read)
         self.not_kept = not_kept if not_kept is not None else [0]  # lines of faults not kept
         self.matcher = rules.matcher(SOURCE)
-        self.needles = [n.encode() for n in rules.needles] if rules.needles is not None else None
+        self.needles = (
+            [(n.encode(), n) for n in rules.needles] if rules.needles is not None else None
+        )
         self.history = rules.history
         self.hits = hits
         self.lineno = 0  # lines before the current block
@@ -117,22 +119,26 @@ class _Scan:
 
     def block(self, block: bytes) -> None:
         """Match the candidate lines of one block (of :func:`blocks`)."""
+        found: dict[int, Optional[list[str]]] = {}  # line start -> the needles it holds
         if self.needles is None:
-            starts = _all_starts(block)
+            found = dict.fromkeys(_all_starts(block))
         else:
-            found: set[int] = set()
-            for needle in self.needles:
+            for needle, text in self.needles:
                 pos = block.find(needle)
                 while pos >= 0:  # every block ends with a newline: the next search is further on
-                    found.add(block.rfind(b"\n", 0, pos) + 1)
+                    start = block.rfind(b"\n", 0, pos) + 1
+                    held = found.get(start)
+                    if held is None:
+                        found[start] = [text]
+                    else:
+                        held.append(text)
                     pos = block.find(needle, block.find(b"\n", pos) + 1)
-            starts = sorted(found)
         counted, lineno = 0, self.lineno
-        for start in starts:
+        for start in sorted(found):
             lineno += block.count(b"\n", counted, start)
             counted = start
             end = block.find(b"\n", start)
-            self._line(block, start, end, lineno + 1)
+            self._line(block, start, end, lineno + 1, found[start])
         self.lineno += block.count(b"\n")
         if self.history:
             self.tail = (self.tail + self._before(block, len(block), self.history))[-self.history :]
@@ -152,7 +158,9 @@ class _Scan:
         context = (saved_line(b.decode("utf-8", "replace").rstrip("\r"))[1] for b in before)
         return [m for m in context if m is not None]
 
-    def _line(self, block: bytes, start: int, end: int, lineno: int) -> None:
+    def _line(
+        self, block: bytes, start: int, end: int, lineno: int, needles: Optional[list[str]]
+    ) -> None:
         line = block[start:end].decode("utf-8", "replace").rstrip("\r")
         fmt, message = saved_line(line)
         if message is None:  # written by user space: no kernel message
@@ -161,7 +169,7 @@ class _Scan:
         if self.history:
             self.matcher.lazy_context(lambda: self._context(block, start))
         evidence = {"file": self.path, "lineno": lineno, "format": fmt}
-        found = self.matcher.feed(message, 0.0, evidence, lambda: line_time(line))
+        found = self.matcher.feed(message, 0.0, evidence, lambda: line_time(line), needles)
         if found is None:
             return
         if self.each is not None:

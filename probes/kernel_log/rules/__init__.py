@@ -366,8 +366,13 @@ class Matcher:
         ts: float = 0.0,
         evidence: Optional[Mapping[str, Any]] = None,
         at: Union[None, float, Callable[[], Optional[float]]] = None,
+        needles: Optional[Sequence[str]] = None,
     ) -> Optional[Finding]:
         """The finding of the first rule that matches ``message``, or None.
+
+        ``needles``: the rules' needles the caller already found in the line the message comes
+        from (``hma logscan`` finds them in whole blocks), which saves looking for them again;
+        a superset of those in the message is fine (a rule's expression still decides).
 
         ``at`` is the record's own time in seconds (the kernel's monotonic stamp, the time a
         saved line carries; or a function that returns it, called only when a storm rule
@@ -377,7 +382,10 @@ class Matcher:
         if len(message) > MAX_MESSAGE:
             message = message[:MAX_MESSAGE]
         try:
-            found = [n for n in self._all_needles if n in message]
+            if needles is None:
+                found = [n for n in self._all_needles if n in message]
+            else:
+                found = list(needles)
             if not found and not self._always:
                 return None  # the common case: literal checks only, no regular expression
             if len(found) == 1 and not self._always:
