@@ -128,3 +128,15 @@ def test_every_new_code_names_its_source() -> None:
         if rule.origin != "neuron.toml" and rule.kind == "code":
             entry = CAT.get(rule.code)
             assert entry is not None and entry.source, rule.code
+
+
+def test_explain_and_the_catalogue_document_show_the_source() -> None:
+    from hma.commands.docs import catalogue_md
+    from hma.contracts.catalogue import explain
+
+    entry = CAT.entry("KERNEL_FS_READONLY")
+    assert "Source: fs/ext4/super.c ext4_handle_error()" in explain(entry)
+    assert "  Source:" not in explain(CAT.entry("SYS_FS_READONLY"))  # no source: no line
+    doc = catalogue_md()
+    sources = doc[doc.index("## Sources") :]
+    assert "| `KERNEL_SXID_FATAL` | open-gpu-kernel-modules" in sources
