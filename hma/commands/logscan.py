@@ -293,6 +293,9 @@ def render_text(doc: dict[str, Any]) -> str:
         lines.append(f"    {printable(d['raw'])}")
         if d.get("last_line"):
             lines.append(f"    last at {printable(d['last_at'])}: {printable(d['last_line'])}")
+        if d.get("cleared_line"):
+            cleared = f"{printable(d['cleared_at'])}: {printable(d['cleared_line'])}"
+            lines.append(f"    cleared at {cleared}")
     if doc.get("not_kept"):
         lines.append(f"{doc['not_kept']} matching line(s) of further faults not kept")
     for err in doc["errors"]:

@@ -93,3 +93,5 @@ def test_a_cleared_fault_is_reported_cleared() -> None:
     assert ("nfs:7.247.192.16", "ok") in by_key
     assert by_key[("nfs:10.0.0.5", "warning")]["details"]["count"] == 1  # never cleared
     assert doc["severity"] == "warning"
+    text = logscan.render_text(doc)
+    assert "cleared at " in text and "nfs: server 10.66.16.116 OK" in text
