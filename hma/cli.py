@@ -49,7 +49,12 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_config_check(args: argparse.Namespace) -> int:
     """Validate the configuration: exit 0, or 2 with one ``key.path: problem`` line per error
-    (a broken plugin the configuration enables is one; any other is a warning)."""
+    (a broken plugin the configuration enables is one; any other is a warning). Each drop-in
+    with a ``[match]`` table gets a line first: applied here or not, and why."""
+    from hma.config import files as configfile
+
+    for note in configfile.read_layers_noted(configfile.config_path(args.config))[2]:
+        print(note)
     try:
         setup = _load(args)
     except ConfigError as exc:
