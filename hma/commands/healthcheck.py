@@ -170,6 +170,7 @@ def _standalone(setup: Any, now: float, quiet: bool) -> int:
         rem = Remediator(setup, store, start=False, node_name=node)
         try:
             rem.refresh()
+            rem.update(verdict, boot_id)
             left = deadline - time.monotonic() - 2.0
             rem.flush(
                 timeout=max(0.0, min(float(setup.config.section("slurm")["timeout"]) * 3, left))
