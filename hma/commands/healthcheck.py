@@ -53,13 +53,14 @@ def _prepare_environment(slurm: dict[str, Any]) -> None:
 
 def run(config_file: Optional[str] = None, quiet: bool = False) -> int:
     """Do one health check; returns the exit code."""
-    answer = _from_daemon(config_file, quiet)
+    raw, _files, errors = configfile.read_raw(configfile.config_path(config_file))
+    answer = _from_daemon(raw, errors, quiet)
     if answer is not None:
         return answer
     from hma import assembly
 
     try:
-        setup = assembly.load(config_file)
+        setup = assembly.load(config_file, only=_wanted(raw), remediates=True)
     except ConfigError as exc:
         for line in exc.errors:
             print(f"hma healthcheck: {line}", file=sys.stderr)
@@ -68,13 +69,26 @@ def run(config_file: Optional[str] = None, quiet: bool = False) -> int:
     return _standalone(setup, time.time(), quiet)
 
 
-def _from_daemon(config_file: Optional[str], quiet: bool) -> Optional[int]:
-    """The running daemon's answer (printed), read with nothing but the configuration files and
-    status.json; None when no daemon answers (or the files cannot be read: the full load
-    reports why)."""
+def _wanted(raw: Mapping[str, Any]) -> list[str]:
+    """The probes to load: every installed and executable one the configuration ``raw`` does
+    not disable (``enabled = false``); the others are neither imported nor checked (``hma config
+    check`` does that)."""
+    from hma.detection import registry
+
+    probes_dir = configfile.agent_path(raw, "probes_dir")[0]
+    names = {*registry.entry_point_names(), *registry.exec_probes(probes_dir)}
+    tables = raw.get("probes")
+    tables = tables if isinstance(tables, dict) else {}
+    off = {n for n, t in tables.items() if isinstance(t, dict) and t.get("enabled") is False}
+    return sorted(names - off)
+
+
+def _from_daemon(raw: Mapping[str, Any], errors: list[str], quiet: bool) -> Optional[int]:
+    """The running daemon's answer (printed), read with nothing but the configuration files
+    (``raw``, read with ``errors``) and status.json; None when no daemon answers (or the files
+    cannot be read: the full load reports why)."""
     from hma.commands.status import boot_id_in
 
-    raw, _files, errors = configfile.read_raw(configfile.config_path(config_file))
     run_dir, problems = configfile.agent_path(raw, "run_dir", errors)
     if problems:
         return None

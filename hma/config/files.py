@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 from hma.adapters import tomlcompat
-from hma.config import match
+
+if TYPE_CHECKING:  # imported when a drop-in has a [match] table: `hma status` stays light
+    from hma.config import match
 
 DEFAULT_PATH = "/etc/hma/hma.toml"
 # Defaults of the [agent] paths that are read before validation (hma.config.schema declares them
@@ -20,6 +22,7 @@ STATE_DIR = "/var/lib/hma"
 RUN_DIR = "/run/hma"
 PROBES_DIR = "/etc/hma/probes.d"
 EARLY_DEFAULTS = {"state_dir": STATE_DIR, "run_dir": RUN_DIR, "probes_dir": PROBES_DIR}
+MATCH = "match"  # the table of a drop-in for some nodes only (hma.config.match)
 
 
 class ConfigError(Exception):
@@ -88,10 +91,12 @@ def read_layers_noted(
         except tomlcompat.TOMLDecodeError as exc:
             errors.append(f"{candidate}: invalid TOML: {exc}")
             continue
-        if match.TABLE not in data:
+        if MATCH not in data:
             layers.append((str(candidate), data))
             continue
-        table = data.pop(match.TABLE)
+        from hma.config import match
+
+        table = data.pop(MATCH)
         if candidate == path:
             errors.append(f"{candidate}: [match] belongs in a drop-in (hma.d/*.toml), not here")
             layers.append((str(candidate), data))

@@ -12,10 +12,8 @@ from __future__ import annotations
 import os
 import re
 import socket
-from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, NamedTuple, Optional
 
-TABLE = "match"
 KEYS = ("hosts", "hardware")
 
 # PCI ids (sysfs ``bus/pci/devices/*/{vendor,device,class}``), present whether a driver is loaded
@@ -38,8 +36,7 @@ class PatternError(ValueError):
     """A host pattern that is not valid hostlist/wildcard syntax."""
 
 
-@dataclass(frozen=True)
-class _Range:
+class _Range(NamedTuple):
     low: int
     high: int
     width: int  # digits, zero-padded (``001-128``: 3)
@@ -133,15 +130,18 @@ def _ranges(text: str, inside: str) -> list[_Range]:
     return ranges
 
 
-@dataclass
 class Node:
     """What a ``[match]`` is judged against: this host's names and hardware (read once, on
-    first need, from the PCI devices under ``sysfs``)."""
+    first need, from the PCI devices under ``sysfs``; ``reader`` replaces ``read_hardware``)."""
 
-    names: tuple[str, ...]
-    sysfs: str = "/sys"
-    _hardware: Optional[frozenset[str]] = field(default=None, repr=False)
-    reader: Optional[Callable[[str], frozenset[str]]] = field(default=None, repr=False)
+    def __init__(
+        self,
+        names: tuple[str, ...],
+        sysfs: str = "/sys",
+        reader: Optional[Callable[[str], frozenset[str]]] = None,
+    ) -> None:
+        self.names, self.sysfs, self.reader = names, sysfs, reader or read_hardware
+        self._hardware: Optional[frozenset[str]] = None
 
     @classmethod
     def here(cls, sysfs: str = "/sys") -> Node:
@@ -152,7 +152,7 @@ class Node:
     def hardware(self) -> frozenset[str]:
         """The kinds of ``HARDWARE`` present; OSError when the PCI devices cannot be listed."""
         if self._hardware is None:
-            self._hardware = (self.reader or read_hardware)(self.sysfs)
+            self._hardware = self.reader(self.sysfs)
         return self._hardware
 
 
