@@ -170,3 +170,40 @@ def test_the_health_check_stops_itself_at_its_timeout(tmp_path: Path) -> None:
     )
     assert out.returncode == 3, (out.stdout, out.stderr)
     assert "stopped after 3 s" in out.stderr
+
+
+def test_without_the_daemon_disabled_probes_are_not_even_imported(tmp_path: Path) -> None:
+    """The health check loads only the probes it may run (and every reporter, for its alerts)."""
+    cfg = tmp_path / "hma.toml"
+    cfg.write_text(
+        f'[agent]\nstate_dir = "{tmp_path}/s"\nrun_dir = "{tmp_path}/r"\n'
+        f'probes_dir = "{tmp_path}/p"\nnode_name = "n1"\n'
+        "[slurm]\nenabled = false\n"
+        + "".join(
+            f"[probes.{name}]\nenabled = false\n"
+            for name in ("gpu", "nvidia_smi", "neuron", "efa", "efa_mesh", "slurm")
+        )
+        + '[probes.system]\nfilesystems = ["/"]\n'
+    )
+    script = (
+        "import sys; from hma.commands.healthcheck import run; rc = run(sys.argv[1], quiet=True); "
+        "print(rc, sorted(m for m in sys.modules if m.startswith(('hma.probes', 'pynvml'))), "
+        "'hma.reporters.journal' in sys.modules)"
+    )
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(cfg)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    rc, *rest = out.stdout.split(" ", 1)
+    assert rc in ("0", "1", "2")  # the system probe ran and judged this machine
+    modules = rest[0]
+    assert "hma.probes.system" in modules
+    for family in ("nvidia", "neuron", "efa", "slurm", "kernel_log", "pynvml"):
+        assert family not in modules, modules
+    assert modules.rstrip().endswith("True")  # the journald reporter is there for alerts
