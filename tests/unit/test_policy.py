@@ -332,3 +332,14 @@ def test_a_gpu_reset_keeps_the_counts_of_counted_codes(hma_env: Any) -> None:
         assert store.load_occurrences()[0] == pipeline.model.occurrences()
     finally:
         store.close()
+
+
+def test_logscan_shows_a_burst_of_a_counted_code_as_a_warning() -> None:
+    from hma.commands import logscan
+
+    cat = load_builtin()
+    burst = logscan.Hit(xid_finding(13, GPU3, {}, "logscan"), count=6)
+    (found,) = logscan.document([burst], [], cat)["findings"]
+    assert (found["severity"], found["action"], found["details"]["count"]) == ("warning", "none", 6)
+    (fatal,) = logscan.document([logscan.Hit(xid_finding(79, GPU3))], [], cat)["findings"]
+    assert fatal["severity"] == "critical"

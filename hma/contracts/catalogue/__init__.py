@@ -48,6 +48,7 @@ class Entry:
     per: str = "component"
     mode: str = "act"
     reset_gpu: bool = False  # a GPU reset may clear it (NVIDIA's resolution RESET_GPU)
+    source: str = ""  # what the detector is grounded in: driver source file and format, document
 
     @property
     def family(self) -> str:
@@ -111,6 +112,7 @@ _FIELDS: dict[str, Any] = {
     "per": str,
     "mode": str,
     "reset_gpu": bool,
+    "source": str,
 }
 
 
@@ -150,6 +152,7 @@ def parse_entry(code: str, raw: Mapping[str, Any]) -> Entry:
             per=str(raw.get("per", "component")),
             mode=str(raw.get("mode", "act")),
             reset_gpu=bool(raw.get("reset_gpu", False)),
+            source=str(raw.get("source", "")),
         )
     except ValueError as exc:
         raise CatalogueError(f"{code}: {exc}") from None
@@ -317,12 +320,15 @@ class Catalogue:
         """The finding with severity and action filled from the catalogue.
 
         A probe may set a severity itself (e.g. ``unknown`` when it could not measure); an
-        operator override of the code's severity always wins over both.
+        operator override of the code's severity wins over both, except over ``unknown`` and
+        ``ok`` (a kernel-log line saying the fault is over).
         """
         entry = self.entry(finding.code)
         fields = self._overridden.get(entry.code, frozenset())
         severity = finding.severity
-        if severity is None or ("severity" in fields and severity is not Severity.UNKNOWN):
+        if severity is None or (
+            "severity" in fields and severity not in (Severity.UNKNOWN, Severity.OK)
+        ):
             severity = entry.severity
         action = finding.action
         if action is None or "action" in fields:
@@ -418,7 +424,7 @@ def explain(entry: Entry) -> str:
         f"{entry.code}\n  {entry.summary}\n\n"
         f"  severity:  {entry.severity}\n  action:    {entry.action}\n  drains:    {drains}\n"
         f"  raised:    {onset}\n  clears:    {clears_text(entry)}\n{mode}\n"
-        f"  What to do: {entry.remedy}"
+        f"  What to do: {entry.remedy}" + (f"\n\n  Source: {entry.source}" if entry.source else "")
     )
 
 
