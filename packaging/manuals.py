@@ -46,9 +46,9 @@ State: findings history, reboot counts, the remediation outbox.
 .TP
 .B {DOC_DIR}/
 The documentation; a path
-.I docs/NAME.md
+.BI docs/ NAME .md
 named in this manual is
-.IR {DOC_DIR}/NAME.md ."""
+.BI {DOC_DIR}/ NAME .md\fR."""
 
 
 def commands(parser: argparse.ArgumentParser) -> Iterator[tuple[str, str, argparse.ArgumentParser]]:
