@@ -49,18 +49,22 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_config_check(args: argparse.Namespace) -> int:
     """Validate the configuration: exit 0, or 2 with one ``key.path: problem`` line per error
-    (a broken plugin the configuration enables is one; any other is a warning)."""
+    (a broken plugin the configuration enables is one, and an enabled reporter this host cannot
+    run; any other broken plugin, and options of a plugin left off, are warnings)."""
     try:
         setup = _load(args)
     except ConfigError as exc:
         return _config_failed(exc, 2)
+    from hma import reporters
+
     for b in setup.broken:
         if b not in setup.broken_in_use:
             print(f"warning: {b.kind} plugin {b.name!r} failed to load: {b.error}", file=sys.stderr)
-    if setup.broken_in_use:
-        lines = [
-            f"{b.section}: {b.kind} plugin failed to load: {b.error}" for b in setup.broken_in_use
-        ]
+    for line in setup.config.warnings:
+        print(f"warning: {line}", file=sys.stderr)
+    lines = [f"{b.section}: {b.kind} plugin failed to load: {b.error}" for b in setup.broken_in_use]
+    lines += reporters.unmet(setup.config.reporters)
+    if lines:
         return _config_failed(ConfigError(lines), 2)
     files = ", ".join(setup.config.files) or "no file (all defaults)"
     print(f"configuration OK ({files})")
@@ -105,6 +109,27 @@ def cmd_ack(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return _config_failed(exc, 2)
     return ack.main(setup, args.code.upper(), args.component)
+
+
+def cmd_reset(args: argparse.Namespace) -> int:
+    """A human says the node was repaired: clear its remediation history and hold."""
+    from hma.commands import reset
+
+    if os.geteuid() != 0:
+        print(
+            "hma reset: needs root (it changes the agent's state store); run it with sudo",
+            file=sys.stderr,
+        )
+        return 77
+    if args.all == (args.code is not None):
+        print("hma reset: give either --all or CODE [COMPONENT]", file=sys.stderr)
+        return 2
+    try:
+        setup = _load(args)
+    except ConfigError as exc:
+        return _config_failed(exc, 2)
+    code = args.code.upper() if args.code else None
+    return reset.main(setup, code, args.component, args.reason)
 
 
 def cmd_srun(args: argparse.Namespace) -> int:
@@ -217,6 +242,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("code")
     p.add_argument("component", nargs="?")
     p.set_defaults(func=cmd_ack)
+
+    p = add("reset", help="a human repaired the node: clear its remediation history and hold")
+    p.add_argument("--all", action="store_true", help="everything (else CODE [COMPONENT])")
+    p.add_argument("code", nargs="?")
+    p.add_argument("component", nargs="?")
+    p.add_argument("--reason", required=True, help="what was repaired (recorded with who)")
+    p.set_defaults(func=cmd_reset)
 
     p = add("healthcheck", help="Slurm HealthCheckProgram: verdict and drain state")
     p.add_argument("--quiet", action="store_true", help="print nothing; only the exit code")

@@ -15,8 +15,8 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 from hma.adapters import tomlcompat
 from hma.contracts.model import Action, Clears, Finding, Severity
 
-CODE_RE = re.compile(r"^(GPU|NEURON|EFA|SYS|KERNEL|HMA|SLURM|SITE|DEEP)_[A-Z0-9_]+$")
-FAMILIES = ("GPU", "NEURON", "EFA", "SYS", "KERNEL", "HMA", "SLURM", "SITE", "DEEP")
+CODE_RE = re.compile(r"^(GPU|NEURON|EFA|IB|SYS|KERNEL|HMA|SLURM|SITE|DEEP)_[A-Z0-9_]+$")
+FAMILIES = ("GPU", "NEURON", "EFA", "IB", "SYS", "KERNEL", "HMA", "SLURM", "SITE", "DEEP")
 
 _DEFAULT_FAIL_AFTER = 2
 _DEFAULT_CLEAR_AFTER = 2
@@ -38,6 +38,7 @@ class Entry:
     clear_after: int = _DEFAULT_CLEAR_AFTER
     window_s: float = 0.0
     enabled: bool = True
+    reset_gpu: bool = False  # a GPU reset may clear it (NVIDIA's resolution RESET_GPU)
 
     @property
     def family(self) -> str:
@@ -57,6 +58,7 @@ _FIELDS: dict[str, Any] = {
     "clear_after": int,
     "window_s": (int, float),
     "enabled": bool,
+    "reset_gpu": bool,
 }
 
 
@@ -91,6 +93,7 @@ def parse_entry(code: str, raw: Mapping[str, Any]) -> Entry:
             clear_after=int(raw.get("clear_after", _DEFAULT_CLEAR_AFTER)),
             window_s=float(raw.get("window_s", 0.0)),
             enabled=bool(raw.get("enabled", True)),
+            reset_gpu=bool(raw.get("reset_gpu", False)),
         )
     except ValueError as exc:
         raise CatalogueError(f"{code}: {exc}") from None
@@ -98,6 +101,8 @@ def parse_entry(code: str, raw: Mapping[str, Any]) -> Entry:
         raise CatalogueError(f"{code}: agent codes never drain")
     if entry.clears is Clears.WINDOW and entry.window_s <= 0:
         raise CatalogueError(f"{code}.window_s: required when clears = 'window'")
+    if entry.reset_gpu and (entry.family != "GPU" or not entry.drains):
+        raise CatalogueError(f"{code}.reset_gpu: only for GPU codes that drain")
     if entry.fail_after < 1 or entry.clear_after < 1:
         raise CatalogueError(f"{code}: fail_after and clear_after must be >= 1")
     return entry
