@@ -51,6 +51,19 @@ def check_executables(run: Run, shipped: Iterable[str], version: str) -> None:
         assert res.returncode == int(Severity.parse(verdict[1].lower())), (argv, res.stdout)
 
 
+def check_docs(root: Path) -> None:
+    """Every page of docs/ (and its examples) and contrib/monitoring is installed under DOC
+    as it is in the source: uncompressed, byte for byte."""
+    sources = {f"{DOC}/{p.name}": p for p in (ROOT / "docs").glob("*.md")}
+    sources |= {f"{DOC}/examples/{p.name}": p for p in (ROOT / "docs" / "examples").iterdir()}
+    sources |= {
+        f"{DOC}/monitoring/{p.name}": p for p in (ROOT / "contrib" / "monitoring").iterdir()
+    }
+    for installed, source in sources.items():
+        path = root / installed.lstrip("/")
+        assert path.is_file() and path.read_bytes() == source.read_bytes(), installed
+
+
 def dead_doc_links(root: Path, shipped: Iterable[str]) -> dict[str, list[str]]:
     """``{shipped file: [documentation paths it names that are not readable as named]}``.
 

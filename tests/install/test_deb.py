@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from .chroots import ROOT, SYSPATH, Chroot, hma_version, source_files
-from .installed import check_executables, check_manuals, dead_doc_links
+from .installed import check_docs, check_executables, check_manuals, dead_doc_links
 
 pytestmark = pytest.mark.timeout(1500)  # a first run builds both chroot tarballs
 LIB = "usr/lib/hma"
@@ -105,6 +105,7 @@ def exercise(box: Chroot, deb: Path, python: str) -> None:
     assert box.run(["python3", "-c", "import sys; print(sys.version)"]).stdout.startswith(python)
     files = shipped(box)
     check_executables(lambda *argv: box.run(argv, timeout=300, check=False), files, hma_version())
+    check_docs(box.root)
     assert not dead_doc_links(box.root, files)
     check_manuals(box.root, files)
     res = hma(box, "config", "check")

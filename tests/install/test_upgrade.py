@@ -18,7 +18,7 @@ import pytest
 
 from .chroots import ROOT, Chroot, hma_version, run
 from .conftest import UNIT_CHANGE, UPGRADE_SUFFIX, chroot_fixture
-from .installed import check_executables, check_manuals, dead_doc_links
+from .installed import check_docs, check_executables, check_manuals, dead_doc_links
 
 pytestmark = pytest.mark.timeout(1500)
 UNITS = ("hma.service", "hma-topology.timer", "hma-topology.service")
@@ -101,6 +101,7 @@ def test_rpm_install_run_upgrade_erase(rpm: Path, next_rpm: Path, node: Chroot) 
         ["rpm", "-qlp", str(rpm)], capture_output=True, text=True, timeout=60, check=True
     ).stdout.splitlines()
     check_executables(lambda *argv: node.run(argv, timeout=300, check=False), files, hma_version())
+    check_docs(node.root)
     assert not dead_doc_links(node.root, files)
     check_manuals(node.root, files)
     admin_starts_units(node)
