@@ -110,9 +110,20 @@ def check_manuals(root: Path, shipped: Iterable[str]) -> None:
             for option in action.option_strings:
                 if option not in ("-h", "--help"):
                     assert option in text, (page, option)
-    assert "/usr/share/zsh/vendor-completions/_hma" in files or (
-        "/usr/share/zsh/site-functions/_hma" in files
+    (zsh_file,) = [f for f in files if f.endswith("/_hma")]
+    assert zsh_file in (
+        "/usr/share/zsh/vendor-completions/_hma",
+        "/usr/share/zsh/site-functions/_hma",
     )
+    zsh = shutil.which("zsh")
+    assert zsh, "zsh missing (scripts/apt-packages.txt)"
+    folder = (root / zsh_file.lstrip("/")).parent
+    script = f"fpath=({folder} $fpath); autoload -Uz compinit; compinit -u -D; "
+    script += "print -r -- ${_comps[hma]}"
+    for argv in ([zsh, "-n", str(folder / "_hma")], [zsh, "-f", "-c", script]):
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+        assert res.returncode == 0 and not res.stderr, (argv, res.stderr)
+    assert res.stdout.strip() == "_hma", res.stdout  # compinit registers it for hma
     completion = root / "usr/share/bash-completion/completions/hma"
     script = (
         f"source {completion}; "
