@@ -39,6 +39,7 @@ class Entry:
     window_s: float = 0.0
     enabled: bool = True
     reset_gpu: bool = False  # a GPU reset may clear it (NVIDIA's resolution RESET_GPU)
+    source: str = ""  # what the detector is grounded in: driver source file and format, document
 
     @property
     def family(self) -> str:
@@ -59,6 +60,7 @@ _FIELDS: dict[str, Any] = {
     "window_s": (int, float),
     "enabled": bool,
     "reset_gpu": bool,
+    "source": str,
 }
 
 
@@ -94,6 +96,7 @@ def parse_entry(code: str, raw: Mapping[str, Any]) -> Entry:
             window_s=float(raw.get("window_s", 0.0)),
             enabled=bool(raw.get("enabled", True)),
             reset_gpu=bool(raw.get("reset_gpu", False)),
+            source=str(raw.get("source", "")),
         )
     except ValueError as exc:
         raise CatalogueError(f"{code}: {exc}") from None
@@ -233,12 +236,15 @@ class Catalogue:
         """The finding with severity and action filled from the catalogue.
 
         A probe may set a severity itself (e.g. ``unknown`` when it could not measure); an
-        operator override of the code's severity always wins over both.
+        operator override of the code's severity wins over both, except over ``unknown`` and
+        ``ok`` (a kernel-log line saying the fault is over).
         """
         entry = self.entry(finding.code)
         fields = self._overridden.get(entry.code, frozenset())
         severity = finding.severity
-        if severity is None or ("severity" in fields and severity is not Severity.UNKNOWN):
+        if severity is None or (
+            "severity" in fields and severity not in (Severity.UNKNOWN, Severity.OK)
+        ):
             severity = entry.severity
         action = finding.action
         if action is None or "action" in fields:
@@ -310,7 +316,7 @@ def explain(entry: Entry) -> str:
         f"{entry.code}\n  {entry.summary}\n\n"
         f"  severity:  {entry.severity}\n  action:    {entry.action}\n  drains:    {drains}\n"
         f"  raised:    {onset}\n  clears:    {clears_text(entry)}\n\n"
-        f"  What to do: {entry.remedy}"
+        f"  What to do: {entry.remedy}" + (f"\n\n  Source: {entry.source}" if entry.source else "")
     )
 
 
