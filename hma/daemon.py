@@ -611,6 +611,8 @@ class Daemon:
         remediator = self.remediator
         if entry is None or remediator is None or not (entry.drains and entry.enabled):
             return
+        if entry.counted or entry.observe:
+            return  # drains only at a count, or never
         severity = finding.severity or entry.severity
         if severity is Severity.CRITICAL and (entry.fatal or entry.fail_after <= 1):
             remediator.read_ahead()

@@ -88,13 +88,18 @@ def catalogue_md() -> str:
         "`hma explain CODE` prints one entry. Severity, action and thresholds can be overridden",
         "per code in `[codes.<CODE>]`. *Drains*: an active critical fault of this code takes the",
         "node out of scheduling (agent codes `HMA_*` never do). *Onset*: observations needed",
-        "(fatal = the first).",
+        "(fatal = the first); `N in T`: a counted code, a warning at each occurrence and its",
+        "severity and action at N occurrences within T on one component (docs/policy.md).",
         "",
         "| code | severity | action | drains | onset | clears | summary |",
         "|---|---|---|---|---|---|---|",
     ]
     for e in catalogue.load_builtin():
         onset = "fatal" if e.fatal else str(e.fail_after)
+        if e.counted:
+            onset = f"{e.after} in {catalogue.seconds_text(e.within)}" + (
+                " per node" if e.per == "node" else ""
+            )
         clears = f"window {e.window_s:g} s" if e.clears.value == "window" else e.clears.value
         if e.clears.value == "observation":
             clears += f" ({e.clear_after})"

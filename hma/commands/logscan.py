@@ -258,7 +258,9 @@ def document(
         resolved = cat.resolve_all([hit.finding])
         if not resolved:
             continue  # code disabled by the operator
-        data = resolved[0].to_json()
+        # a counted code is shown below its threshold: the scan keeps no window and cannot tell
+        # one burst of lines (one occurrence to the daemon) from repeats; the lines are counted
+        data = cat.at_count(resolved[0], 1).to_json()
         del data["ts"]
         data["details"]["count"] = hit.count
         if hit.last:

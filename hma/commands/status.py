@@ -110,6 +110,9 @@ def _fault_lines(fault: Mapping[str, Any], now: float) -> list[str]:
     if clears:
         facts.append(_CLEARS.get(clears, f"clears by {_clean(clears)}"))
     lines.append("      " + ", ".join(facts))
+    policy = _policy_words(fault)
+    if policy:
+        lines.append("      " + policy)
     count = fault.get("count", 0)
     lines.append(
         f"      since {_when(fault.get('first_seen'), now)}, seen {_clean(count)}x, "
@@ -120,6 +123,26 @@ def _fault_lines(fault: Mapping[str, Any], now: float) -> list[str]:
         lines.append("      evidence:")
         lines += _evidence(details, "        ")
     return lines
+
+
+def _policy_words(fault: Mapping[str, Any]) -> str:
+    """The code's count-in-window and observe mode in words ('' when it has neither)."""
+    parts = []
+    limit = fault.get("threshold")
+    if isinstance(limit, Mapping):
+        within = limit.get("within")
+        span = statusfile.duration(within) if isinstance(within, (int, float)) else "?"
+        scope = "on the node" if limit.get("per") == "node" else "on this component"
+        count = f"{_clean(limit.get('occurrences', '?'))} of {_clean(limit.get('after', '?'))}"
+        if limit.get("reached"):
+            parts.append(f"threshold reached ({count} within {span} {scope})")
+        else:
+            parts.append(f"below its threshold: {count} within {span} {scope}")
+    if fault.get("observe"):
+        would = _clean(fault.get("would") or "")
+        parts.append(f"observe mode: would {would}" if would else "observe mode")
+        parts.append("never acted on")
+    return ", ".join(parts)
 
 
 def _fault_order(fault: Mapping[str, Any]) -> tuple[int, str, str]:

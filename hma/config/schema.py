@@ -21,8 +21,8 @@ from hma.config.files import (
     origins,
     read_layers,
 )
-from hma.contracts.catalogue import OVERRIDABLE, Catalogue
-from hma.contracts.options import FLOAT_LIMIT, Option, positive
+from hma.contracts.catalogue import MAX_WITHIN_S, MODES, OVERRIDABLE, PER, Catalogue, policy_problem
+from hma.contracts.options import FLOAT_LIMIT, Option, parse_duration, positive
 
 EX_CONFIG = 78
 
@@ -125,10 +125,50 @@ CODE_OPTIONS: dict[str, Option] = {
     "clear_after": Option("int", None, "Consecutive good observations to clear.", minimum=1),
     "enabled": Option("bool", None, "false: the code is dropped (tune false positives)."),
     "window_s": Option(
-        "float", None, "Window of window-cleared codes.", check=positive, maximum=366 * 86400.0
+        "float",
+        None,
+        "Window of window-cleared codes (and of a counted code's warning below `after`).",
+        check=positive,
+        maximum=366 * 86400.0,
+    ),
+    "after": Option(
+        "int",
+        None,
+        "Occurrences within `within` before the code takes its severity and action (below: "
+        "a warning that never drains); 1: at the first.",
+        minimum=1,
+        maximum=1_000_000,
+    ),
+    "within": Option(
+        "duration",
+        None,
+        'Window that `after` counts in: seconds or "30m", "1h", "7d".',
+        check=positive,
+        maximum=MAX_WITHIN_S,
+    ),
+    "per": Option(
+        "choice", None, "Count occurrences per component, or all together per node.", choices=PER
+    ),
+    "mode": Option(
+        "choice",
+        None,
+        "observe: decided, recorded and alerted as what it would do, never acted on.",
+        choices=MODES,
     ),
 }
 assert set(CODE_OPTIONS) == set(OVERRIDABLE)
+
+
+def _code_problem(code: str, table: Mapping[str, Any], catalogue: Catalogue) -> list[str]:
+    """The ``[codes.<CODE>]`` keys that do not fit with each other or with the catalogue entry
+    (``after`` > 1 needs a ``within``)."""
+    entry = catalogue.get(code)
+    if entry is None:
+        return []
+    after = table.get("after", entry.after)
+    within = parse_duration(table["within"]) if "within" in table else entry.within
+    problem = policy_problem(after, within, table.get("per", entry.per), entry.mode)
+    return [f"codes.{code}.{problem}"] if problem else []
 
 
 @dataclass(frozen=True)
@@ -248,8 +288,11 @@ def validate(raw: Mapping[str, Any], schema: Schema, files: Sequence[str] = ()) 
                 f"codes.{code}: unknown code{_hint(code, [e.code for e in schema.catalogue])}"
             )
             continue
+        before = len(errors)
         filled = _fill(f"codes.{code}", table, CODE_OPTIONS, errors)
         codes[code] = {k: v for k, v in filled.items() if v is not None}
+        if len(errors) == before:
+            errors += _code_problem(code, codes[code], schema.catalogue)
     known = [*schema.sections, "probes", "sources", "reporters", "codes"]
     for key in raw:
         if key not in known and key not in schema.unchecked:

@@ -37,3 +37,5 @@ class Alert:
     probe: str = ""
     details: Mapping[str, Any] = field(default_factory=dict)
     ts: float = 0.0
+    mode: str = ""  # "observe": the code is in observe mode (never acted on), else ""
+    would: str = ""  # observe mode: what act mode would do (drain, reboot, replace), else ""

@@ -19,7 +19,9 @@ class Option:
     ``maximum`` is declared; ints accepted), ``str`` (one line, no C0, C1 or bidi control
     characters), ``path`` (absolute), ``pathlist`` (list of absolute paths), ``argv`` (non-empty
     list of strings), ``strlist`` (items from ``choices`` when given), ``choice`` (one of
-    ``choices``), ``table`` (any TOML table, checked by ``check``). ``check`` runs before the
+    ``choices``), ``table`` (any TOML table, checked by ``check``), ``duration`` (seconds as a
+    number, or a string such as ``"90s"``, ``"30m"``, ``"1h"``, ``"7d"``, ``"1h30m"``: see
+    ``parse_duration``; bounds apply to the seconds). ``check`` runs before the
     bounds; ``minimum``/``maximum`` bound numbers (inclusive); ``below`` names a
     key of the same table that a number must stay under (``nvml_deadline_s`` below ``timeout``).
     No value anywhere holds a non-finite float or a NUL. ``default=None`` means "unset".
@@ -37,6 +39,8 @@ class Option:
     def validate(self, value: Any) -> Optional[str]:
         """None when ``value`` is acceptable, else the problem in a few words."""
         problem = _KIND_CHECKS[self.kind](self, value) or _leaf_problem(value)
+        if problem is None and self.kind == "duration":
+            value = parse_duration(value)
         if problem is None and self.check is not None:
             problem = self.check(value)
         if problem is None and self.minimum is not None and value < self.minimum:
@@ -145,7 +149,39 @@ def _strlist(o: Option, v: Any) -> Optional[str]:
 def _choice(o: Option, v: Any) -> Optional[str]:
     if v in o.choices:
         return None
-    return f"expected one of {', '.join(repr(c) for c in o.choices)}, got {_show(v)}"
+    import difflib
+
+    close = difflib.get_close_matches(v, list(o.choices), n=1) if isinstance(v, str) else []
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"expected one of {', '.join(repr(c) for c in o.choices)}, got {_show(v)}{hint}"
+
+
+_DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhdw])")
+_DURATION = re.compile(r"(?:[0-9]+(?:\.[0-9]+)?[smhdw])+")
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds of a duration: a number (seconds) or a string of ``<number><unit>`` parts with
+    units s, m, h, d, w (``"1h30m"``); ``ValueError`` naming the problem otherwise."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, str) or not _DURATION.fullmatch(value.strip()):
+        raise ValueError(
+            f'expected seconds or a duration such as "90s", "30m", "1h", "7d", '
+            f"got {_show(value)}"
+        )
+    return sum(
+        float(n) * _DURATION_UNITS[unit] for n, unit in _DURATION_PART.findall(value.strip())
+    )
+
+
+def _duration(o: Option, v: Any) -> Optional[str]:
+    try:
+        seconds = parse_duration(v)
+    except ValueError as exc:
+        return str(exc)
+    return _float(o, seconds)
 
 
 def _table(_o: Option, v: Any) -> Optional[str]:
@@ -163,6 +199,7 @@ _KIND_CHECKS: dict[str, Callable[[Option, Any], Optional[str]]] = {
     "strlist": _strlist,
     "choice": _choice,
     "table": _table,
+    "duration": _duration,
 }
 
 

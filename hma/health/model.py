@@ -6,16 +6,29 @@ Per (component, code) it keeps a record with hysteresis: a fault becomes active 
 run is a good observation of what it did not report; an ``unknown`` finding neither raises nor
 clears a fault that is already known. Other codes clear by reboot (new boot id), by an operator
 (``ack``) or after their window without a repeat. No I/O and no clock: callers pass ``now``.
+
+A counted code (``after`` = N > 1, ``within`` = T) keeps its occurrences (each event, each probe
+run that reports it) per component, or per node with ``per = "node"``: below N within T it is an
+active *watching* fault at most a warning, without action, that also clears when it has not
+recurred for T; at N it is promoted to its severity and action. One event that two sources report
+(NVML and the kernel log) within ``MERGE_S`` is one occurrence. A code in observe mode is decided
+as usual, but its fault is shown at most as a warning without action, with ``would`` saying what
+act mode would do (``drain``, ``reboot``, ``replace``): nothing downstream can act on it.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any, Iterable, Mapping, Optional
 
-from hma.contracts.catalogue import Catalogue
+from hma.contracts.catalogue import Catalogue, Entry, below, seconds_text
 from hma.contracts.model import Action, Clears, Finding, ProbeRun, Severity
 from hma.contracts.severity import worst
+
+MERGE_S = 10.0  # one event reported by two sources within this many seconds is one occurrence
+
+# One occurrence of a counted code: (time, component, source that reported it).
+Occurrence = tuple[float, str, str]
 
 
 @dataclass(frozen=True)
@@ -35,6 +48,10 @@ class Fault:
     drains: bool  # the catalogue says this code drains (hardware fault)
     clears: Clears
     active: bool  # False while still below fail_after (pending)
+    observe: bool = False  # the code is in observe mode: shown, never acted on
+    would: str = ""  # observe mode: what act mode would do (drain, reboot, replace), else ""
+    # counted codes: after, within (s), per, occurrences (in the window), reached
+    threshold: Optional[Mapping[str, Any]] = None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -57,12 +74,17 @@ class Fault:
             "drains": self.drains,
             "clears": str(self.clears),
             "active": self.active,
+            **({"observe": True, "would": self.would} if self.observe else {}),
+            **({"threshold": dict(self.threshold)} if self.threshold is not None else {}),
         }
 
     @property
     def draining(self) -> bool:
-        """Whether this fault takes the node out of scheduling (active, critical, drains)."""
-        return self.active and self.drains and self.severity is Severity.CRITICAL
+        """Whether this fault takes the node out of scheduling (active, critical, drains, and
+        not in observe mode)."""
+        return (
+            self.active and self.drains and self.severity is Severity.CRITICAL and not self.observe
+        )
 
 
 @dataclass(frozen=True)
@@ -118,6 +140,7 @@ class Record:
     good: int = 0
     active: bool = False
     boot_id: str = ""
+    watching: bool = False  # a counted code, active below its threshold (shown as a warning)
 
     def to_json(self) -> dict[str, Any]:
         """JSON form for the state store."""
@@ -125,8 +148,15 @@ class Record:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Record:
-        """Inverse of ``to_json``; raises KeyError/TypeError/ValueError on malformed data."""
-        rec = cls(**{f.name: data[f.name] for f in fields(cls)})
+        """Inverse of ``to_json`` (fields added later take their defaults); raises
+        KeyError/TypeError/ValueError on malformed data."""
+        values = {}
+        for f in fields(cls):
+            if f.name in data:
+                values[f.name] = data[f.name]
+            elif f.default is MISSING:
+                raise KeyError(f.name)
+        rec = cls(**values)
         Severity.parse(rec.severity)
         Action.parse(rec.action)
         return rec
@@ -135,11 +165,23 @@ class Record:
 class HealthModel:
     """Per-component fault state of one node."""
 
-    def __init__(self, catalogue: Catalogue, boot_id: str, records: Iterable[Record] = ()) -> None:
+    def __init__(
+        self,
+        catalogue: Catalogue,
+        boot_id: str,
+        records: Iterable[Record] = (),
+        occurrences: Optional[Mapping[tuple[str, str], Iterable[Occurrence]]] = None,
+    ) -> None:
         self.catalogue = catalogue
         self.boot_id = boot_id
         self._records: dict[tuple[str, str], Record] = {(r.component, r.code): r for r in records}
         self.changed: set[tuple[str, str]] = set()  # keys touched since the caller last reset it
+        # counted codes: (scope, code) -> occurrences within the code's window, oldest first;
+        # scope is the component, or "node" for codes counted per node
+        self._occurrences: dict[tuple[str, str], list[Occurrence]] = {
+            key: list(items) for key, items in (occurrences or {}).items()
+        }
+        self.changed_occurrences: set[tuple[str, str]] = set()  # same, for occurrences
 
     # --- inputs ---------------------------------------------------------------------------------
 
@@ -177,12 +219,21 @@ class HealthModel:
         return self.verdict(now, transitions)
 
     def tick(self, now: float) -> Verdict:
-        """Time passed: window-cleared faults without a repeat go."""
+        """Time passed: window-cleared faults and watching faults without a repeat go, and
+        occurrences older than their code's window are forgotten."""
         transitions = []
         for key, rec in list(self._records.items()):
             entry = self._entry(rec)
-            if entry.clears is Clears.WINDOW and now - rec.last_seen >= entry.window_s:
+            if rec.watching and entry.counted and now - rec.last_seen >= entry.watch_s:
+                why = f"no repeat for {seconds_text(entry.watch_s)}"
+                transitions += self._clear(key, rec, now, why)
+            elif entry.clears is Clears.WINDOW and now - rec.last_seen >= entry.window_s:
                 transitions += self._clear(key, rec, now, f"no repeat for {entry.window_s:g} s")
+        for key, items in list(self._occurrences.items()):
+            within = self.catalogue.entry(key[1]).within
+            kept = [o for o in items if now - o[0] < within]
+            if len(kept) != len(items):
+                self._set_occurrences(key, kept)
         return self.verdict(now, transitions)
 
     def ack(self, code: str, component: Optional[str], now: float, who: str = "") -> Verdict:
@@ -214,6 +265,10 @@ class HealthModel:
         """The record of (component, code), if tracked."""
         return self._records.get(key)
 
+    def occurrences(self) -> dict[tuple[str, str], list[Occurrence]]:
+        """Occurrences of counted codes by (scope, code), for the state store."""
+        return {key: list(items) for key, items in self._occurrences.items()}
+
     def verdict(self, now: float, transitions: Iterable[Transition] = ()) -> Verdict:
         """The current verdict, carrying the given transitions."""
         faults = tuple(
@@ -225,13 +280,30 @@ class HealthModel:
         return Verdict(now, self.boot_id, faults, tuple(transitions))
 
     def fault(self, rec: Record) -> Fault:
-        """Immutable view of a record."""
+        """Immutable view of a record (observe mode: shown as at most a warning, no action)."""
         entry = self._entry(rec)
+        severity, action = Severity.parse(rec.severity), Action.parse(rec.action)
+        would = ""
+        if entry.observe:
+            if rec.active and entry.drains and severity is Severity.CRITICAL:
+                would = str(action) if action is not Action.NONE else "drain"
+            severity = Severity.WARNING if severity is Severity.CRITICAL else severity
+            action = Action.NONE
+        threshold = None
+        if entry.counted:
+            scope = "node" if entry.per == "node" else rec.component
+            threshold = {
+                "after": entry.after,
+                "within": entry.within,
+                "per": entry.per,
+                "occurrences": len(self._occurrences.get((scope, rec.code), ())),
+                "reached": rec.active and not rec.watching,
+            }
         return Fault(
             code=rec.code,
             component=rec.component,
-            severity=Severity.parse(rec.severity),
-            action=Action.parse(rec.action),
+            severity=severity,
+            action=action,
             message=rec.message,
             details=dict(rec.details),
             probe=rec.probe,
@@ -241,6 +313,9 @@ class HealthModel:
             drains=entry.drains,
             clears=entry.clears,
             active=rec.active,
+            observe=entry.observe,
+            would=would,
+            threshold=threshold,
         )
 
     # --- internals ------------------------------------------------------------------------------
@@ -256,6 +331,8 @@ class HealthModel:
         rec = self._records.get(key)
         if severity is Severity.UNKNOWN and rec is not None and rec.severity != "unknown":
             return []  # could not measure: a known fault neither grows nor clears
+        counted = entry.counted and severity is not Severity.UNKNOWN
+        seen = self._occur(entry, finding, now) if counted else 0
         if rec is None:
             rec = Record(
                 finding.code,
@@ -278,6 +355,8 @@ class HealthModel:
         rec.message = finding.message
         rec.details = dict(finding.details)
         rec.probe = finding.probe or rec.probe
+        if counted:
+            return self._counted(rec, entry, severity, action, seen, now)
         if not rec.active:
             rec.severity, rec.action = str(severity), str(action)
             threshold = 1 if entry.fatal or severity is Severity.UNKNOWN else entry.fail_after
@@ -293,6 +372,56 @@ class HealthModel:
             rec.severity = str(severity if severity.rank > old_sev.rank else old_sev)
             rec.action = str(max(action, old_act))
             return [Transition("escalated", self.fault(rec), now)]
+        return []
+
+    def _occur(self, entry: Entry, finding: Finding, now: float) -> int:
+        """Note one occurrence of a counted code; how many its scope has within the window."""
+        scope = "node" if entry.per == "node" else finding.component
+        key = (scope, finding.code)
+        kept = [o for o in self._occurrences.get(key, ()) if now - o[0] < entry.within]
+        last = next((o for o in reversed(kept) if o[1] == finding.component), None)
+        if last is None or last[2] == finding.probe or now - last[0] >= MERGE_S:
+            kept.append((now, finding.component, finding.probe))
+        self._set_occurrences(key, kept[-entry.after :])  # only whether N is reached matters
+        return len(kept)
+
+    def _set_occurrences(self, key: tuple[str, str], items: list[Occurrence]) -> None:
+        if items:
+            self._occurrences[key] = items
+        else:
+            self._occurrences.pop(key, None)
+        self.changed_occurrences.add(key)
+
+    def _counted(
+        self,
+        rec: Record,
+        entry: Entry,
+        severity: Severity,
+        action: Action,
+        seen: int,
+        now: float,
+    ) -> list[Transition]:
+        """A counted code's record after an occurrence (``seen`` of ``after`` in the window)."""
+        reached = seen >= entry.after
+        shown = (severity, action) if reached else below(severity)
+        words = f"{min(seen, entry.after)} of {entry.threshold_text()}"
+        if not rec.active or rec.severity == "unknown":
+            fresh = not rec.active
+            rec.active, rec.watching = True, not reached
+            rec.severity, rec.action = str(shown[0]), str(shown[1])
+            if fresh:
+                rec.count, rec.first_seen = 1, now
+                return [Transition("raised", self.fault(rec), now, words)]
+            return [Transition("escalated", self.fault(rec), now, words)] if reached else []
+        rec.count += 1
+        old_sev, old_act = Severity.parse(rec.severity), Action.parse(rec.action)
+        if rec.watching and not reached:
+            return []
+        rec.watching = False
+        if shown[0].rank > old_sev.rank or shown[1] > old_act:
+            rec.severity = str(shown[0] if shown[0].rank > old_sev.rank else old_sev)
+            rec.action = str(max(shown[1], old_act))
+            return [Transition("escalated", self.fault(rec), now, words)]
         return []
 
     def _good(self, key: tuple[str, str], rec: Record, now: float) -> list[Transition]:

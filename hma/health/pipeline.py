@@ -112,7 +112,9 @@ class Pipeline:
         self, setup: Setup, store: Store, boot_id: str, alert: Callable[[Alert], None]
     ) -> None:
         records, self.dropped = store.load_records()  # dropped: notes on unreadable rows
-        self.model = HealthModel(setup.catalogue, boot_id, records)
+        occurrences, dropped = store.load_occurrences()
+        self.dropped += dropped
+        self.model = HealthModel(setup.catalogue, boot_id, records, occurrences)
         self.setup, self.store, self.boot_id, self.alert = setup, store, boot_id, alert
 
     def start(self, now: float) -> list[Applied]:
@@ -173,8 +175,9 @@ class Pipeline:
             return Applied(old.verdict(now), False)
         keys = {(r.component, r.code) for r in gone}
         kept = [r for r in old.records() if (r.component, r.code) not in keys]
-        self.model = HealthModel(old.catalogue, old.boot_id, kept)
+        self.model = HealthModel(old.catalogue, old.boot_id, kept, old.occurrences())
         self.model.changed.update(keys | old.changed)
+        self.model.changed_occurrences.update(old.changed_occurrences)
         transitions = [
             Transition("cleared", old.fault(r), now, "GPU reset") for r in gone if r.active
         ]
@@ -187,6 +190,10 @@ class Pipeline:
         if changed:
             present = {(r.component, r.code): r for r in self.model.records()}
             self.store.save_records(changed, present)
+        counted = sorted(self.model.changed_occurrences)
+        self.model.changed_occurrences.clear()
+        if counted:
+            self.store.save_occurrences(counted, self.model.occurrences())
         for transition in verdict.transitions:
             self._transition(transition)
         return Applied(verdict, bool(changed))
@@ -195,20 +202,22 @@ class Pipeline:
         f = t.fault
         severity = Severity.OK if t.kind == "cleared" else f.severity
         reason = f" ({t.reason})" if t.reason else ""
-        message = f"{t.kind}: {f.code} {f.component}: {f.message}{reason}"
-        self.store.add_history(
-            t.ts, t.kind, f.code, f.component, str(f.severity), message, dict(f.details)
-        )
+        would = f"observe mode, would {f.would}: " if f.would and t.kind != "cleared" else ""
+        message = f"{t.kind}: {f.code} {f.component}: {would}{f.message}{reason}"
+        details = dict(f.details)
+        self.store.add_history(t.ts, t.kind, f.code, f.component, str(f.severity), message, details)
         self.alert(
             Alert(
                 t.kind,
                 f.code,
                 f.component,
                 severity,
-                f.message + reason,  # reporters add kind/code
+                would + f.message + reason,  # reporters add kind/code
                 f.action,
                 f.probe,
-                dict(f.details),
+                details,
                 t.ts,
+                mode="observe" if f.observe else "",
+                would=f.would if t.kind != "cleared" else "",
             )
         )

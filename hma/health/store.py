@@ -1,6 +1,7 @@
 """The state store: SQLite (standard library) in ``[agent] state_dir``.
 
-Tables: ``faults`` (health-model records), ``history`` (findings and transitions, bounded by
+Tables: ``faults`` (health-model records), ``occurrences`` (the recent occurrences of counted
+codes, so that a restart forgets no window), ``history`` (findings and transitions, bounded by
 ``[agent] history_days``), ``boots``, ``kv`` (counters, cursors, probe baselines), ``actions``
 (the remediation outbox), ``requests`` (operator requests such as ``hma ack`` for the daemon) and
 ``remediations`` (the node's history of remediations: repeat offenders, ``hma reset``).
@@ -33,9 +34,9 @@ import urllib.parse
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Optional
 
-from hma.health.model import Record
+from hma.health.model import Occurrence, Record
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # MIGRATIONS[n] takes a database from version n to n + 1.
 MIGRATIONS: list[str] = [
@@ -63,6 +64,11 @@ MIGRATIONS: list[str] = [
     CREATE TABLE remediations (id INTEGER PRIMARY KEY, ts REAL NOT NULL, episode INTEGER,
                                code TEXT NOT NULL, component TEXT NOT NULL, action TEXT NOT NULL,
                                boot_id TEXT DEFAULT '', who TEXT DEFAULT '', note TEXT DEFAULT '');
+    """,
+    # 3 -> 4: occurrences of counted codes ([codes.X] after/within), per (scope, code).
+    """
+    CREATE TABLE occurrences (scope TEXT NOT NULL, code TEXT NOT NULL, data TEXT NOT NULL,
+                              PRIMARY KEY (scope, code));
     """,
 ]
 assert len(MIGRATIONS) == SCHEMA_VERSION
@@ -343,6 +349,35 @@ class Store:
                         "INSERT INTO faults (component, code, data) VALUES (?, ?, ?) "
                         "ON CONFLICT(component, code) DO UPDATE SET data = excluded.data",
                         (*key, json.dumps(rec.to_json())),
+                    )
+
+    def load_occurrences(self) -> tuple[dict[tuple[str, str], list[Occurrence]], list[str]]:
+        """Stored occurrences by (scope, code), and a note per row that could not be read."""
+        found: dict[tuple[str, str], list[Occurrence]] = {}
+        bad = []
+        with self._lock:
+            rows = self._conn.execute("SELECT scope, code, data FROM occurrences").fetchall()
+        for scope, code, data in rows:
+            try:
+                found[(scope, code)] = [(float(t), str(c), str(s)) for t, c, s in json.loads(data)]
+            except (ValueError, TypeError) as exc:
+                bad.append(f"occurrences {scope} {code}: {exc}")
+        return found, bad
+
+    def save_occurrences(
+        self, changed: list[tuple[str, str]], present: dict[tuple[str, str], list[Occurrence]]
+    ) -> None:
+        """Write the changed (scope, code) keys: upsert those still present, delete the others."""
+        with self.transaction() as conn:
+            for key in changed:
+                items = present.get(key)
+                if not items:
+                    conn.execute("DELETE FROM occurrences WHERE scope = ? AND code = ?", key)
+                else:
+                    conn.execute(
+                        "INSERT INTO occurrences (scope, code, data) VALUES (?, ?, ?) "
+                        "ON CONFLICT(scope, code) DO UPDATE SET data = excluded.data",
+                        (*key, json.dumps([list(o) for o in items])),
                     )
 
     # --- history, boots, requests ---------------------------------------------------------------

@@ -123,6 +123,8 @@ def fields(alert: Alert) -> list[tuple[str, str]]:
         ("HMA_PROBE", alert.probe),
         ("HMA_DETAILS", details_json(alert.details)),
         *([("HMA_TS", f"{alert.ts:.6f}")] if alert.ts else []),
+        ("HMA_MODE", alert.mode),  # empty values are left out of the entry
+        ("HMA_WOULD", alert.would),
     ]
 
 

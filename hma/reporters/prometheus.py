@@ -97,6 +97,13 @@ FAMILIES: tuple[Family, ...] = (
         ("code", "severity", "component"),
     ),
     Family(
+        "hma_findings_observed",
+        "gauge",
+        "Active faults of codes in observe mode that act mode would act on (value 1 each):"
+        " would is drain, reboot or replace.",
+        ("code", "component", "would"),
+    ),
+    Family(
         "hma_probe_success",
         "gauge",
         "1 when the probe's last run completed, 0 when it failed or timed out.",
@@ -192,6 +199,9 @@ def samples(status: Mapping[str, Any], tally: Optional[Tally] = None) -> Rows:
             worst[comp] = sev
         labels = {"code": str(fault.get("code", "")), "severity": str(sev), "component": comp}
         out["hma_findings_active"].append((labels, 1.0))
+        if fault.get("would"):
+            observed = {"code": labels["code"], "component": comp, "would": str(fault["would"])}
+            out["hma_findings_observed"].append((observed, 1.0))
     for comp, sev in worst.items():
         out["hma_component_state"] += _one_hot(sev, component=comp)
 

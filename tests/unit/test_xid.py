@@ -10,6 +10,7 @@ import pytest
 
 from hma.contracts.catalogue import load_builtin
 from hma.contracts.model import Action, Clears, Severity
+from hma.health.model import HealthModel
 from hma.probes.nvidia import xid
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,11 +48,23 @@ def test_every_reference_and_table_xid_has_its_own_code() -> None:
 
 
 @pytest.mark.parametrize("n", APPLICATION_XIDS)
-def test_application_xids_never_drain(n: int) -> None:
-    entry = load_builtin().get(f"GPU_XID_{n}")
+def test_application_xids_never_drain_at_one_occurrence(n: int) -> None:
+    cat = load_builtin()
+    entry = cat.get(f"GPU_XID_{n}")
     assert entry is not None
-    assert entry.drains is False
-    assert entry.severity is Severity.WARNING and entry.action is Action.NONE
+    model = HealthModel(cat, "b")
+    finding = cat.resolve(xid.xid_finding(n, "0000:3b:00", {}, "kernel_log", 1.0))
+    verdict = model.observe_event(finding, 1.0)
+    (fault,) = verdict.faults
+    assert fault.severity is Severity.WARNING and fault.action is Action.NONE
+    assert verdict.draining == () and verdict.action is Action.NONE
+    if entry.drains:  # counted: only a repeat on one GPU drains (docs/policy.md)
+        assert entry.counted and entry.after >= 5 and entry.within >= 86400
+
+
+def test_counted_xids_follow_the_investigatory_bucket() -> None:
+    counted = sorted(int(e.code[8:]) for e in load_builtin() if e.code[8:].isdigit() and e.counted)
+    assert counted == [8, 13, 31, 43, 68, 92, 121, 157]
 
 
 def test_no_warning_xid_drains_and_hardware_xids_clear_with_a_reboot() -> None:

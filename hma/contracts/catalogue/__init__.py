@@ -14,12 +14,17 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from hma.adapters import tomlcompat
 from hma.contracts.model import Action, Clears, Finding, Severity
+from hma.contracts.options import parse_duration
 
 CODE_RE = re.compile(r"^(GPU|NEURON|EFA|IB|SYS|KERNEL|HMA|SLURM|SITE|DEEP)_[A-Z0-9_]+$")
 FAMILIES = ("GPU", "NEURON", "EFA", "IB", "SYS", "KERNEL", "HMA", "SLURM", "SITE", "DEEP")
 
 _DEFAULT_FAIL_AFTER = 2
 _DEFAULT_CLEAR_AFTER = 2
+
+MODES = ("act", "observe")  # observe: decided, recorded and alerted, never acted on
+PER = ("component", "node")  # what the occurrences of a code are counted per
+MAX_WITHIN_S = 366 * 86400.0
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,10 @@ class Entry:
     clear_after: int = _DEFAULT_CLEAR_AFTER
     window_s: float = 0.0
     enabled: bool = True
+    after: int = 1  # occurrences within ``within`` seconds before the code takes its severity
+    within: float = 0.0
+    per: str = "component"
+    mode: str = "act"
     reset_gpu: bool = False  # a GPU reset may clear it (NVIDIA's resolution RESET_GPU)
     source: str = ""  # what the detector is grounded in: driver source file and format, document
 
@@ -45,6 +54,45 @@ class Entry:
     def family(self) -> str:
         """Code family (prefix), which selects the journald MESSAGE_ID."""
         return self.code.split("_", 1)[0]
+
+    @property
+    def counted(self) -> bool:
+        """Whether occurrences are counted (``after`` > 1): below the count the code is a
+        warning that never drains (``below``), at the count it takes its severity and action."""
+        return self.after > 1
+
+    @property
+    def watch_s(self) -> float:
+        """How long a counted code stays shown below its threshold without a recurrence: its
+        ``window_s`` when it has one, else ``within`` (its occurrences still count for
+        ``within``)."""
+        return self.window_s if self.window_s > 0 else self.within
+
+    @property
+    def observe(self) -> bool:
+        """Observe (shadow) mode: decided and alerted as what it would do, never acted on."""
+        return self.mode == "observe"
+
+    def threshold_text(self) -> str:
+        """``3 within 1 h on one GPU``-style words for docs, ``hma explain`` and status."""
+        scope = "on the node" if self.per == "node" else "on one component"
+        return f"{self.after} occurrences within {seconds_text(self.within)} {scope}"
+
+
+def below(severity: Severity) -> tuple[Severity, Action]:
+    """Severity and action of a counted code below its threshold: at most a warning, no
+    action (an ``unknown`` stays unknown: it is not an occurrence)."""
+    if severity is Severity.UNKNOWN or severity.rank <= Severity.WARNING.rank:
+        return severity, Action.NONE
+    return Severity.WARNING, Action.NONE
+
+
+def seconds_text(seconds: float) -> str:
+    """A duration in its largest whole unit: ``1 h``, ``90 min``, ``7 d``, ``45 s``."""
+    for unit, size in (("d", 86400.0), ("h", 3600.0), ("min", 60.0)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g} {unit}"
+    return f"{seconds:g} s"
 
 
 _FIELDS: dict[str, Any] = {
@@ -59,6 +107,10 @@ _FIELDS: dict[str, Any] = {
     "clear_after": int,
     "window_s": (int, float),
     "enabled": bool,
+    "after": int,
+    "within": (int, float, str),
+    "per": str,
+    "mode": str,
     "reset_gpu": bool,
     "source": str,
 }
@@ -95,11 +147,18 @@ def parse_entry(code: str, raw: Mapping[str, Any]) -> Entry:
             clear_after=int(raw.get("clear_after", _DEFAULT_CLEAR_AFTER)),
             window_s=float(raw.get("window_s", 0.0)),
             enabled=bool(raw.get("enabled", True)),
+            after=int(raw.get("after", 1)),
+            within=parse_duration(raw.get("within", 0.0)),
+            per=str(raw.get("per", "component")),
+            mode=str(raw.get("mode", "act")),
             reset_gpu=bool(raw.get("reset_gpu", False)),
             source=str(raw.get("source", "")),
         )
     except ValueError as exc:
         raise CatalogueError(f"{code}: {exc}") from None
+    problem = policy_problem(entry.after, entry.within, entry.per, entry.mode)
+    if problem:
+        raise CatalogueError(f"{code}.{problem}")
     if entry.family == "HMA" and entry.drains:
         raise CatalogueError(f"{code}: agent codes never drain")
     if entry.clears is Clears.WINDOW and entry.window_s <= 0:
@@ -111,7 +170,32 @@ def parse_entry(code: str, raw: Mapping[str, Any]) -> Entry:
     return entry
 
 
-OVERRIDABLE = ("severity", "action", "fail_after", "clear_after", "enabled", "window_s")
+OVERRIDABLE = (
+    "severity",
+    "action",
+    "fail_after",
+    "clear_after",
+    "enabled",
+    "window_s",
+    "after",
+    "within",
+    "per",
+    "mode",
+)
+
+
+def policy_problem(after: int, within: float, per: str, mode: str) -> str:
+    """``key: problem`` when the count-in-window and mode fields do not fit together, else ''."""
+    if after < 1:
+        return f"after: must be >= 1, got {after}"
+    if after > 1 and not 0 < within <= MAX_WITHIN_S:
+        return f"within: required with after = {after}: a duration > 0 and <= 366 days"
+    if per not in PER:
+        return f"per: expected one of {', '.join(map(repr, PER))}, got {per!r}"
+    if mode not in MODES:
+        return f"mode: expected one of {', '.join(map(repr, MODES))}, got {mode!r}"
+    return ""
+
 
 _HEADER = re.compile(r"^\[([^\]\s]+)\][ \t]*(?:#.*)?$", re.MULTILINE)
 
@@ -251,6 +335,16 @@ class Catalogue:
             action = entry.action
         return finding.with_(severity=severity, action=action)
 
+    def at_count(self, finding: Finding, occurrences: int) -> Finding:
+        """A resolved finding as the health model shows its ``occurrences``-th sighting when
+        there is no other history (``hma logscan``): below a counted code's ``after`` it is at
+        most a warning, without action."""
+        entry = self.entry(finding.code)
+        if not entry.counted or occurrences >= entry.after or finding.severity is None:
+            return finding
+        severity, action = below(finding.severity)
+        return finding.with_(severity=severity, action=action)
+
     def resolve_all(self, findings: Sequence[Finding]) -> list[Finding]:
         """Each finding resolved, codes the operator disabled dropped, and a code outside the
         catalogue reported as ``HMA_UNCATALOGUED`` (its code kept in the details)."""
@@ -277,6 +371,8 @@ def _overridden(entry: Entry, raw: Optional[Mapping[str, Any]]) -> Entry:
             value = Severity.parse(value)
         elif key == "action":
             value = Action.parse(value)
+        elif key == "within":
+            value = parse_duration(value)
         changes[key] = value
     return replace(entry, **changes)
 
@@ -293,7 +389,11 @@ def clears_text(entry: Entry) -> str:
         Clears.REBOOT: "when the node reboots (a new boot id)",
         Clears.OPERATOR: f"when an operator runs `hma ack {entry.code}`",
         Clears.WINDOW: f"by itself when it has not recurred for {entry.window_s:g} s",
-    }[entry.clears]
+    }[entry.clears] + (
+        f"; below its threshold, also when it has not recurred for {seconds_text(entry.watch_s)}"
+        if entry.counted
+        else ""
+    )
 
 
 def explain(entry: Entry) -> str:
@@ -301,7 +401,7 @@ def explain(entry: Entry) -> str:
     if not entry.drains:
         drains = "no"
     elif entry.severity is Severity.CRITICAL:
-        drains = "yes"
+        drains = "yes, at its threshold (below it never)" if entry.counted else "yes"
     else:
         drains = (
             f"not at its severity {entry.severity}; yes when a probe or rule reports it "
@@ -312,10 +412,18 @@ def explain(entry: Entry) -> str:
         if entry.fatal
         else f"after {entry.fail_after} consecutive bad observations"
     )
+    if entry.counted:
+        onset = (
+            f"as a warning at each occurrence; {entry.severity} with action {entry.action} "
+            f"at {entry.threshold_text()}"
+        )
+    mode = ""
+    if entry.observe:
+        mode = "  mode:      observe (decided and alerted as what it would do, never acted on)\n"
     return (
         f"{entry.code}\n  {entry.summary}\n\n"
         f"  severity:  {entry.severity}\n  action:    {entry.action}\n  drains:    {drains}\n"
-        f"  raised:    {onset}\n  clears:    {clears_text(entry)}\n\n"
+        f"  raised:    {onset}\n  clears:    {clears_text(entry)}\n{mode}\n"
         f"  What to do: {entry.remedy}" + (f"\n\n  Source: {entry.source}" if entry.source else "")
     )
 
