@@ -37,7 +37,7 @@ def check_main(config: Optional[str], probes: Sequence[str], as_json: bool) -> i
     try:
         return check.main(config, probes, as_json)
     except ConfigError as exc:
-        return _config_failed(exc, 3)
+        return _config_failed(exc, 3, "check" if as_json else "")
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -149,16 +149,23 @@ def cmd_fleet(args: argparse.Namespace) -> int:
     try:
         setup = _load(args)
     except ConfigError as exc:
-        return _config_failed(exc, 3)
+        return _config_failed(exc, 3, "fleet" if args.json else "")
     return fleet.main(setup, args.json)
 
 
 CONFIG_HELP = "main configuration file (default $HMA_CONFIG or /etc/hma/hma.toml)"
 
 
-def _config_failed(exc: ConfigError, code: int) -> int:
+def _config_failed(exc: ConfigError, code: int, json_command: str = "") -> int:
+    """Print the configuration's errors; with ``json_command`` (``--json``) also the document
+    that says so (hma.commands.jsondoc)."""
     for line in exc.errors:
         print(line, file=sys.stderr)
+    if json_command:
+        from hma.commands import jsondoc
+
+        text = "invalid configuration: " + "; ".join(exc.errors)
+        jsondoc.dump(jsondoc.problem(json_command, text))
     return code
 
 

@@ -14,6 +14,7 @@ from typing import Any, Optional
 from hma.adapters.text import printable
 from hma.cluster.slurm.client import SlurmClient
 from hma.cluster.slurm.parse import SlurmError
+from hma.commands import jsondoc
 from hma.contracts import label as label_mod
 from hma.contracts.cluster import OWNED_PREFIX, NodeState
 from hma.detection.setup import Setup
@@ -120,11 +121,11 @@ def main(setup: Setup, as_json: bool) -> int:
         )
     except SlurmError as exc:
         print(f"hma fleet: {printable(str(exc))}", file=sys.stderr)
+        if as_json:
+            jsondoc.dump(jsondoc.problem("fleet", f"no Slurm: {exc}", generated=time.time()))
         return 3
     if as_json:
-        import json
-
-        print(json.dumps(doc, indent=2, allow_nan=False))
+        jsondoc.dump(doc)
     else:
         print(render_text(doc))
     return 0

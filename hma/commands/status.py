@@ -262,8 +262,12 @@ def main(config_file: Optional[str], as_json: bool) -> int:
         print(f"hma status: config: {line} (looking in {run_dir})", file=sys.stderr)
     doc, problem = statusfile.read(run_dir, boot_id=boot_id_of(config_file))
     if as_json:
-        if doc is not None:
-            print(json.dumps(doc, indent=2, allow_nan=False))
+        from hma.commands import jsondoc
+
+        if doc is None:
+            jsondoc.dump(jsondoc.problem("status", problem, schema=statusfile.SCHEMA))
+        else:
+            jsondoc.dump({**doc, "problem": problem} if problem else doc)
         if problem:
             print(f"hma status: {_clean(problem)}", file=sys.stderr)
     else:

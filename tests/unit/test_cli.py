@@ -178,3 +178,26 @@ def test_a_config_folder_that_cannot_be_entered_is_an_error_not_a_traceback(
     assert "Traceback" not in res.stderr, res.stderr
     if command[0] in ("check", "config", "fleet", "logscan"):
         assert res.returncode != 0 and "Permission denied" in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize(
+    "extra, argv",
+    [
+        (
+            '[slurm]\nsinfo = ["/nonexistent/sinfo"]\nscontrol = ["/nonexistent/scontrol"]\n',
+            ["fleet", "--json"],
+        ),
+        ("[probes.nope]\nbogus = 1\n", ["fleet", "--json"]),
+        ("[probes.nope]\nbogus = 1\n", ["check", "--json"]),
+        ("", ["check", "nosuchprobe", "--json"]),
+        ("[probes.nope]\nbogus = 1\n", ["logscan", "--json", "/dev/null"]),
+    ],
+)
+def test_json_commands_print_a_document_that_says_what_is_missing(
+    hma_env: Any, extra: str, argv: list[str]
+) -> None:
+    hma_env.write(extra)
+    res = hma_env.hma(*argv)
+    assert res.returncode == 3, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["command"] == argv[0] and doc["severity"] == "unknown" and doc["problem"]
