@@ -87,7 +87,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     """Run the agent in the foreground (the systemd service's ExecStart)."""
     from hma import daemon
 
-    return daemon.main(args.config)
+    return daemon.main(args.config, args.log_level)
 
 
 def cmd_ack(args: argparse.Namespace) -> int:
@@ -173,6 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     import argparse
 
+    from hma.adapters.logs import LEVELS as LOG_LEVELS
+
     class CheckHelp(argparse.Action):
         """``hma check -h``: cmd_check prints the help, then the probes installed here (found
         only then, with the configuration's probes_dir, wherever ``--config`` was given)."""
@@ -218,6 +220,12 @@ def build_parser() -> argparse.ArgumentParser:
     ).set_defaults(func=cmd_config_defaults)
 
     p = add("run", help="run the agent (systemd service)")
+    p.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        help="debug, info, warning or error (default [agent] log_level); debug shows what each "
+        "probe read, the thresholds it compared and why it decided",
+    )
     p.set_defaults(func=cmd_run)
 
     p = add("ack", help="acknowledge a fault that clears by operator")

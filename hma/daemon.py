@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Union
 
 from hma import __version__, assembly
+from hma.adapters import logs
 from hma.adapters.notify import Notifier
 from hma.config.files import empty_files
 from hma.config.schema import EX_CONFIG, ConfigError
@@ -139,14 +140,18 @@ class Daemon:
         config_file: Optional[str] = None,
         notifier: Optional[Notifier] = None,
         clock: Callable[[], float] = time.time,
+        log_level: Optional[str] = None,
     ) -> None:
         self.config_file = config_file
+        # None: logging is left alone (tests); "": [agent] log_level; else --log-level's
+        self.log_level = log_level
         self.notifier = notifier or Notifier()
         self.clock = clock
         self.inputs: queue.Queue[Message] = queue.Queue()
         self.stopping = threading.Event()
         self.setup = assembly.load(config_file)  # ConfigError propagates: exit 78
         agent = self.setup.config.section("agent")
+        self._apply_log_level()
         self._lock = hold_lock(agent["state_dir"])  # AlreadyRunning propagates: exit 75
         # from memory: a full or failing disk never stops detection or remediation
         # (hma.health.store)
@@ -189,6 +194,10 @@ class Daemon:
             self.notifier.send(STOPPING="1")
             self._teardown()
         return 0
+
+    def _apply_log_level(self) -> None:
+        if self.log_level is not None:
+            logs.set_level(self.log_level or self.setup.config.section("agent")["log_level"])
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
         self.inputs.put(SignalReceived(signum))
@@ -502,6 +511,7 @@ class Daemon:
         else:
             self.setup = self.pipeline.setup = new
             self.model.catalogue = new.catalogue
+            self._apply_log_level()
             self._configure()
             self._decide_now()
             log.info("configuration reloaded")
@@ -745,12 +755,13 @@ def hold_lock(state_dir: str) -> Optional[int]:
     return fd
 
 
-def main(config_file: Optional[str]) -> int:
+def main(config_file: Optional[str], log_level: Optional[str] = None) -> int:
     """``hma run``: exit 78 on an invalid configuration (the unit prevents restarts on it), 75
-    when another daemon holds the state folder."""
-    logging.basicConfig(level=logging.INFO, format="hma: %(levelname)s %(message)s")
+    when another daemon holds the state folder. ``log_level`` (``--log-level``) overrides
+    ``[agent] log_level``."""
+    logs.configure(log_level or "info")
     try:
-        daemon = Daemon(config_file)
+        daemon = Daemon(config_file, log_level=log_level or "")
     except ConfigError as exc:
         for line in exc.errors:
             print(line, file=sys.stderr)
