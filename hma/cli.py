@@ -107,6 +107,17 @@ def cmd_ack(args: argparse.Namespace) -> int:
     return ack.main(setup, args.code.upper(), args.component)
 
 
+def cmd_maintenance(args: argparse.Namespace) -> int:
+    """``hma maintenance on|off|status``: hma detects and alerts but takes no action."""
+    from hma.commands import maintenance
+
+    try:
+        setup = _load(args)
+    except ConfigError as exc:
+        return _config_failed(exc, 3, "maintenance" if args.json else "")
+    return maintenance.main(setup, args.action, args.duration, args.reason, args.json)
+
+
 def cmd_srun(args: argparse.Namespace) -> int:
     """``hma srun``: handled in ``main`` before argparse (srun's options pass through verbatim)."""
     return cmd_srun_argv(args.config, args.srun_args)
@@ -232,6 +243,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("code")
     p.add_argument("component", nargs="?")
     p.set_defaults(func=cmd_ack)
+
+    p = add(
+        "maintenance",
+        help="planned work: detect and alert, take no action on this node",
+        description="While maintenance is on, hma detects, records and alerts but takes no "
+        "action on this node (no drain, reboot or resume); it ends by itself after --for. "
+        "The window survives restarts and is marked in the node's Slurm label field, so "
+        "`hma fleet` lists the node. on and off need root.",
+        epilog="examples:\n  sudo hma maintenance on --for 2h --reason 'swap PSU'\n"
+        "  hma maintenance status\n  sudo hma maintenance off",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("action", choices=("on", "off", "status"), help="on, off or status")
+    p.add_argument(
+        "--for",
+        dest="duration",
+        metavar="DURATION",
+        help="end by itself after DURATION (90s, 30m, 2h, 1d); default: until off",
+    )
+    p.add_argument("--reason", default="", help="why (shown in status, logs and history)")
+    p.add_argument("--json", action="store_true", help="status as a JSON document")
+    p.set_defaults(func=cmd_maintenance)
 
     p = add("healthcheck", help="Slurm HealthCheckProgram: verdict and drain state")
     p.add_argument("--quiet", action="store_true", help="print nothing; only the exit code")

@@ -27,6 +27,7 @@ from hma.adapters import logs
 from hma.adapters.notify import Notifier
 from hma.config.files import empty_files
 from hma.config.schema import EX_CONFIG, ConfigError
+from hma.contracts import maintenance
 from hma.contracts.alert import Alert
 from hma.contracts.model import Clears, Finding, ProbeRun, RunStatus, Severity
 from hma.contracts.probe import NodeFacts
@@ -174,6 +175,7 @@ class Daemon:
         self._last_prune = 0.0
         self._status_error = ""
         self._write_failures: dict[str, str] = {}  # path -> error, as last reported
+        self._maintenance_active: Optional[bool] = None  # as last logged
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -523,9 +525,39 @@ class Daemon:
             if req["kind"] == "ack":
                 payload = req["payload"]
                 self._ack(payload.get("code", ""), payload.get("component"), req["who"])
+            elif req["kind"] == maintenance.REQUEST_KIND:  # hma maintenance on|off
+                self._set_maintenance(req["payload"], req["who"])
             elif req["kind"] == deepcheck_record.REQUEST_KIND:  # hma deep-check results
                 for run in deepcheck_record.from_payload(req["payload"]):
                     self._react(self.pipeline.observe_run(run, self.clock()))
+
+    def _set_maintenance(self, payload: Mapping[str, Any], who: str) -> None:
+        try:
+            window = payload.get("window")
+            window = maintenance.Maintenance.from_json(window) if window is not None else None
+        except (ValueError, AttributeError) as exc:
+            log.error("maintenance request refused: %s", exc)
+            return
+        self.store.set_maintenance(window, who, self.clock())
+        self._watch_maintenance(self.clock())
+        self._write_status()
+
+    def _watch_maintenance(self, now: float) -> Optional[maintenance.Maintenance]:
+        """The maintenance window; its start and end (also by expiry) go to the log."""
+        window = self.store.maintenance()
+        active = window is not None and window.active(now)
+        if active != self._maintenance_active:
+            if active and window is not None:
+                log.warning(
+                    "maintenance on, %s: faults are detected, recorded and alerted; no action "
+                    "is taken on this node",
+                    window.describe(),
+                )
+            elif self._maintenance_active is not None:
+                ended = window.describe(now) if window is not None else "turned off"
+                log.warning("maintenance off (%s): remediation acts again", ended)
+            self._maintenance_active = active
+        return window
 
     def _ack(self, code: str, component: Optional[str], who: str) -> None:
         self._react(self.pipeline.ack(code, component, who, self.clock()))
@@ -637,6 +669,7 @@ class Daemon:
                     "summary": summaries[name],
                 }
             )
+        window = self._watch_maintenance(now)
         faults = [self.model.fault(r) for r in self.model.records()]
         faults.sort(key=lambda f: (not f.active, -f.severity.rank, f.component, f.code))
         remediation: dict[str, Any] = {}
@@ -662,6 +695,7 @@ class Daemon:
             "probes": probes,
             "faults": [f.to_json() for f in faults],
             "remediation": remediation,
+            **({"maintenance": window.to_json(now)} if window is not None else {}),
         }
 
     def topology(self, summaries: Optional[Mapping[str, Any]] = None) -> dict[str, str]:

@@ -54,7 +54,7 @@ class _Prefixed(logging.Formatter):
         return "\n".join(prefix + line for line in super().format(record).split("\n"))
 
 
-class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
+class _Handler(logging.StreamHandler):
     """The handler ``configure`` installs (replaced, never stacked, by a second call)."""
 
 

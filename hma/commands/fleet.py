@@ -16,6 +16,7 @@ from hma.cluster.slurm.client import SlurmClient
 from hma.cluster.slurm.parse import SlurmError
 from hma.commands import jsondoc
 from hma.contracts import label as label_mod
+from hma.contracts import maintenance
 from hma.contracts.cluster import OWNED_PREFIX, NodeState
 from hma.detection.setup import Setup
 from hma.remediation import breaker
@@ -32,7 +33,10 @@ def node_row(node: NodeState, field: str) -> Optional[dict[str, Any]]:
     """The fleet row of one node, or None when hma has nothing to say about it."""
     found = label_mod.find(node.field(field))
     held = breaker.held_by_hma(node, field)
-    if found is None and not node.owned:
+    window = maintenance.in_field(node.field(field))
+    if window is not None and not window.active(time.time()):
+        window = None  # ended by itself; the word stays until `hma maintenance off`
+    if found is None and not node.owned and window is None:
         return None
     code, component = _from_reason(node.reason) if node.owned else ("", "")
     return {
@@ -49,6 +53,7 @@ def node_row(node: NodeState, field: str) -> Optional[dict[str, Any]]:
         "jobs": list(found.jobs) if found else [],
         "held": (found.held or None) if found else None,
         "partitions": list(node.partitions),
+        "maintenance": {"until": window.until} if window is not None else None,
     }
 
 
@@ -95,6 +100,8 @@ def render_text(doc: dict[str, Any]) -> str:
                 note = (note + " " if note else "") + f"held: {r['held']}"
             if r["label"] == "recovered":
                 note = (note + " " if note else "") + "recovered"
+            if r.get("maintenance"):
+                note = (note + " " if note else "") + "maintenance"
             lines.append(
                 f"{printable(r['node']):<14} {printable(r['state']):<10} "
                 f"{printable(r['code'] or '-'):<24} {printable(r['component'] or '-'):<18} "

@@ -148,7 +148,9 @@ def render(doc: Optional[Mapping[str, Any]], problem: str = "", now: Optional[fl
     topo = doc.get("topology")
     if isinstance(topo, Mapping) and topo.get("domain"):
         about.append(f"NVLink domain {_clean(topo['domain'])} ({_clean(topo.get('source'))})")
-    lines += ["  " + ", ".join(about), ""]
+    lines += ["  " + ", ".join(about)]
+    lines += _maintenance_lines(doc.get("maintenance"))
+    lines.append("")
 
     probes = sorted(doc.get("probes") or [], key=lambda p: str(p.get("name")))
     lines.append(f"Probes ({len(probes)}):")
@@ -193,6 +195,22 @@ def render(doc: Optional[Mapping[str, Any]], problem: str = "", now: Optional[fl
     lines.append("")
     lines += _remediation_lines(doc.get("remediation") or {}, now)
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _maintenance_lines(doc: Any) -> list[str]:
+    """The maintenance window while it is open (``hma maintenance on``)."""
+    from hma.contracts.maintenance import Maintenance
+
+    if not isinstance(doc, Mapping) or doc.get("active") is not True:
+        return []
+    try:
+        window = Maintenance.from_json(doc)
+    except ValueError:
+        return ["  MAINTENANCE: on (window unreadable); no action is taken on this node"]
+    return [
+        f"  MAINTENANCE: on, {_clean(window.describe())}",
+        "  hma detects, records and alerts; it takes no action on this node",
+    ]
 
 
 def _remediation_lines(rem: Mapping[str, Any], now: float) -> list[str]:

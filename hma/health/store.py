@@ -32,9 +32,10 @@ import urllib.parse
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
+from hma.contracts.maintenance import Maintenance
 from hma.health.model import Record
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # MIGRATIONS[n] takes a database from version n to n + 1.
 MIGRATIONS: list[str] = [
@@ -56,6 +57,10 @@ MIGRATIONS: list[str] = [
     CREATE INDEX history_ts ON history (ts);
     CREATE TABLE requests (id INTEGER PRIMARY KEY, ts REAL NOT NULL, kind TEXT NOT NULL,
                            payload TEXT NOT NULL, who TEXT DEFAULT '', done REAL);
+    """,
+    # 2 -> 3: maintenance mode (hma maintenance): at most one row, the window.
+    """
+    CREATE TABLE maintenance (id INTEGER PRIMARY KEY CHECK (id = 1), data TEXT NOT NULL);
     """,
 ]
 assert len(MIGRATIONS) == SCHEMA_VERSION
@@ -303,6 +308,37 @@ class Store:
                 "INSERT INTO kv (key, value) VALUES (?, ?) "
                 "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                 (key, json.dumps(value)),
+            )
+
+    # --- maintenance mode ------------------------------------------------------------------------
+
+    def maintenance(self) -> Optional[Maintenance]:
+        """The node's maintenance window (open or ended), or None; an unreadable row is None."""
+        with self._lock:
+            row = self._conn.execute("SELECT data FROM maintenance WHERE id = 1").fetchone()
+        try:
+            return Maintenance.from_json(json.loads(row[0])) if row else None
+        except (ValueError, TypeError, AttributeError):
+            return None
+
+    def set_maintenance(self, window: Optional[Maintenance], who: str, now: float) -> None:
+        """Store the window (None: maintenance off), with a history row saying who did it."""
+        with self.transaction() as conn:
+            conn.execute("DELETE FROM maintenance")
+            if window is not None:
+                conn.execute(
+                    "INSERT INTO maintenance (id, data) VALUES (1, ?)",
+                    (json.dumps(window.to_json()),),
+                )
+            conn.execute(
+                "INSERT INTO history (ts, kind, message, details, who) VALUES (?, ?, ?, ?, ?)",
+                (
+                    now,
+                    "maintenance_on" if window is not None else "maintenance_off",
+                    window.describe() if window is not None else "maintenance off",
+                    json.dumps(window.to_json() if window is not None else {}),
+                    who,
+                ),
             )
 
     # --- health records -------------------------------------------------------------------------

@@ -84,6 +84,12 @@ FAMILIES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         "1 while remediation holds actions back (breaker, policy, dry run).",
         (),
     ),
+    ("hma_maintenance", "1 while hma maintenance is on (no action is taken on the node).", ()),
+    (
+        "hma_maintenance_until_timestamp_seconds",
+        "Unix time the maintenance window ends (absent: off, or on until turned off).",
+        (),
+    ),
 )
 _PROBE_RAN = "ran"
 _PROBE_COUNTED = ("ran", "failed", "timed_out")
@@ -141,6 +147,11 @@ def samples(status: Mapping[str, Any]) -> dict[str, list[tuple[dict[str, str], f
     for (kind, state), n in counts.items():
         out["hma_actions"].append(({"kind": kind, "state": state}, float(n)))
     out["hma_remediation_held"].append(({}, 1.0 if remediation.get("held") else 0.0))
+    window = status.get("maintenance") or {}
+    on = isinstance(window, Mapping) and window.get("active") is True
+    out["hma_maintenance"].append(({}, 1.0 if on else 0.0))
+    if on and isinstance(window.get("until"), (int, float)):
+        out["hma_maintenance_until_timestamp_seconds"].append(({}, float(window["until"])))
     for rows in out.values():
         rows.sort(key=lambda row: sorted(row[0].items()))
     return out
