@@ -13,6 +13,7 @@ import time
 from typing import Any, Mapping, Optional
 
 from hma.adapters.text import printable
+from hma.commands.term import columns, fit
 from hma.contracts.severity import Severity, worst
 from hma.reporters import statusfile
 
@@ -126,8 +127,14 @@ def _fault_order(fault: Mapping[str, Any]) -> tuple[int, str, str]:
     return (-_sev(fault.get("severity")).rank, str(fault.get("code")), str(fault.get("component")))
 
 
-def render(doc: Optional[Mapping[str, Any]], problem: str = "", now: Optional[float] = None) -> str:
-    """A readable summary: health, probes, active faults with evidence, remediation and why."""
+def render(
+    doc: Optional[Mapping[str, Any]],
+    problem: str = "",
+    now: Optional[float] = None,
+    terminal: Optional[int] = None,
+) -> str:
+    """A readable summary: health, probes, active faults with evidence, remediation and why.
+    ``terminal``: the terminal's columns, to which each row of the probe table is cut."""
     if doc is None:
         return f"hma status: {_clean(problem or 'no status')}"
     now = time.time() if now is None else now
@@ -168,7 +175,7 @@ def render(doc: Optional[Mapping[str, Any]], problem: str = "", now: Optional[fl
             error = _clean(p.get("error") or "", newlines=True).strip()
             if error:
                 row += error.splitlines()[0][:200]
-            lines.append(row.rstrip())
+            lines.append(fit(row.rstrip(), terminal))
     lines.append("")
 
     faults = doc.get("faults") or []
@@ -289,5 +296,5 @@ def main(config_file: Optional[str], as_json: bool) -> int:
         if problem:
             print(f"hma status: {_clean(problem)}", file=sys.stderr)
     else:
-        print(render(doc, problem), end="" if doc is not None else "\n")
+        print(render(doc, problem, terminal=columns()), end="" if doc is not None else "\n")
     return exit_code(doc, problem)

@@ -127,7 +127,7 @@ def test_check_help_lists_the_probes(hma_env: Any, capsys: Any) -> None:
     assert rc == 0 and out.startswith("usage: hma check")
     assert "probes installed here (PROBE):\n  efa " in out
     assert "  system       filesystems, memory" in out
-    assert f"executable probes in {hma_env.probes_d}: site_fans" in out
+    assert f"\n  {hma_env.probes_d}: site_fans\n" in out
     assert "  kernel_log   NVRM Xid" in out
 
 
