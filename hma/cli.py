@@ -266,7 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     def add_to(subparsers: Any, group: str, name: str, **kw: Any) -> argparse.ArgumentParser:
         kw.setdefault("description", kw.get("help"))
-        return subparsers.add_parser(  # type: ignore[no-any-return]
+        return subparsers.add_parser(
             name,
             parents=[common],
             epilog=_epilog(f"{group} {name}"),
