@@ -28,6 +28,10 @@ def cmd_check(args: argparse.Namespace) -> int:
 
         print(args.help_text + "\n" + check.probes_help(args.config, help_columns()))
         return 0
+    if args.debug:  # what each probe read and ran, its thresholds and decisions, on stderr
+        from hma.adapters import logs
+
+        logs.configure("debug")
     return check_main(args.config, args.probes, args.json)
 
 
@@ -284,6 +288,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-h", "--help", action=CheckHelp, nargs=0, help="show this help and the probes")
     p.add_argument("probes", nargs="*", metavar="PROBE", help="probe names (listed below)")
     p.add_argument("--json", action="store_true", help="print the JSON document")
+    p.add_argument(
+        "--debug",
+        action="store_true",
+        help="on stderr: every file each probe read and command it ran, the thresholds it "
+        "compared (its options) and why it decided (each finding with its evidence)",
+    )
     p.set_defaults(func=cmd_check, help_text="")
 
     p = add(
