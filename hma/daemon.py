@@ -532,9 +532,9 @@ class Daemon:
                     self._react(self.pipeline.observe_run(run, self.clock()))
 
     def _set_maintenance(self, payload: Mapping[str, Any], who: str) -> None:
+        raw = payload.get("window")  # None: maintenance off
         try:
-            window = payload.get("window")
-            window = maintenance.Maintenance.from_json(window) if window is not None else None
+            window = maintenance.Maintenance.from_json(raw) if raw is not None else None
         except (ValueError, AttributeError) as exc:
             log.error("maintenance request refused: %s", exc)
             return
