@@ -96,6 +96,11 @@ def main(setup: Setup, action: str, duration: Optional[str], reason: str, as_jso
         store = open_store(setup)
     except StateError as exc:
         print(f"hma maintenance: cannot open the state store: {exc}", file=sys.stderr)
+        if as_json:
+            from hma.commands import jsondoc
+
+            text = f"cannot open the state store: {exc} (`hma status` shows maintenance too)"
+            jsondoc.dump(jsondoc.problem("maintenance", text))
         return EX_CANTCREAT
     try:
         if action == "status":
