@@ -85,7 +85,7 @@ class ThreadSlot:
         """Nothing to release: a stuck thread dies with the process."""
 
 
-DEBUG_ENV = "HMA_WORKER_DEBUG"
+DEBUG_ENV = "WORKER_DEBUG"
 
 
 def worker_env() -> dict[str, str]:
