@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import shutil
 import sys
-import textwrap
 from typing import Optional
 
 HELP_COLUMNS = 80
@@ -37,4 +36,6 @@ def fit(line: str, width: Optional[int]) -> str:
 
 def wrap(line: str, width: int, indent: str) -> list[str]:
     """``line`` wrapped to ``width``, continuation lines indented by ``indent``."""
+    import textwrap  # only help text wraps: `hma status` does without it
+
     return textwrap.wrap(line, width, subsequent_indent=indent, break_on_hyphens=False) or [""]
