@@ -171,7 +171,8 @@ def cmd_fleet(args: argparse.Namespace) -> int:
 
 CONFIG_HELP = "main configuration file (default $HMA_CONFIG or /etc/hma/hma.toml)"
 
-# Shown under each command's --help (each line within 78 columns).
+# Shown under each command's --help (each line within 78 columns); tests/unit/test_help.py
+# checks that every command has an entry.
 EXAMPLES: dict[str, tuple[str, ...]] = {
     "hma": ("hma status", "hma check gpu --json", "hma explain GPU_XID_79", "hma COMMAND --help"),
     "check": ("hma check", "hma check system gpu --json", "hma check --debug gpu"),
@@ -205,8 +206,9 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
 }
 
 
-def _epilog(name: str) -> str:
-    return "examples:\n" + "\n".join(f"  {line}" for line in EXAMPLES[name])
+def _epilog(name: str) -> Optional[str]:
+    lines = EXAMPLES.get(name)
+    return "examples:\n" + "\n".join(f"  {line}" for line in lines) if lines else None
 
 
 def _config_failed(exc: ConfigError, code: int, json_command: str = "") -> int:

@@ -4,6 +4,7 @@ fits 80 columns (the terminal's when narrower), `hma srun --help` is hma's, and 
 
 from __future__ import annotations
 
+import argparse
 import fcntl
 import json
 import os
@@ -20,7 +21,24 @@ import pytest
 from hma import cli
 
 ROOT = Path(__file__).resolve().parents[2]
-COMMANDS = [name.split() for name in cli.EXAMPLES if name != "hma"]
+
+
+def subcommands() -> list[list[str]]:
+    """Every command and subcommand the parser has (``config check``, ``inject xid``)."""
+    found: list[list[str]] = []
+
+    def walk(parser: argparse.ArgumentParser, prefix: list[str]) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    found.append([*prefix, name])
+                    walk(sub, [*prefix, name])
+
+    walk(cli.build_parser(), [])
+    return found
+
+
+COMMANDS = subcommands()
 
 
 def hma(*args: str, columns: int = 200, **env: str) -> subprocess.CompletedProcess:
