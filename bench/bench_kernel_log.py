@@ -34,7 +34,9 @@ NOISE = [
     "NVRM: GPU at PCI:0000:3b:00: GPU-5e4c0b1a-{i}",
     "EXT4-fs (nvme0n1p1): mounted filesystem with ordered data mode. Quota mode: none.",
     "br0: port 2(veth{i}) entered forwarding state",
-    "nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link {i} egress non-posted PRIV",
+    "nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 12028, Data {{0x{i:08x}, 0x00000000}}",
+    "pcieport 0000:00:1c.5: AER: Corrected error received: 0000:00:1c.5",
+    "XFS (nvme0n1p2): Ending clean mount",
 ]
 XID = "NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
 

@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
-"""Cycle time (applies + collect + evaluate) of `neuron` on 16 devices and `efa` on 32 adapters.
+"""Cycle time (applies + collect + evaluate) of `neuron` on 16 devices, `efa` on 32 adapters and
+`infiniband` on 8 mlx5 ports.
 
-Trees come from tests/fixtures/gen_sysfs.py in a temporary folder. The steady-state daemon cycle
-is measured: each run has the previous snapshot as its baseline (rates and growth evaluated).
+Trees come from tests/fixtures/gen_sysfs.py in a temporary folder; the mlx5 tree is the real
+captured mlx5_0 of tests/fixtures/roots/ib-procfs copied as mlx5_0..mlx5_7. The steady-state
+daemon cycle is measured: each run has the previous snapshot as its baseline (rates and growth
+evaluated). "cold" is a new probe object per run: discovery included (`hma check` without its
+second sample, or the first run after a device event).
 
     .venv/bin/python bench/bench_neuron_efa.py [--runs 30]
 """
@@ -10,6 +14,7 @@ is measured: each run has the previous snapshot as its baseline (rates and growt
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import sys
 import tempfile
@@ -24,15 +29,19 @@ from common import machine  # noqa: E402
 from trn_support import gen_sysfs, make_ctx  # noqa: E402
 
 from hma.probes.efa.adapters import EfaProbe  # noqa: E402
+from hma.probes.infiniband.ports import InfinibandProbe  # noqa: E402
 from hma.probes.neuron.probe import NeuronProbe  # noqa: E402
 
+IB_CAPTURE = HERE.parent / "tests" / "fixtures" / "roots" / "ib-procfs" / "class" / "infiniband"
 
-def cycle(probe_cls, root: Path, instance: str, runs: int) -> list[float]:  # type: ignore[no-untyped-def]
+
+def cycle(probe_cls, root: Path, instance: str, runs: int, cold: bool = False) -> list[float]:  # type: ignore[no-untyped-def]
     probe = probe_cls()
     previous = None
     times = []
     for _ in range(runs + 1):
         ctx = make_ctx(probe_cls, root, instance, previous=previous)
+        probe = probe_cls() if cold else probe
         start = time.perf_counter()
         assert probe.applies(ctx) is None
         snap = probe.collect(ctx)
@@ -71,6 +80,21 @@ def main() -> int:
         )
         report(
             "efa, p5.48xlarge (32 adapters + mlx5_0)", cycle(EfaProbe, p5, "p5.48xlarge", args.runs)
+        )
+        report(
+            "efa, p5.48xlarge, cold (discovery)",
+            cycle(EfaProbe, p5, "p5.48xlarge", args.runs, cold=True),
+        )
+        mlx = Path(tmp) / "mlx5" / "class" / "infiniband"
+        for index in range(8):
+            shutil.copytree(IB_CAPTURE / "mlx5_0", mlx / f"mlx5_{index}")
+        report(
+            "infiniband, 8 x mlx5 (real capture, copied)",
+            cycle(InfinibandProbe, mlx.parent.parent, "", args.runs),
+        )
+        report(
+            "infiniband, 8 x mlx5, cold (discovery)",
+            cycle(InfinibandProbe, mlx.parent.parent, "", args.runs, cold=True),
         )
     return 0
 

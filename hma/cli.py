@@ -54,18 +54,22 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_config_check(args: argparse.Namespace) -> int:
     """Validate the configuration: exit 0, or 2 with one ``key.path: problem`` line per error
-    (a broken plugin the configuration enables is one; any other is a warning)."""
+    (a broken plugin the configuration enables is one, and an enabled reporter this host cannot
+    run; any other broken plugin, and options of a plugin left off, are warnings)."""
     try:
         setup = _load(args)
     except ConfigError as exc:
         return _config_failed(exc, 2)
+    from hma import reporters
+
     for b in setup.broken:
         if b not in setup.broken_in_use:
             print(f"warning: {b.kind} plugin {b.name!r} failed to load: {b.error}", file=sys.stderr)
-    if setup.broken_in_use:
-        lines = [
-            f"{b.section}: {b.kind} plugin failed to load: {b.error}" for b in setup.broken_in_use
-        ]
+    for line in setup.config.warnings:
+        print(f"warning: {line}", file=sys.stderr)
+    lines = [f"{b.section}: {b.kind} plugin failed to load: {b.error}" for b in setup.broken_in_use]
+    lines += reporters.unmet(setup.config.reporters)
+    if lines:
         return _config_failed(ConfigError(lines), 2)
     files = ", ".join(setup.config.files) or "no file (all defaults)"
     print(f"configuration OK ({files})")
@@ -121,6 +125,27 @@ def cmd_maintenance(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return _config_failed(exc, 3, "maintenance" if args.json else "")
     return maintenance.main(setup, args.action, args.duration, args.reason, args.json)
+
+
+def cmd_reset(args: argparse.Namespace) -> int:
+    """A human says the node was repaired: clear its remediation history and hold."""
+    from hma.commands import reset
+
+    if os.geteuid() != 0:
+        print(
+            "hma reset: needs root (it changes the agent's state store); run it with sudo",
+            file=sys.stderr,
+        )
+        return 77
+    if args.all == (args.code is not None):
+        print("hma reset: give either --all or CODE [COMPONENT]", file=sys.stderr)
+        return 2
+    try:
+        setup = _load(args)
+    except ConfigError as exc:
+        return _config_failed(exc, 2)
+    code = args.code.upper() if args.code else None
+    return reset.main(setup, code, args.component, args.reason)
 
 
 def cmd_srun(args: argparse.Namespace) -> int:
@@ -182,6 +207,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "config defaults": ("hma config defaults > /tmp/hma-defaults.toml",),
     "run": ("systemctl start hma   (the service runs `hma run`)", "hma run --log-level debug"),
     "ack": ("sudo hma ack GPU_ROW_REMAP_FAILURE", "sudo hma ack SITE_PROBE_CRITICAL node"),
+    "reset": (
+        "sudo hma reset GPU_XID_79 gpu:0000:3b:00 --reason 'GPU swapped, RMA 1234'",
+        "sudo hma reset --all --reason 'board replaced'",
+    ),
     "maintenance": (
         "sudo hma maintenance on --for 2h --reason 'swap PSU'",
         "hma maintenance status",
@@ -369,6 +398,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reason", default="", help="why (shown in status, logs and history)")
     p.add_argument("--json", action="store_true", help="status as a JSON document")
     p.set_defaults(func=cmd_maintenance)
+
+    p = add(
+        "reset",
+        help="a human repaired the node: clear its remediation history and hold",
+        description="A human says the node was repaired: clear its remediation history, "
+        "reboot counts and the hold for a human (repeat offender) for CODE [COMPONENT] or "
+        "--all; who and why are recorded. The node returns only after a healthy observation. "
+        "Needs root. Exit 0 done, 2 misuse, 77 not root, 73 state store unusable.",
+    )
+    p.add_argument("--all", action="store_true", help="everything (else CODE [COMPONENT])")
+    p.add_argument("code", nargs="?", help="finding code whose history to clear")
+    p.add_argument("component", nargs="?", help="only this component")
+    p.add_argument("--reason", required=True, help="what was repaired (recorded with who)")
+    p.set_defaults(func=cmd_reset)
 
     p = add(
         "healthcheck",

@@ -37,9 +37,11 @@ from hma.deepcheck import record as deepcheck_record
 from hma.deepcheck.gate import RecoveryGate
 from hma.detection.devices import DeviceWatcher
 from hma.detection.runner import make_slot, run_probe
+from hma.health.model import HealthModel
 from hma.health.pipeline import Applied, Pipeline, open_store
 from hma.health.store import RETRY_MIN_S, StateError, Store
-from hma.remediation.engine import Remediator
+from hma.remediation.engine import Remediator, reset_alert
+from hma.remediation.planner import VERIFY_PROBE
 from hma.reporters import start_reporters
 from hma.reporters.statusfile import StatusWriter, boot_id, status_path
 from hma.topology import domain as topology_domain
@@ -163,7 +165,6 @@ class Daemon:
         self.pipeline = Pipeline(self.setup, self.store, self.boot_id, self._alert)
         for note in self.pipeline.dropped:
             log.warning("dropped unreadable state row: %s", note)
-        self.model = self.pipeline.model
         self.started = self.clock()
         self.probes: dict[str, ProbeState] = {}
         self.reporters: list[Reporter] = []
@@ -176,6 +177,11 @@ class Daemon:
         self._status_error = ""
         self._write_failures: dict[str, str] = {}  # path -> error, as last reported
         self._maintenance_active: Optional[bool] = None  # as last logged
+
+    @property
+    def model(self) -> HealthModel:
+        """The health model (the pipeline's: a GPU reset replaces it)."""
+        return self.pipeline.model
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -205,6 +211,8 @@ class Daemon:
         self.inputs.put(SignalReceived(signum))
 
     def _configure(self) -> None:
+        for line in self.setup.config.warnings:  # `hma config check` prints them too
+            log.warning("configuration: %s", line)
         now = time.monotonic()
         old = self.probes
         self.probes = {}
@@ -229,9 +237,11 @@ class Daemon:
         self._start_devices()
 
     def _make_reporters(self) -> list[Reporter]:
+        started = start_reporters(self.setup.config.reporters, log.error, self.reporters)
         for reporter in self.reporters:
-            _quietly(reporter.close)
-        return start_reporters(self.setup.config.reporters, log.error)
+            if reporter not in started:
+                _quietly(reporter.close)
+        return started
 
     def _make_remediator(self) -> Remediator:
         if self.remediator is not None:
@@ -440,6 +450,18 @@ class Daemon:
             self._alert(alert)
         if alerts:
             self._write_status()  # remediation shows at once
+        resets = self.remediator.gpu_resets() if self.remediator is not None else []
+        for gpu, at in resets:
+            self._gpu_reset(gpu, at)
+
+    def _gpu_reset(self, gpu: str, at: float) -> None:
+        """A GPU reset succeeded: clear the faults it clears and run the verifying probe now
+        (its completed run is the good observation remediation waits for)."""
+        log.info("GPU %s was reset: running the %s probe", gpu, VERIFY_PROBE)
+        self._react(self.pipeline.gpu_reset(gpu, at, self.clock()), force_status=True)
+        state = self.probes.get(VERIFY_PROBE)
+        if state is not None:
+            state.next_due = min(state.next_due, time.monotonic())
 
     def _probe_done(self, state: ProbeState, run: ProbeRun) -> bool:
         """Record a finished scheduled run on its probe; False when the probe was reconfigured
@@ -454,6 +476,8 @@ class Daemon:
             and state.device_events == state.dispatched_events  # none came during the run
         ):
             state.next_due = max(state.next_due, time.monotonic() + UNSUPPORTED_RECHECK_S)
+        if run.completed and self.remediator is not None:
+            self.remediator.probe_ran(state.name, run.started)
         if run.completed and run.snapshot is not None:
             state.previous, state.previous_ts = run.snapshot, run.started
             self.store.kv_set(
@@ -527,6 +551,14 @@ class Daemon:
                 self._ack(payload.get("code", ""), payload.get("component"), req["who"])
             elif req["kind"] == maintenance.REQUEST_KIND:  # hma maintenance on|off
                 self._set_maintenance(req["payload"], req["who"])
+            elif req["kind"] == "reset" and self.remediator is not None:  # hma reset
+                payload = req["payload"]
+                done = self.remediator.release(
+                    payload.get("code"), payload.get("component"), req["who"], payload["reason"]
+                )
+                self._alert(reset_alert(payload, req["who"], done, self.clock()))
+                self._decide_now()
+                self._write_status()
             elif req["kind"] == deepcheck_record.REQUEST_KIND:  # hma deep-check results
                 for run in deepcheck_record.from_payload(req["payload"]):
                     self._react(self.pipeline.observe_run(run, self.clock()))

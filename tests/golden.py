@@ -273,11 +273,19 @@ class Golden:
             "trn2-healthy": ("trn2.48xlarge", []),
             "trn2-faulty": (
                 "trn2.48xlarge",
-                ["neuron_core_count", "neuron_mem_ecc", "neuron_unreadable", "efa_port_down"],
+                [
+                    "neuron_core_count",
+                    "neuron_mem_ecc",
+                    "neuron_unreadable",
+                    "efa_unbound_function",
+                ],
             ),
             "inf2-healthy": ("inf2.48xlarge", []),
             "p5-healthy": ("p5.48xlarge", []),
-            "p5-faulty": ("p5.48xlarge", ["efa_missing_adapter", "efa_unreadable_state"]),
+            "p5-faulty": (
+                "p5.48xlarge",
+                ["efa_missing_adapter", "efa_unreadable_counter", "efa_ena_no_carrier"],
+            ),
         }
         for name, (instance, faults) in trees.items():
             root = gen_sysfs.build(self.scratch / f"sysfs-{name}", instance, faults)

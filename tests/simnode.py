@@ -83,8 +83,9 @@ class SimNode:
 
     # --- the node -------------------------------------------------------------------------------
 
-    def build(self) -> SimNode:
-        """Build the NVML stand-in, the sysfs and procfs roots, the kernel-log FIFO, the config."""
+    def build(self, recovery: Optional[dict[str, Any]] = None) -> SimNode:
+        """Build the NVML stand-in, the sysfs and procfs roots, the kernel-log FIFO, the config
+        (``recovery``: ``[recovery]`` keys beside ``RECOVERY``)."""
         self.base.mkdir(parents=True, exist_ok=True)
         os.chmod(self.base, 0o755)
         lib = nvmlstub.build(self.base / "lib")
@@ -112,7 +113,7 @@ class SimNode:
             self.config,
             self.cluster,
             self.node,
-            recovery=RECOVERY,
+            recovery={**RECOVERY, **(recovery or {})},
             extra=extra,
             paths={"sysfs": str(self.sysfs)},
         )

@@ -127,6 +127,16 @@ class RootReader:
         except ParseError as exc:
             raise ReadError(f"{self.path(rel)}: {exc}") from None
 
+    def pci_id(self, rel: str) -> int:
+        """A PCI id attribute as the kernel writes it ("0x1d0f"), strictly; ReadError otherwise."""
+        raw = self.text(rel)
+        try:
+            if not raw.startswith("0x"):
+                raise ParseError(f"not a 0x-prefixed PCI id: {raw[:40]!r}")
+            return parse_uint(raw, limit=0xFFFF, hex_ok=True)
+        except ParseError as exc:
+            raise ReadError(f"{self.path(rel)}: {exc}") from None
+
     def listdir(self, rel: str) -> list[str]:
         """Sorted entries of a folder; empty when it positively does not exist (a dangling
         symlink in its place is a ReadError: what is there cannot be read)."""

@@ -65,6 +65,20 @@ def catalogue_md() -> str:
             f"| `{e.code}` | {e.severity} | {e.action} | {'yes' if e.drains else 'no'} | {onset} "
             f"| {clears} | {summary} |"
         )
+    sourced = [e for e in catalogue.load_builtin() if e.source]
+    if sourced:
+        lines += [
+            "",
+            "## Sources",
+            "",
+            "What each detector is grounded in: the kernel or driver source file and the format",
+            "string it prints, or the vendor document.",
+            "",
+            "| code | source |",
+            "|---|---|",
+        ]
+        bar = "\\|"
+        lines += [f"| `{e.code}` | {e.source.replace('|', bar)} |" for e in sourced]
     return "\n".join(lines) + "\n"
 
 

@@ -1,8 +1,10 @@
 """``hma fleet``: the cluster's health at a glance, from Slurm alone (one ``sinfo`` call).
 
-Lists every node that hma has labelled or drained (code, component, action, since when, reboot
-count, jobs hit) and the circuit breaker's state per partition. Works for any user on a login
-node: it only reads what the agents wrote into Slurm (reasons and the ``hma=`` label).
+Lists every node that hma has labelled or drained or has a remediation history of (code,
+component, action, since when, reboot count, remediations within the window, jobs hit), repeat
+offenders first, and the circuit breaker's state per partition. Works for any user on a login
+node: it only reads what the agents wrote into Slurm (reasons, the ``hma=`` label and the
+``hmah=`` history mirror), all in the one ``sinfo`` call.
 """
 
 from __future__ import annotations
@@ -20,6 +22,10 @@ from hma.contracts import maintenance
 from hma.contracts.cluster import OWNED_PREFIX, NodeState
 from hma.detection.setup import Setup
 from hma.remediation import breaker
+from hma.remediation.options import RECOVERY
+
+_MAX = int(RECOVERY["max_remediations"].default)
+_WINDOW = float(RECOVERY["remediation_window"].default)
 
 
 def _from_reason(reason: str) -> tuple[str, str]:
@@ -29,15 +35,20 @@ def _from_reason(reason: str) -> tuple[str, str]:
     return code, component.strip()
 
 
-def node_row(node: NodeState, field: str) -> Optional[dict[str, Any]]:
+def node_row(
+    node: NodeState, field: str, now: float, max_remediations: int = _MAX, window: float = _WINDOW
+) -> Optional[dict[str, Any]]:
     """The fleet row of one node, or None when hma has nothing to say about it."""
     found = label_mod.find(node.field(field))
+    history = label_mod.find_history(node.field(field))
     held = breaker.held_by_hma(node, field)
-    window = maintenance.in_field(node.field(field))
-    if window is not None and not window.active(time.time()):
-        window = None  # ended by itself; the word stays until `hma maintenance off`
-    if found is None and not node.owned and window is None:
+    maint = maintenance.in_field(node.field(field))
+    if maint is not None and not maint.active(now):
+        maint = None  # ended by itself; the word stays until `hma maintenance off`
+    if found is None and not node.owned and history is None and maint is None:
         return None
+    count = history.within(now, window) if history is not None else 0
+    human = history.held if history is not None and history.held else None
     code, component = _from_reason(node.reason) if node.owned else ("", "")
     return {
         "node": node.name,
@@ -50,19 +61,29 @@ def node_row(node: NodeState, field: str) -> Optional[dict[str, Any]]:
         "action": found.action if found else None,
         "since": (found.since if found and found.since else None) or node.reason_time or None,
         "reboots": found.reboots if found else 0,
+        "remediations": count,
+        "held_for_human": human,
+        "repeat_offender": bool(human) or count > max_remediations,
         "jobs": list(found.jobs) if found else [],
         "held": (found.held or None) if found else None,
         "partitions": list(node.partitions),
-        "maintenance": {"until": window.until} if window is not None else None,
+        "maintenance": {"until": maint.until} if maint is not None else None,
     }
 
 
 def collect(
-    client: SlurmClient, field: str, percent: float, max_nodes: Optional[int]
+    client: SlurmClient,
+    field: str,
+    percent: float,
+    max_nodes: Optional[int],
+    max_remediations: int = _MAX,
+    window: float = _WINDOW,
 ) -> dict[str, Any]:
-    """The fleet document (``hma fleet --json``)."""
+    """The fleet document (``hma fleet --json``): repeat offenders first, then by name."""
     nodes = client.nodes()
-    rows = [r for r in (node_row(n, field) for n in sorted(nodes, key=lambda n: n.name)) if r]
+    now = time.time()
+    found = (node_row(n, field, now, max_remediations, window) for n in nodes)
+    rows = sorted((r for r in found if r), key=lambda r: (not r["repeat_offender"], r["node"]))
     partitions: dict[str, list[NodeState]] = {}
     for node in nodes:
         for part in node.partitions or ("(none)",):
@@ -90,7 +111,7 @@ def render_text(doc: dict[str, Any]) -> str:
         lines.append("no node is labelled or drained by hma")
     else:
         head = f"{'NODE':<14} {'STATE':<10} {'CODE':<24} {'COMPONENT':<18} {'ACTION':<8} "
-        lines.append(head + f"{'SINCE':<17} {'REBOOTS':>7}  JOBS / NOTE")
+        lines.append(head + f"{'SINCE':<17} {'REBOOTS':>7} {'REPAIRS':>7}  JOBS / NOTE")
         for r in doc["nodes"]:
             since = (
                 time.strftime("%Y-%m-%d %H:%M", time.localtime(r["since"])) if r["since"] else "-"
@@ -100,13 +121,15 @@ def render_text(doc: dict[str, Any]) -> str:
                 note = (note + " " if note else "") + f"held: {r['held']}"
             if r["label"] == "recovered":
                 note = (note + " " if note else "") + "recovered"
+            if r["repeat_offender"]:
+                note = (note + " " if note else "") + "repeat offender: needs hma reset"
             if r.get("maintenance"):
                 note = (note + " " if note else "") + "maintenance"
             lines.append(
                 f"{printable(r['node']):<14} {printable(r['state']):<10} "
                 f"{printable(r['code'] or '-'):<24} {printable(r['component'] or '-'):<18} "
                 f"{printable(r['action'] or '-'):<8} {since:<17} "
-                f"{r['reboots']:>7}  {printable(note)}"
+                f"{r['reboots']:>7} {r['remediations']:>7}  {printable(note)}"
             )
     lines.append("")
     lines.append(f"{'PARTITION':<14} {'NODES':>5} {'HELD':>5} {'LIMIT':>5}  BREAKER")
@@ -124,7 +147,12 @@ def main(setup: Setup, as_json: bool) -> int:
     client = SlurmClient.from_options(setup.config.section("slurm"))
     try:
         doc = collect(
-            client, rec["label_field"], float(rec["max_drained_percent"]), rec["max_drained_nodes"]
+            client,
+            rec["label_field"],
+            float(rec["max_drained_percent"]),
+            rec["max_drained_nodes"],
+            int(rec["max_remediations"]),
+            float(rec["remediation_window"]),
         )
     except SlurmError as exc:
         print(f"hma fleet: {printable(str(exc))}", file=sys.stderr)

@@ -1,9 +1,10 @@
 """``hma logscan FILE...``: the kernel-log rules over saved logs (the triage tool for dead nodes).
 
-Reads plain dmesg, ``dmesg --ctime``, ISO-time logs, /dev/kmsg records and syslog/journal lines
-(gzip-compressed files too, ``-`` for stdin). Repeats of one (component, code, severity) are one
-finding with a count, the first matching line as evidence and the last one beside it. The exit
-code is the worst severity, as for ``hma check``.
+Reads plain dmesg, ``dmesg --ctime``/``--decode``, ISO-time logs, /dev/kmsg records, syslog and
+journal lines (``journalctl -o short*``, ``-o json``; gzip-compressed files too, ``-`` for
+stdin). Repeats of one (component, code, severity) are one finding with a count, the first
+matching line as evidence and the last one beside it. The exit code is the worst severity, as
+for ``hma check``.
 """
 
 from __future__ import annotations
@@ -16,13 +17,13 @@ import re
 import sys
 import zlib
 from dataclasses import dataclass
-from typing import IO, Any, Iterator, Optional, Sequence
+from typing import IO, Any, Callable, Iterator, Optional, Sequence
 
 from hma.adapters.text import printable
 from hma.contracts.catalogue import Catalogue
 from hma.contracts.model import Finding, Severity
 from hma.contracts.severity import worst
-from hma.probes.kernel_log.lines import saved_line
+from hma.probes.kernel_log.lines import line_time, saved_line
 from hma.probes.kernel_log.rules import RuleSet
 
 SOURCE = "logscan"
@@ -87,6 +88,9 @@ def _line_before(block: bytes, start: int) -> int:
     return block.rfind(b"\n", 0, start - 1) + 1
 
 
+Each = Callable[[str, int, Finding], None]  # (file, line number, finding) of every matched line
+
+
 class _Scan:
     """One file through the rules: the literal prefilter finds candidate lines in whole blocks
     (``bytes.find`` per needle), only those are parsed, decoded and matched."""
@@ -97,11 +101,16 @@ class _Scan:
         rules: RuleSet,
         hits: dict[tuple[str, str, str], Hit],
         not_kept: Optional[list[int]] = None,
+        each: Optional[Each] = None,
     ) -> None:
         self.path = path
+        self.each = each
+        self.export = False  # a candidate line was a journal export field (not read)
         self.not_kept = not_kept if not_kept is not None else [0]  # lines of faults not kept
         self.matcher = rules.matcher(SOURCE)
-        self.needles = [n.encode() for n in rules.needles] if rules.needles is not None else None
+        self.needles = (
+            [(n.encode(), n) for n in rules.needles] if rules.needles is not None else None
+        )
         self.history = rules.history
         self.hits = hits
         self.lineno = 0  # lines before the current block
@@ -110,22 +119,26 @@ class _Scan:
 
     def block(self, block: bytes) -> None:
         """Match the candidate lines of one block (of :func:`blocks`)."""
+        found: dict[int, Optional[list[str]]] = {}  # line start -> the needles it holds
         if self.needles is None:
-            starts = _all_starts(block)
+            found = dict.fromkeys(_all_starts(block))
         else:
-            found: set[int] = set()
-            for needle in self.needles:
+            for needle, text in self.needles:
                 pos = block.find(needle)
                 while pos >= 0:  # every block ends with a newline: the next search is further on
-                    found.add(block.rfind(b"\n", 0, pos) + 1)
+                    start = block.rfind(b"\n", 0, pos) + 1
+                    held = found.get(start)
+                    if held is None:
+                        found[start] = [text]
+                    else:
+                        held.append(text)
                     pos = block.find(needle, block.find(b"\n", pos) + 1)
-            starts = sorted(found)
         counted, lineno = 0, self.lineno
-        for start in starts:
+        for start in sorted(found):
             lineno += block.count(b"\n", counted, start)
             counted = start
             end = block.find(b"\n", start)
-            self._line(block, start, end, lineno + 1)
+            self._line(block, start, end, lineno + 1, found[start])
         self.lineno += block.count(b"\n")
         if self.history:
             self.tail = (self.tail + self._before(block, len(block), self.history))[-self.history :]
@@ -145,16 +158,24 @@ class _Scan:
         context = (saved_line(b.decode("utf-8", "replace").rstrip("\r"))[1] for b in before)
         return [m for m in context if m is not None]
 
-    def _line(self, block: bytes, start: int, end: int, lineno: int) -> None:
+    def _line(
+        self, block: bytes, start: int, end: int, lineno: int, needles: Optional[list[str]]
+    ) -> None:
         line = block[start:end].decode("utf-8", "replace").rstrip("\r")
         fmt, message = saved_line(line)
         if message is None:  # written by user space: no kernel message
+            self.export = self.export or fmt == "export"
             return
         if self.history:
             self.matcher.lazy_context(lambda: self._context(block, start))
         evidence = {"file": self.path, "lineno": lineno, "format": fmt}
-        found = self.matcher.feed(message, 0.0, evidence)
+        found = self.matcher.feed(message, 0.0, evidence, lambda: line_time(line), needles)
         if found is None:
+            return
+        if self.each is not None:
+            self.each(self.path, lineno, found)
+        if found.severity is Severity.OK:
+            self._cleared(found, line, lineno)
             return
         key = (found.component, found.code, str(found.severity))
         hit = self.hits.get(key)
@@ -171,6 +192,28 @@ class _Scan:
             hit.count += 1
             hit.last, hit.last_where = line[:1000], f"{self.path}:{lineno}"
 
+    def _cleared(self, found: Finding, line: str, lineno: int) -> None:
+        """A line saying a fault is over (NFS server OK): the open hits of its (component, code)
+        become one cleared hit (severity ok, the clearing line beside it); a later fault of the
+        same kind is a new hit."""
+        for key in [k for k in self.hits if k[:2] == (found.component, found.code)]:
+            if key[2] == str(Severity.OK):
+                continue
+            hit = self.hits.pop(key)
+            done = (found.component, found.code, str(Severity.OK))
+            before = self.hits.get(done)
+            details = {**hit.finding.details, "cleared_line": line[:1000]}
+            details["cleared_at"] = f"{self.path}:{lineno}"
+            if before is not None:
+                details["count"] = before.finding.details.get("count", before.count)
+                hit.count += before.count
+            self.hits[done] = Hit(
+                hit.finding.with_(severity=Severity.OK, details=details),
+                hit.count,
+                hit.last,
+                hit.last_where,
+            )
+
 
 def _all_starts(block: bytes) -> list[int]:
     """Where every line of ``block`` starts (no prefilter: every line is matched)."""
@@ -178,18 +221,27 @@ def _all_starts(block: bytes) -> list[int]:
 
 
 def scan(
-    paths: Sequence[str], rules: RuleSet, not_kept: Optional[list[int]] = None
+    paths: Sequence[str],
+    rules: RuleSet,
+    not_kept: Optional[list[int]] = None,
+    each: Optional[Each] = None,
 ) -> tuple[list[Hit], list[str]]:
     """Hits over every file (in order of first sight, at most ``MAX_FINDINGS``) and one error line
-    per unreadable file; ``not_kept[0]`` counts the matching lines of faults beyond the cap."""
+    per unreadable file; ``not_kept[0]`` counts the matching lines of faults beyond the cap;
+    ``each`` sees the finding of every matching line."""
     hits: dict[tuple[str, str, str], Hit] = {}
     errors: list[str] = []
     for path in paths:
         try:
             with _open(path) as stream:
-                one = _Scan(path, rules, hits, not_kept)
+                one = _Scan(path, rules, hits, not_kept, each)
                 for block in blocks(stream):
                     one.block(block)
+            if one.export:
+                errors.append(
+                    f"{path}: journal export format (journalctl -o export) is not read;"
+                    " save the log with -o json or -o short-precise"
+                )
         except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
             errors.append(f"{path}: {getattr(exc, 'strerror', None) or exc}")  # path once
     return list(hits.values()), errors
@@ -241,6 +293,9 @@ def render_text(doc: dict[str, Any]) -> str:
         lines.append(f"    {printable(d['raw'])}")
         if d.get("last_line"):
             lines.append(f"    last at {printable(d['last_at'])}: {printable(d['last_line'])}")
+        if d.get("cleared_line"):
+            cleared = f"{printable(d['cleared_at'])}: {printable(d['cleared_line'])}"
+            lines.append(f"    cleared at {cleared}")
     if doc.get("not_kept"):
         lines.append(f"{doc['not_kept']} matching line(s) of further faults not kept")
     for err in doc["errors"]:

@@ -160,6 +160,9 @@ class Config:
     codes: dict[str, dict[str, Any]]
     files: list[str] = field(default_factory=list)
     sources: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # "key.path: problem" lines of a valid configuration that likely does not do what its
+    # author meant (`hma config check` prints them; the daemon logs them)
+    warnings: list[str] = field(default_factory=list)
 
     def section(self, name: str) -> dict[str, Any]:
         """Values of a top-level section such as ``agent`` or ``paths``."""
@@ -204,18 +207,18 @@ def _hint(key: str, known: Any) -> str:
 def validate(raw: Mapping[str, Any], schema: Schema, files: Sequence[str] = ()) -> Config:
     """Apply defaults and check every key; raises ``ConfigError`` with all problems at once."""
     errors: list[str] = []
+    warnings: list[str] = []
     sections: dict[str, dict[str, Any]] = {}
     for name, options in schema.sections.items():
         sections[name] = _fill(name, raw.get(name, {}), options, errors)
         if name in schema.checks and not any(e.startswith(f"{name}.") for e in errors):
             errors += schema.checks[name](sections[name])
-    probes = _fill_group("probes", raw.get("probes", {}), schema.probes, errors, schema.unchecked)
-    reporters = _fill_group(
-        "reporters", raw.get("reporters", {}), schema.reporters, errors, schema.unchecked
-    )
-    sources = _fill_group(
-        "sources", raw.get("sources", {}), schema.sources, errors, schema.unchecked
-    )
+    groups = {}
+    for group in ("probes", "reporters", "sources"):
+        given = raw.get(group, {})
+        groups[group] = _fill_group(group, given, getattr(schema, group), errors, schema.unchecked)
+        warnings += _off_by_default(group, given, getattr(schema, group))
+    probes, reporters, sources = groups["probes"], groups["reporters"], groups["sources"]
     codes: dict[str, dict[str, Any]] = {}
     raw_codes = raw.get("codes", {})
     if not isinstance(raw_codes, dict):
@@ -235,7 +238,23 @@ def validate(raw: Mapping[str, Any], schema: Schema, files: Sequence[str] = ()) 
             errors.append(f"{key}: unknown section{_hint(key, known)}")
     if errors:
         raise ConfigError(errors)
-    return Config(sections, probes, reporters, codes, list(files), sources)
+    return Config(sections, probes, reporters, codes, list(files), sources, warnings)
+
+
+def _off_by_default(group: str, raw: Any, schemas: Mapping[str, Mapping[str, Option]]) -> list[str]:
+    """Tables that set options of a plugin that is off by default without turning it on (its
+    options then do nothing)."""
+    out = []
+    for name, table in raw.items() if isinstance(raw, dict) else ():
+        enabled = schemas.get(name, {}).get("enabled")
+        if not isinstance(table, dict) or "enabled" in table or enabled is None or enabled.default:
+            continue
+        if table:
+            out.append(
+                f"{group}.{name}: {', '.join(sorted(table))} set, but the {group[:-1]} is off "
+                "(enabled defaults to false): add enabled = true"
+            )
+    return out
 
 
 def _fill_group(
@@ -270,13 +289,14 @@ def load(
     """
     layers, errors = read if read is not None else read_layers(config_path(explicit))
     raw, files = merged(layers)
+    where = origins(layers)
     try:
         config = validate(raw, schema, files)
     except ConfigError as exc:
-        where = origins(layers)
         raise ConfigError([*errors, *(_in_file(e, where) for e in exc.errors)]) from None
     if errors:
         raise ConfigError(errors)
+    config.warnings = [_in_file(w, where) for w in config.warnings]
     return config
 
 

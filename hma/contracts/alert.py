@@ -15,7 +15,7 @@ ALERT_KINDS = (
     "action_applied",  # the action took effect in Slurm / the cluster hook
     "action_held",  # the action is held back (breaker, rate limit, policy none, dry run)
     "action_failed",  # an attempt failed (will be retried)
-    "acknowledged",  # an operator ran `hma ack`
+    "acknowledged",  # an operator ran `hma ack` (or `hma reset`: the node was repaired)
     "agent",  # about the agent itself (started, config reload failed, state reset)
 )
 

@@ -186,3 +186,71 @@ def jobs_of(labels: Sequence[Optional[Label]]) -> tuple[str, ...]:
         if item is not None and item.jobs:
             return item.jobs
     return ()
+
+
+# --- the history mirror: ``hmah=`` ----------------------------------------------------------------
+#
+# The node's remediations within the window, one entry per episode, in the same field as the label
+# (so that they survive a wiped state store, like ``r=``)::
+#
+#     hmah=[H<held since>,]<time>:<CODE>[,<time>:<CODE>...]
+#
+# ``H``: the node is held for a human (repeat offender) since that time; each entry the time of
+# an episode's first remediation and its code. At most ``MAX_HISTORY`` entries, newest last
+# (written once per episode: a reboot after the drain changes nothing). Read only through
+# ``parse_history`` (strict: anything else is no history at all).
+
+HISTORY_PREFIX = "hmah="
+MAX_HISTORY = 8
+_ENTRY = re.compile(r"([0-9]{1,12}):([A-Z][A-Z0-9_]{0,63})")
+_HELD = re.compile(r"H([0-9]{1,12})")
+
+
+@dataclass(frozen=True)
+class History:
+    """The mirrored history: (time, code) per episode, and since when the node is held for a
+    human (0: it is not)."""
+
+    entries: tuple[tuple[float, str], ...] = ()
+    held: float = 0.0
+
+    def token(self) -> Optional[str]:
+        """The token text; None when there is nothing to mirror."""
+        parts = [f"H{int(self.held)}"] if self.held else []
+        for ts, code in self.entries[-MAX_HISTORY:]:
+            parts.append(f"{int(ts)}:{code}")
+        return HISTORY_PREFIX + ",".join(parts) if parts else None
+
+    def within(self, now: float, window: float) -> int:
+        """How many entries fall within ``window`` seconds of ``now``."""
+        return sum(1 for ts, _code in self.entries if now - ts <= window)
+
+
+def parse_history(token: str) -> Optional[History]:
+    """The history of a ``hmah=`` token when every part is what hma writes; None otherwise."""
+    if not token.startswith(HISTORY_PREFIX):
+        return None
+    parts = token[len(HISTORY_PREFIX) :].split(",")
+    held = 0.0
+    if parts and _HELD.fullmatch(parts[0]):
+        held = float(parts.pop(0)[1:])
+    entries = []
+    for part in parts:
+        m = _ENTRY.fullmatch(part)
+        if m is None:
+            return None
+        entries.append((float(m.group(1)), m.group(2)))
+    if len(entries) > MAX_HISTORY or (not entries and not held):
+        return None
+    return History(tuple(entries), held)
+
+
+def find_history(text: str) -> Optional[History]:
+    """The mirrored history in a field's text, if any (and well-formed)."""
+    token = find_token(text, HISTORY_PREFIX)
+    return parse_history(token) if token is not None else None
+
+
+def edit_history(text: str, history: Optional[History]) -> str:
+    """``text`` with the ``hmah=`` token replaced (removed when None or empty)."""
+    return edit_token(text, HISTORY_PREFIX, history.token() if history is not None else None)

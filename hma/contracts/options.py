@@ -180,6 +180,14 @@ def positive(v: Any) -> Optional[str]:
     return None if v > 0 else "must be > 0"
 
 
+def rate_limits(v: Any) -> Optional[str]:
+    """Check: a table of counter name -> positive number (a limit per second)."""
+    for key, limit in v.items():
+        if isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit <= 0:
+            return f"{key}: expected a positive number per second"
+    return None
+
+
 def pci_ids(v: Any) -> Optional[str]:
     """Check: every item a PCI id in hex (``0x1d0f``), 0 to 0xffff."""
     for item in v:

@@ -3,7 +3,7 @@ configured in ``[reporters.<name>]`` (each declares its options; ``enabled`` is 
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar, Mapping, Optional
 
 from hma.contracts.alert import Alert
 from hma.contracts.options import Option
@@ -20,6 +20,12 @@ class Reporter:
 
     def __init__(self, options: Mapping[str, Any]) -> None:
         self.config = options
+
+    @classmethod
+    def unmet(cls, options: Mapping[str, Any]) -> Optional[str]:
+        """What this host lacks for the reporter to run with these options (a missing library,
+        say), or None. ``hma config check`` fails on it when the reporter is enabled."""
+        return None
 
     def alert(self, alert: Alert) -> None:
         """Deliver one alert."""

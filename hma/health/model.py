@@ -157,7 +157,14 @@ class HealthModel:
         return self.verdict(now, transitions)
 
     def observe_event(self, finding: Finding, now: float) -> Verdict:
-        """A finding pushed by an event source (kernel log, NVML events)."""
+        """A finding pushed by an event source (kernel log, NVML events); one of severity ``ok``
+        (a kernel line saying the fault is over: NFS server OK) clears (component, code)."""
+        if finding.severity is Severity.OK:
+            key = (finding.component, finding.code)
+            rec = self._records.get(key)
+            if rec is None:
+                return self.verdict(now)
+            return self.verdict(now, self._clear(key, rec, now, finding.message or "reported ok"))
         return self.verdict(now, self._bad(finding, now))
 
     def new_boot(self, boot_id: str, now: float) -> Verdict:

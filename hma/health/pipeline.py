@@ -100,6 +100,11 @@ def command_pipeline(setup: Setup, store: Store, prog: str) -> Pipeline:
     return Pipeline(setup, store, boot_id, reporter_alerts(setup, prog))
 
 
+def _reset_clears(model: HealthModel, code: str) -> bool:
+    entry = model.catalogue.get(code)
+    return entry is not None and entry.reset_gpu
+
+
 class Pipeline:
     """The health model loaded from ``store``, and every change to it written back."""
 
@@ -153,6 +158,27 @@ class Pipeline:
         self.store.add_history(now, "acknowledged", code, component or "", "", "", who=who)
         self.alert(ack_alert(code, component, who, now))
         return self.apply(verdict)
+
+    def gpu_reset(self, component: str, at: float, now: float) -> Applied:
+        """A GPU reset of ``component`` ended at ``at``: its faults that a reset clears (the
+        catalogue's ``reset_gpu``) and that were last seen before it go, with a ``cleared``
+        transition each. The GPU's probe then says whether it is healthy again."""
+        old = self.model
+        gone = [
+            r
+            for r in old.records()
+            if r.component == component and r.last_seen <= at and _reset_clears(old, r.code)
+        ]
+        if not gone:
+            return Applied(old.verdict(now), False)
+        keys = {(r.component, r.code) for r in gone}
+        kept = [r for r in old.records() if (r.component, r.code) not in keys]
+        self.model = HealthModel(old.catalogue, old.boot_id, kept)
+        self.model.changed.update(keys | old.changed)
+        transitions = [
+            Transition("cleared", old.fault(r), now, "GPU reset") for r in gone if r.active
+        ]
+        return self.apply(self.model.verdict(now, transitions))
 
     def apply(self, verdict: Verdict) -> Applied:
         """Save the records the model changed; history and an alert per transition."""

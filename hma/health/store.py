@@ -2,7 +2,9 @@
 
 Tables: ``faults`` (health-model records), ``history`` (findings and transitions, bounded by
 ``[agent] history_days``), ``boots``, ``kv`` (counters, cursors, probe baselines), ``actions``
-(the remediation outbox) and ``requests`` (operator requests such as ``hma ack`` for the daemon).
+(the remediation outbox), ``requests`` (operator requests such as ``hma ack`` for the daemon),
+``remediations`` (the node's history of remediations: repeat offenders, ``hma reset``) and
+``maintenance`` (the window of ``hma maintenance``).
 The schema is versioned with ``PRAGMA user_version`` and migrated forward step by step. A corrupt
 database is moved aside, a fresh one created and ``reset`` set, so that the daemon raises
 ``HMA_STATE_RESET`` and goes on. The database and its -wal/-shm files are 0600.
@@ -30,12 +32,12 @@ import threading
 import time
 import urllib.parse
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional
 
 from hma.contracts.maintenance import Maintenance
 from hma.health.model import Record
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # MIGRATIONS[n] takes a database from version n to n + 1.
 MIGRATIONS: list[str] = [
@@ -58,7 +60,13 @@ MIGRATIONS: list[str] = [
     CREATE TABLE requests (id INTEGER PRIMARY KEY, ts REAL NOT NULL, kind TEXT NOT NULL,
                            payload TEXT NOT NULL, who TEXT DEFAULT '', done REAL);
     """,
-    # 2 -> 3: maintenance mode (hma maintenance): at most one row, the window.
+    # 2 -> 3: the node's remediations (docs/remediation.md "Repeat offenders").
+    """
+    CREATE TABLE remediations (id INTEGER PRIMARY KEY, ts REAL NOT NULL, episode INTEGER,
+                               code TEXT NOT NULL, component TEXT NOT NULL, action TEXT NOT NULL,
+                               boot_id TEXT DEFAULT '', who TEXT DEFAULT '', note TEXT DEFAULT '');
+    """,
+    # 3 -> 4: maintenance mode (hma maintenance): at most one row, the window.
     """
     CREATE TABLE maintenance (id INTEGER PRIMARY KEY CHECK (id = 1), data TEXT NOT NULL);
     """,
@@ -76,6 +84,9 @@ MAX_PENDING = 8 << 20  # bytes of queued statements; beyond, the whole memory co
 RETRY_MIN_S, RETRY_MAX_S = 1.0, 60.0
 LOCKED_WAIT_S = 0.5
 Statement = tuple[str, tuple[Any, ...]]
+# Columns of a ``remediations`` row (``add_remediation``, ``remediations``).
+REMEDIATION_KEYS = ("ts", "episode", "code", "component", "action", "boot_id", "who", "note")
+_EMPTY: dict[str, Any] = {"episode": None}
 
 
 class _Recorder:
@@ -407,6 +418,36 @@ class Store:
         """Delete history rows before ``older_than``; returns how many."""
         with self.transaction() as conn:
             return conn.execute("DELETE FROM history WHERE ts < ?", (older_than,)).rowcount
+
+    def add_remediation(self, row: Mapping[str, Any]) -> None:
+        """Append one remediation (keys of ``REMEDIATION_KEYS``; absent ones empty)."""
+        with self.transaction() as conn:
+            conn.execute(
+                f"INSERT INTO remediations ({', '.join(REMEDIATION_KEYS)}) VALUES "  # noqa: S608
+                f"({', '.join('?' for _k in REMEDIATION_KEYS)})",
+                tuple(row.get(k, _EMPTY.get(k, "")) for k in REMEDIATION_KEYS),
+            )
+
+    def remediations(self) -> list[dict[str, Any]]:
+        """Every recorded remediation, oldest first."""
+        with self._lock:
+            rows = self._conn.execute(
+                f"SELECT {', '.join(REMEDIATION_KEYS)} FROM remediations ORDER BY ts, id"  # noqa: S608
+            ).fetchall()
+        return [dict(zip(REMEDIATION_KEYS, r)) for r in rows]
+
+    def delete_remediations(self, **match: Any) -> int:
+        """Delete the remediations whose columns equal ``match`` (a column given None matches
+        every value; ``hma reset`` records are kept); returns how many went."""
+        sql, params = "DELETE FROM remediations WHERE action != 'reset'", []
+        for key, value in match.items():
+            if key not in REMEDIATION_KEYS:
+                raise ValueError(f"no column {key!r}")
+            if value is not None:
+                sql += f" AND {key} = ?"
+                params.append(value)
+        with self.transaction() as conn:
+            return int(conn.execute(sql, tuple(params)).rowcount)
 
     def note_boot(self, boot_id: str, now: float) -> bool:
         """Record a boot id; True when it was not known (the node rebooted)."""

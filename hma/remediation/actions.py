@@ -4,10 +4,11 @@
 ``Applier`` step that carries it out. ``Applier.apply`` reads the node's state first (one
 single-node query) and checks that the action is still right and not already in effect (a restart
 after ``kill -9`` must not act twice); then it makes the backend calls: label, drain (counted by
-the breaker, undone beyond its limit), down, reboot or replace (through the backend's capability
-or the configured hook), resume. It returns the outcome: ``done``, ``skipped``, ``held`` (with
-why, also when the backend lacks the capability the action needs) or raises ``BackendError``
-(retried).
+the breaker, undone beyond its limit), down, GPU reset (``nvidia-smi --gpu-reset``), reboot or
+replace (through the backend's capability or the configured hook), resume. It returns the
+outcome: ``done``, ``skipped``, ``held`` (with why, also when the backend lacks the capability the
+action needs) or raises ``BackendError`` (retried). Each remediation is recorded in the state
+store and mirrored, with the hold for a human, in the label field (``hmah=``).
 """
 
 from __future__ import annotations
@@ -15,12 +16,14 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import tempfile
 import time
 from dataclasses import dataclass, replace
 from typing import Callable, Optional, Protocol
 
 from hma.adapters.command import CommandRunner
+from hma.adapters.text import printable
 from hma.contracts import label as label_mod
 from hma.contracts.cluster import (
     Backend,
@@ -37,6 +40,9 @@ from hma.remediation.breaker import Breaker, Count
 from hma.remediation.options import Recovery
 from hma.remediation.outbox import Outbox, Row
 from hma.remediation.planner import Acted, Episode, Reboot, reboot_count
+
+# A GPU component as hma names it (``gpu:<domain>:<bus>:<device>``, hex).
+_GPU = re.compile(r"gpu:([0-9a-f]{4,8}):([0-9a-f]{2}):([0-9a-f]{2})")
 
 log = logging.getLogger("hma.remediation")
 
@@ -83,8 +89,10 @@ class Applier:
         view: Callable[[], EngineView],
         observed: Callable[[NodeState], None],
         spares: int,
+        gpu_reset_done: Callable[[str, float], None] = lambda _gpu, _at: None,
     ) -> None:
         self.backend = backend
+        self.gpu_reset_done = gpu_reset_done  # told (component, end time) of each GPU reset
         self.outbox = outbox
         self.breaker = breaker
         self.rec = recovery
@@ -107,11 +115,15 @@ class Applier:
         )
 
     def seed_reboots(self, node: NodeState) -> None:
-        """After a wiped disk: take reboot counts from the label the cluster still holds."""
+        """After a wiped disk: take reboot counts from the label the cluster still holds, and
+        the remediations and the hold for a human from its history mirror."""
         with self.outbox.lock:
             if self._seeded:
                 return
             self._seeded = True
+            mirror = label_mod.find_history(node.field(self.rec.label_field))
+            if mirror is not None and self.outbox.seed_history(mirror):
+                log.info("seeded %d remediation(s) from the node's history", len(mirror.entries))
             found = label_mod.find(node.field(self.rec.label_field))
             if found is None or not found.reboots or self.outbox.reboots():
                 return
@@ -141,10 +153,19 @@ class Applier:
         )
 
     def _label_text(self, node: NodeState, lab: Optional[Label]) -> Optional[str]:
-        """The label field's new text, or None when it stays as it is."""
+        """The label field's new text (the label and the history mirror), or None when it stays
+        as it is."""
         text = node.field(self.rec.label_field)
-        new = label_mod.edit(text, lab)
+        history = self.outbox.history(self.clock(), self.rec.remediation_window)
+        new = label_mod.edit_history(label_mod.edit(text, lab), history)
         return None if new == text else new
+
+    def _record(self, action: str) -> None:
+        """Record a remediation of the open episode (before the call that carries it, so that
+        the label written with it mirrors it)."""
+        ep = self.outbox.episode()
+        if ep is not None:
+            self.outbox.record(ep, action, self.view().boot_id, self.clock())
 
     def _write_label(self, node: NodeState, held: str = "", drained: float = 0.0) -> None:
         text = self._label_text(node, self._label_for(node, held, drained))
@@ -202,21 +223,43 @@ class Applier:
         return "done", ""
 
     def _hold(self, node: NodeState, row: Row) -> tuple[str, str]:
-        """Keep a drain taken up from Slurm (``Episode.held``): label it ``h=<held>`` and stay
-        held while the episode holds it in this boot and the drain is still hma's."""
+        """Keep a drain (``Episode.held``: taken up from Slurm, or a repeat offender's): label
+        it ``h=<held>`` and stay held while the episode holds it in this boot and the drain is
+        still hma's. A repeat offender's drain reason says so."""
         ep = self.outbox.episode()
         if ep is None or not ep.holds(self.view().boot_id) or not node.owned:
             return "skipped", "nothing to hold any more"
+        if ep.held == "human":
+            if not self.outbox.human():
+                self.outbox.set_human(self.clock())
+            if not node.reason.startswith(ep.reason):
+                text = self._label_text(node, self._label_for(node, held=ep.held))
+                self.backend.drain(node.name, ep.reason, text)
+                return "held", f"{ep.held}: {ep.message}"
         self._write_label(node, held=ep.held, drained=float(ep.drained_at or 0.0))
         return "held", f"{ep.held}: {ep.message}"
+
+    def _mirror(self, node: NodeState, row: Row) -> tuple[str, str]:
+        """Write the label field again from the state store (after ``hma reset``)."""
+        ep = self.outbox.episode()
+        lab = self._label_for(node, held=ep.held if ep is not None else "")
+        if lab is None and ep is not None:
+            lab = self._resume_label(ep)
+        text = self._label_text(node, lab)
+        if text is None:
+            return "done", "the label field is up to date"
+        self.backend.label(node.name, text)
+        return "done", ""
 
     def _drain(self, node: NodeState, row: Row) -> tuple[str, str]:
         reason, clock = row.reason, self.clock
         if node.owned and node.out_of_service:
             self.outbox.change(owned=True, drained_at=node.reason_time or clock())
+            self._record("drain")
             self._write_label(node)
             return "done", "already drained by hma"
         if node.out_of_service and self._may_adopt(node):
+            self._record("drain")
             self.backend.drain(node.name, reason)
             self.outbox.change(owned=True, drained_at=clock(), adopted=node.reason)
             self._write_label(replace(node, reason=reason))
@@ -239,6 +282,7 @@ class Applier:
                 return "held", (
                     f"breaker: {count.others(node.name)} node(s) held, limit {count.limit}"
                 )
+        self._record("drain")
         label = self._label_text(node, self._label_for(node, drained=round(clock(), 3)))
         self.backend.drain(node.name, reason, label)
         self.outbox.change(owned=True, drained_at=clock())
@@ -252,6 +296,9 @@ class Applier:
 
     def undo(self, name: str, count: Count) -> tuple[str, str]:
         """Resume a drain beyond the breaker's limit; the drain is decided again and held."""
+        ep = self.outbox.episode()
+        if ep is not None:  # not a remediation after all
+            self.outbox.store.delete_remediations(episode=ep.id, action="drain")
         current = self.backend.node(name)
         if current.owned:
             self.backend.resume(
@@ -306,6 +353,7 @@ class Applier:
             return "done", "the node rebooted since"
         done = self._in_effect(kind, node, mode) if by_backend else ""
         if done:
+            self._record(kind)
             if kind == "reboot":
                 self._count_reboot(ep)
             return "done", done
@@ -319,6 +367,7 @@ class Applier:
         if kind == "replace":
             self._take_spare(node.name, ep)
         if kind == "replace" and mode == "drain_only":
+            self._record(kind)
             self._write_label(node)
             self.outbox.change(acted=acted)
             return "done", "left drained for a human (replace_mode = drain_only)"
@@ -336,6 +385,7 @@ class Applier:
                 return "held", (
                     f"rate: last reboot {since:.0f} s ago, min_reboot_interval {interval:.0f} s"
                 )
+        self._record(kind)
         self._write_label(node)
         if step is None:  # mode "command" (drain_only is done above)
             self._hook(kind, node.name, row, ep)
@@ -346,6 +396,48 @@ class Applier:
             self._count_reboot(ep)
             self.observed(replace(node, flags=node.flags | {"REBOOT_REQUESTED"}))
         return "done", f"{kind} via {mode}"
+
+    def _reset_gpu(self, node: NodeState, row: Row) -> tuple[str, str]:
+        """The GPU reset of the episode's GPU (``nvidia-smi --gpu-reset -i <bus id>``): only on
+        a drained node hma owns, past the breaker. Refused (a process holds the GPU) or failed,
+        the episode records it and the planner goes on to the reboot."""
+        ep = self.outbox.episode()
+        gpu = str(row.payload.get("gpu") or "")
+        reset = ep.gpu_reset if ep is not None else None
+        if ep is None or reset is None or reset.component != gpu:
+            return "skipped", "no GPU reset is asked for any more"
+        if reset.ok is not None:
+            return "done", "carried out already"  # a restart after kill -9: not twice
+        bus = pci_bus_id(gpu)
+        why = ""
+        if not (node.owned and node.out_of_service):
+            why = f"not owned: reason is {node.reason!r}"
+        elif node.busy:
+            why = f"jobs still on the node ({node.label_text})"
+        elif bus is None:
+            why = f"{gpu!r} is not a GPU's PCI address"
+        if why:
+            self.outbox.change(gpu_reset=replace(reset, ok=False, note=why))
+            return "skipped", f"GPU reset not done: {why}; the next rung follows"
+        count = self.breaker.count(node)
+        if count.blocks(node.name):
+            self.breaker.alert(ep, count, f"GPU reset on {node.name}")
+            self._write_label(node, held="breaker")
+            return "held", f"breaker: {count.others(node.name)} node(s) held, limit {count.limit}"
+        self._record("reset_gpu")
+        self._write_label(node)
+        argv = [*self.rec.gpu_reset_command, "--gpu-reset", "-i", str(bus)]
+        result = CommandRunner().run(argv, self.rec.gpu_reset_timeout)
+        at, boot = self.clock(), self.view().boot_id
+        out = printable((result.stdout.strip() + " " + result.stderr.strip()).strip())[:300]
+        if not result.ok:
+            what = "timed out" if result.timed_out else f"exited {result.rc}"
+            note = f"GPU reset of {gpu} failed ({what}): {out or result.error}"
+            self.outbox.change(gpu_reset=replace(reset, at=at, boot_id=boot, ok=False, note=note))
+            return "skipped", f"{note}; the next rung follows"
+        self.outbox.change(gpu_reset=replace(reset, at=at, boot_id=boot, ok=True, note=out))
+        self.gpu_reset_done(gpu, at)
+        return "done", f"GPU reset of {gpu}: {out}" if out else f"GPU reset of {gpu}"
 
     def _take_spare(self, name: str, ep: Optional[Episode]) -> str:
         """A healthy spare of the node's domain resumed in its place, once per episode
@@ -493,13 +585,24 @@ class Kind:
 # Every kind the planner enqueues.
 KINDS: dict[str, Kind] = {
     "label": Kind("label {node} {code}:{action}", Applier._label),
-    "hold": Kind("keep {node} drained ({reason}) as its label asks", Applier._hold),
+    "hold": Kind("keep {node} drained ({reason})", Applier._hold),
     "drain": Kind("drain {node} ({reason})", Applier._drain),
     "down": Kind("set {node} DOWN ({reason}): drain_timeout passed", Applier._down),
+    "reset_gpu": Kind("reset the GPU of {code} on {node}", Applier._reset_gpu),
+    "mirror": Kind("write {node}'s label and history again (hma reset)", Applier._mirror),
     "reboot": Kind("reboot {node} ({mode})", Applier._act),
     "replace": Kind("replace {node} ({mode})", Applier._act),
     "resume": Kind("resume {node} and clear its label", Applier._resume),
 }
+
+
+def pci_bus_id(component: str) -> Optional[str]:
+    """The PCI bus id nvidia-smi names a GPU by (``00000000:3B:00.0``) of a GPU component
+    (``gpu:0000:3b:00``); None when ``component`` is not one."""
+    m = _GPU.fullmatch(component)
+    if m is None:
+        return None
+    return f"{m.group(1).zfill(8)}:{m.group(2)}:{m.group(3)}.0".upper()
 
 
 def describe(kind: str, ep: Episode, node: str, rec: Recovery) -> str:

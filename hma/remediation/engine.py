@@ -32,7 +32,16 @@ from hma.remediation import options as options_mod
 from hma.remediation.actions import Applier, describe
 from hma.remediation.breaker import Breaker
 from hma.remediation.outbox import OPEN, Outbox, Row, backoff
-from hma.remediation.planner import Cancel, Enqueue, Episode, Policy, Situation, plan
+from hma.remediation.planner import (
+    VERIFY_PROBE,
+    Cancel,
+    Enqueue,
+    Episode,
+    Policy,
+    Situation,
+    plan,
+    remediation_count,
+)
 from hma.remediation.requeue import AutoResume
 from hma.topology import domain as topology_domain
 
@@ -50,6 +59,31 @@ def make_backend(config: Config) -> Backend:
         why = next((b.error for b in broken if b.name == name), "not installed")
         raise ConfigError([f"cluster.backend: {name!r}: {why}"])
     return classes[name](config.section(name), str(config.section("recovery")["label_field"]))
+
+
+def reset_alert(request: dict[str, Any], who: str, done: dict[str, Any], now: float) -> Alert:
+    """The alert that records an ``hma reset`` (``request``: its code, component, reason;
+    ``done``: what ``Remediator.release`` did)."""
+    code, component = request.get("code") or "", request.get("component") or "node"
+    what = f"{code} on {component}" if code else "all"
+    held = "; released from the hold for a human" if done.get("released") else ""
+    return Alert(
+        "acknowledged",
+        code,
+        component,
+        Severity.OK,
+        f"remediation history ({what}) reset by {who}: {request.get('reason', '')}"
+        f" ({done.get('cleared', 0)} remediation(s), {done.get('reboots_cleared', 0)} reboot(s)"
+        f" cleared{held})",
+        probe="remediation",
+        details={"who": who, "reason": request.get("reason", ""), "reset": done},
+        ts=now,
+    )
+
+
+def reset_codes(setup: Setup) -> frozenset[str]:
+    """The catalogue's codes a GPU reset may clear (``reset_gpu = true``)."""
+    return frozenset(e.code for e in setup.catalogue if e.reset_gpu)
 
 
 @dataclass(frozen=True)
@@ -104,12 +138,14 @@ class Remediator:
         self.store = store
         self.clock = clock
         self.rec = options_mod.Recovery.of(section)
-        self.policy = Policy.of(section)
+        self.policy = Policy.of(section, reset_codes(setup))
         self.backend = backend or make_backend(setup.config)
         self.enabled = self.backend.enabled
         self._lock = threading.Lock()  # taken to replace ``_known`` and to queue alerts
         self._known = Known(node_name=node_name or self.backend.node_name_configured())
         self._alerts: list[Alert] = []
+        self._gpu_resets: list[tuple[str, float]] = []  # (GPU, end time) for the daemon
+        self._runs: dict[str, float] = {}  # probe -> start of its last completed run
         self.on_alert: Callable[[], None] = lambda: None  # told when ``alerts`` has more
         self.outbox = Outbox(store)
         self.breaker = Breaker(
@@ -128,6 +164,7 @@ class Remediator:
             view=lambda: self._known,
             observed=self._observed,
             spares=int(setup.config.section("topology")["spares_per_domain"]),
+            gpu_reset_done=self._gpu_reset_done,
         )
         self._wake = threading.Event()
         self._reread = threading.Event()  # an action was applied: read the node's state again
@@ -167,6 +204,86 @@ class Remediator:
             slurm_state=node.label_text if node is not None else "",
             slurm_reason=node.reason if node is not None else "",
         )
+
+    def probe_ran(self, probe: str, started: float) -> None:
+        """A run of ``probe`` that started at ``started`` completed (the daemon tells): what
+        verifies a GPU after its reset, and a node after ``hma reset``."""
+        with self._lock:  # replaced whole: the worker reads it without the lock
+            self._runs = {**self._runs, probe: max(started, self._runs.get(probe, 0.0))}
+        if self.enabled and self.outbox.episode() is not None:
+            self._wake.set()
+
+    def gpu_resets(self) -> list[tuple[str, float]]:
+        """GPU resets done since the last call: (GPU component, when it ended). The daemon
+        clears the faults a reset clears that were seen before it and runs the gpu probe."""
+        with self._lock:
+            out, self._gpu_resets = self._gpu_resets, []
+        return out
+
+    def _gpu_reset_done(self, gpu: str, at: float) -> None:
+        with self._lock:
+            self._gpu_resets.append((gpu, at))
+        self.on_alert()
+
+    def release(
+        self, code: Optional[str], component: Optional[str], who: str, why: str
+    ) -> dict[str, Any]:
+        """``hma reset``: a human says the node was repaired. Clears the remediations and the
+        reboot counts of ``code`` on ``component`` (None: all), and the hold for a human when
+        the count left is within ``max_remediations`` (or all were cleared); records who and
+        why; the label field is written again through the outbox. The node is resumed only
+        after a completed probe run (the planner's ``released``). Returns what it did."""
+        now = self.clock()
+        with self.outbox.lock:
+            cleared = self.store.delete_remediations(code=code, component=component)
+            reboots = self.outbox.reboots()
+            kept = [
+                r
+                for r in reboots
+                if not ((code is None or r.code == code) and component in (None, r.component))
+            ]
+            self.outbox.save_reboots(kept)
+            left = remediation_count(self.outbox.remediations(), now, self.rec.remediation_window)
+            released = bool(self.outbox.human()) and (
+                code is None or left <= self.rec.max_remediations
+            )
+            if released:
+                self.outbox.set_human(0.0)
+            seq, ep = self.outbox.load()
+            name = self._known.node_name
+            with self.store.transaction() as conn:
+                if ep is not None and released and ep.held == "human":
+                    for row_id, kind in self.outbox.open_rows(conn, ep.id):
+                        if kind == "hold":
+                            self.outbox.cancel(conn, row_id, now, f"hma reset by {who}")
+                    ep = replace(ep, held="", released=now, reason=ep.reason.split(" : ")[0])
+                    self.outbox.save(conn, seq, ep)
+                if name is not None:
+                    about = ep or Episode(0, code or "", component or "node")
+                    mirror = Enqueue("mirror", f"reset:{now}", about, self._known.boot_id)
+                    self.outbox.add(conn, name, mirror, now, self.policy.dry_run)
+            note = f"remediation history reset by {who}: {why}"
+            self.store.add_remediation(
+                {
+                    "ts": now,
+                    "code": code or "",
+                    "component": component or "",
+                    "action": "reset",
+                    "who": who,
+                    "note": why,
+                }
+            )
+            self.store.add_history(
+                now, "reset", code or "", component or "", "ok", note, {"reason": why}, who
+            )
+        self._wake.set()
+        return {
+            "cleared": cleared,
+            "reboots_cleared": len(reboots) - len(kept),
+            "released": released,
+            "left": left,
+            "node": name,
+        }
 
     def set_domain(self, domain: str) -> None:
         """This node's NVLink domain ("" unknown); the facts thread publishes a change."""
@@ -222,6 +339,10 @@ class Remediator:
                 "episode": ep.to_json() if ep else None,
                 "breaker": self.breaker.last.to_json() if self.breaker.last else None,
                 "reboots": self._reboot_counts(),
+                "remediations": remediation_count(
+                    self.outbox.remediations(), self.clock(), self.rec.remediation_window
+                ),
+                "held_for_human": self.outbox.human() or None,
                 "actions": self.outbox.recent(MAX_ROWS_SHOWN),
             }
         doc["pending"] = sum(1 for r in doc["actions"] if r["state"] in OPEN)
@@ -323,7 +444,7 @@ class Remediator:
             name, verdict = known.node_name, known.verdict
             if name is None or verdict is None:
                 return  # decided once the cluster told us who we are and the daemon gave a verdict
-            now = self.clock()
+            now, runs = self.clock(), self._runs
             seq, ep = self.outbox.load()
             with self.store.transaction() as conn:
                 situation = Situation(
@@ -339,6 +460,10 @@ class Remediator:
                     auto_resume_jobs=frozenset(self._autoresume.marked),
                     open_rows=self.outbox.open_rows(conn, ep.id) if ep is not None else (),
                     resume_hold=self._resume_hold(ep, known.boot_id, verdict),
+                    remediations=tuple(self.outbox.remediations()),
+                    human=self.outbox.human(),
+                    observed=max(runs.values(), default=0.0),
+                    verified=runs.get(VERIFY_PROBE, 0.0),
                 )
                 result = plan(ep, seq, situation, self.policy, self._stale_checked)
                 self._stale_checked = result.stale_checked

@@ -87,6 +87,41 @@ RECOVERY: dict[str, Option] = {
         "Seconds of healthy verdicts (one probe cycle) before an owned drain is resumed.",
         minimum=0,
     ),
+    "gpu_reset": Option(
+        "bool",
+        True,
+        "Try a GPU reset before a reboot where NVIDIA's Xid catalogue says a reset can clear the "
+        "fault (catalogue reset_gpu), on a drained node, for the GPU concerned only.",
+    ),
+    "gpu_reset_command": Option(
+        "argv",
+        ["nvidia-smi"],
+        "nvidia-smi command for the GPU reset (run with --gpu-reset -i <PCI bus id>).",
+    ),
+    "gpu_reset_timeout": Option(
+        "float", 120.0, "Seconds a GPU reset may run (then it failed).", check=positive
+    ),
+    "gpu_reset_verify": Option(
+        "float",
+        300.0,
+        "Seconds after a GPU reset within which the gpu probe must read the GPU healthy; "
+        "otherwise the node is rebooted.",
+        check=positive,
+    ),
+    "max_remediations": Option(
+        "int",
+        3,
+        "Repeat offenders: more remediations (drain, GPU reset, reboot, replace; one per "
+        "episode) than this within remediation_window keep the node drained for a human until "
+        "hma reset.",
+        minimum=1,
+    ),
+    "remediation_window": Option(
+        "float",
+        7 * 86400.0,
+        "Window (s) in which a node's remediations are counted (max_remediations).",
+        check=positive,
+    ),
     "retry_min": Option("float", 2.0, "First retry delay (s) of a failed action.", check=positive),
     "retry_max": Option("float", 300.0, "Longest retry delay (s).", check=positive),
     "recheck_interval": Option(
@@ -116,6 +151,10 @@ class Recovery:
     retry_min: float
     retry_max: float
     recheck_interval: float
+    gpu_reset_command: tuple[str, ...]
+    gpu_reset_timeout: float
+    max_remediations: int
+    remediation_window: float
 
     @classmethod
     def of(cls, section: Mapping[str, Any]) -> Recovery:
@@ -138,6 +177,10 @@ class Recovery:
             retry_min=float(section["retry_min"]),
             retry_max=float(section["retry_max"]),
             recheck_interval=float(section["recheck_interval"]),
+            gpu_reset_command=tuple(str(a) for a in section["gpu_reset_command"] or ()),
+            gpu_reset_timeout=float(section["gpu_reset_timeout"]),
+            max_remediations=int(section["max_remediations"]),
+            remediation_window=float(section["remediation_window"]),
         )
 
     def mode(self, kind: str) -> str:
@@ -156,6 +199,8 @@ def problems(recovery: Mapping[str, Any]) -> list[str]:
         out.append("recovery.reboot_command: required when reboot_mode = 'command'")
     if recovery["replace_mode"] == "command" and not recovery["replace_command"]:
         out.append("recovery.replace_command: required when replace_mode = 'command'")
+    if recovery["gpu_reset"] and not recovery["gpu_reset_command"]:
+        out.append("recovery.gpu_reset_command: required when gpu_reset = true")
     if recovery["retry_max"] < recovery["retry_min"]:
         out.append("recovery.retry_max: must be >= retry_min")
     return out

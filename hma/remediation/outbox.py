@@ -3,7 +3,8 @@
 Every SQL statement on the ``actions`` table lives here: an action is written (once per key)
 before it is attempted, applied strictly in order, retried with backoff while it fails, held
 and re-tried while a rule holds it, cancelled when the fault goes away (see docs/remediation.md).
-The open episode and the reboot counts are kept in the store's key-value table; the planner's
+The open episode, the reboot counts and whether the node is held for a human are kept in the
+store's key-value table, the node's remediations in its ``remediations`` table; the planner's
 pass and the actions change them from different threads under the outbox's ``lock``.
 """
 
@@ -14,12 +15,14 @@ import threading
 from dataclasses import dataclass, replace
 from typing import Any, Optional
 
+from hma.contracts.label import History
 from hma.health.store import Store
-from hma.remediation.planner import Enqueue, Episode, Reboot
+from hma.remediation.planner import ACTIONS_COUNTED, Enqueue, Episode, Reboot, Remediation
 
 KV_STATE = "remediation"
 KV_REBOOTS = "remediation.reboots"
 KV_LAST_REBOOT = "remediation.last_reboot"
+KV_HUMAN = "remediation.human"
 FINAL = ("done", "cancelled", "dry_run", "skipped")
 OPEN = ("pending", "attempting", "failed", "held")
 _OPEN_SQL = "('pending','attempting','failed','held')"
@@ -125,6 +128,75 @@ class Outbox:
     def last_reboot(self) -> float:
         """When hma last had this node rebooted (0: never)."""
         return float(self.store.kv_get(KV_LAST_REBOOT, 0.0) or 0.0)
+
+    # --- the remediations and the hold for a human ------------------------------------------------
+
+    def remediations(self) -> list[Remediation]:
+        """The node's recorded remediations, oldest first (``hma reset`` rows left out)."""
+        return [
+            Remediation(
+                float(r["ts"]),
+                r["episode"],
+                str(r["code"]),
+                str(r["component"]),
+                str(r["action"]),
+                str(r["boot_id"] or ""),
+            )
+            for r in self.store.remediations()
+            if r["action"] in ACTIONS_COUNTED
+        ]
+
+    def record(self, ep: Episode, action: str, boot_id: str, now: float) -> bool:
+        """Record a remediation of episode ``ep`` (once per episode, action and boot); False
+        when it was recorded already."""
+        with self.lock:
+            for r in self.remediations():
+                if (r.episode, r.action, r.boot_id) == (ep.id, action, boot_id):
+                    return False
+            self.store.add_remediation(
+                {
+                    "ts": now,
+                    "episode": ep.id,
+                    "code": ep.code,
+                    "component": ep.component,
+                    "action": action,
+                    "boot_id": boot_id,
+                    "who": "hma",
+                }
+            )
+            return True
+
+    def human(self) -> float:
+        """Since when the node is held for a human (a repeat offender); 0: it is not."""
+        return float(self.store.kv_get(KV_HUMAN, 0.0) or 0.0)
+
+    def set_human(self, since: float) -> None:
+        """Hold the node for a human since ``since`` (0: release it)."""
+        self.store.kv_set(KV_HUMAN, since)
+
+    def history(self, now: float, window: float) -> History:
+        """The mirror of the remediations within ``window`` (one entry per episode: its first
+        time and code) and of the hold (hma.contracts.label)."""
+        episodes: dict[Any, list[Remediation]] = {}
+        for r in self.remediations():
+            if now - r.ts <= window:
+                key = r.episode if r.episode is not None else f"t{r.ts}"
+                episodes.setdefault(key, []).append(r)
+        entries = sorted((rows[0].ts, rows[0].code) for rows in episodes.values())
+        return History(tuple(entries), self.human())
+
+    def seed_history(self, mirror: History) -> bool:
+        """After a wiped state store: the remediations and the hold as the cluster mirrors them
+        (only when the store has none of its own); whether anything was taken."""
+        with self.lock:
+            if self.store.remediations() or self.human():  # hma reset's records count here
+                return False
+            for i, (ts, code) in enumerate(mirror.entries):  # episodes before the wipe: < 0
+                row = {"ts": ts, "episode": -1 - i, "code": code, "component": "", "who": "mirror"}
+                self.store.add_remediation({**row, "action": "drain"})
+            if mirror.held:
+                self.set_human(mirror.held)
+            return True
 
     # --- the actions table ------------------------------------------------------------------------
 

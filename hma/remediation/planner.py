@@ -38,6 +38,43 @@ class Acted:
 
 
 @dataclass(frozen=True)
+class GpuReset:
+    """The GPU reset of an episode (the first rung of the repair ladder): which GPU, for which
+    fault, when, and how it went (``ok`` None: asked, not carried out yet)."""
+
+    component: str
+    code: str
+    at: float = 0.0
+    boot_id: str = ""
+    ok: Optional[bool] = None
+    note: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """The stored and shown form."""
+        return {
+            "component": self.component,
+            "code": self.code,
+            "at": self.at,
+            "boot_id": self.boot_id,
+            "ok": self.ok,
+            "note": self.note,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> GpuReset:
+        """From ``to_json``."""
+        ok = doc.get("ok")
+        return cls(
+            str(doc.get("component") or ""),
+            str(doc.get("code") or ""),
+            float(doc.get("at") or 0.0),
+            str(doc.get("boot_id") or ""),
+            ok if isinstance(ok, bool) else None,
+            str(doc.get("note") or ""),
+        )
+
+
+@dataclass(frozen=True)
 class Episode:
     """One stretch of unhealthiness of this node, from the first draining fault to the resume
     (status.json ``remediation.episode``)."""
@@ -63,14 +100,17 @@ class Episode:
     adopted: Optional[str] = None  # Slurm's own drain reason hma took over
     # Why a drain taken up from Slurm stays whatever the verdict: "label" (its label cannot be
     # trusted: until someone else lets go) or "repair" (its label says a reboot or replace was
-    # asked and no boot came since: until a new boot)
+    # asked and no boot came since: until a new boot); "human": a repeat offender, until
+    # ``hma reset`` (or someone else lets go)
     held: str = ""
+    gpu_reset: Optional[GpuReset] = None
+    released: float = 0.0  # when ``hma reset`` released it (0: not)
 
     def holds(self, boot_id: str) -> bool:
         """Whether ``held`` still keeps the drain in boot ``boot_id``."""
         if self.held == "repair":
             return self.acted is not None and self.acted.boot_id == boot_id
-        return self.held == "label"
+        return self.held in ("label", "human")
 
     def to_json(self) -> dict[str, Any]:
         """The stored and shown form."""
@@ -103,12 +143,16 @@ class Episode:
             doc["adopted"] = self.adopted
         if self.held:
             doc["held"] = self.held
+        if self.gpu_reset is not None:
+            doc["gpu_reset"] = self.gpu_reset.to_json()
+        if self.released:
+            doc["released"] = self.released
         return doc
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> Episode:
         """From ``to_json`` (or an action's payload: the fields it has)."""
-        acted = doc.get("acted")
+        acted, reset = doc.get("acted"), doc.get("gpu_reset")
         return cls(
             id=int(doc.get("id") or 0),
             code=str(doc.get("code") or ""),
@@ -134,6 +178,8 @@ class Episode:
             stale=bool(doc.get("stale")),
             adopted=doc.get("adopted"),
             held=str(doc.get("held") or ""),
+            gpu_reset=GpuReset.from_json(reset) if isinstance(reset, dict) else None,
+            released=float(doc.get("released") or 0.0),
         )
 
 
@@ -157,9 +203,40 @@ def reboot_count(
     )
 
 
+# What counts as a remediation (``hma reset`` records its own rows, which do not count).
+ACTIONS_COUNTED = ("drain", "reset_gpu", "reboot", "replace")
+# The probe whose completed run verifies a GPU after its reset (a good observation of the GPU).
+VERIFY_PROBE = "gpu"
+
+
+@dataclass(frozen=True)
+class Remediation:
+    """One remediation hma carried out on this node (the state store's ``remediations``): a
+    drain, a GPU reset, a reboot or a replace, in episode ``episode``."""
+
+    ts: float
+    episode: Optional[int]
+    code: str
+    component: str
+    action: str
+    boot_id: str = ""
+
+
+def remediation_count(rows: Sequence[Remediation], now: float, window: float) -> int:
+    """Remediations within ``window`` seconds of ``now``: the episodes they belong to (a drain
+    and the reboot that followed it are one remediation)."""
+    episodes = {
+        r.episode if r.episode is not None else f"t{r.ts}"
+        for r in rows
+        if now - r.ts <= window and r.action in ACTIONS_COUNTED
+    }
+    return len(episodes)
+
+
 @dataclass(frozen=True)
 class Policy:
-    """The ``[recovery]`` keys the planner uses."""
+    """The ``[recovery]`` keys the planner uses; ``reset_codes``: the catalogue's codes that a
+    GPU reset may clear (``reset_gpu = true``)."""
 
     automatic: bool = True
     dry_run: bool = False
@@ -169,9 +246,14 @@ class Policy:
     resume_after: float = 120.0
     drain_timeout: float = 3600.0
     label_field: str = "extra"
+    gpu_reset: bool = True
+    gpu_reset_verify: float = 300.0
+    reset_codes: frozenset[str] = frozenset()
+    max_remediations: int = 3
+    remediation_window: float = 7 * 86400.0
 
     @classmethod
-    def of(cls, recovery: Mapping[str, Any]) -> Policy:
+    def of(cls, recovery: Mapping[str, Any], reset_codes: frozenset[str] = frozenset()) -> Policy:
         """From the ``[recovery]`` section's values."""
         return cls(
             automatic=recovery["policy"] == "automatic",
@@ -182,7 +264,18 @@ class Policy:
             resume_after=float(recovery["resume_after"]),
             drain_timeout=float(recovery["drain_timeout"]),
             label_field=str(recovery["label_field"]),
+            gpu_reset=bool(recovery["gpu_reset"]),
+            gpu_reset_verify=float(recovery["gpu_reset_verify"]),
+            reset_codes=reset_codes,
+            max_remediations=int(recovery["max_remediations"]),
+            remediation_window=float(recovery["remediation_window"]),
         )
+
+    def offender(self, rows: Sequence[Remediation], now: float) -> int:
+        """The count of remediations when one more makes the node a repeat offender (more
+        than ``max_remediations`` within ``remediation_window``), else 0."""
+        count = remediation_count(rows, now, self.remediation_window)
+        return count + 1 if count + 1 > self.max_remediations else 0
 
 
 @dataclass(frozen=True)
@@ -203,6 +296,10 @@ class Situation:
     # Why an owned drain must not be resumed yet although the node is healthy (a check that
     # must pass after a reboot or replace first); empty: nothing holds the resume.
     resume_hold: str = ""
+    remediations: tuple[Remediation, ...] = ()
+    human: float = 0.0  # held for a human (a repeat offender) since then; 0: not
+    observed: float = 0.0  # start of the last completed probe run (0: none seen)
+    verified: float = 0.0  # start of the last completed run of VERIFY_PROBE (0: none seen)
 
 
 @dataclass(frozen=True)
@@ -224,7 +321,7 @@ class Enqueue:
             "action": ep.action,
             "boot_id": self.boot_id,
             "jobs": list(ep.jobs),
-        }
+        } | ({"gpu": ep.gpu_reset.component} if ep.gpu_reset is not None else {})
 
 
 @dataclass(frozen=True)
@@ -291,6 +388,8 @@ class _Work:
                 return replace(ep, owned=True, drained_at=self.s.now)
             if kind in ("reboot", "replace"):
                 return replace(ep, acted=Acted(kind, self.s.boot_id, self.s.now))
+            if kind == "reset_gpu" and ep.gpu_reset is not None:
+                return replace(ep, gpu_reset=replace(ep.gpu_reset, ok=False, note="dry run"))
         return ep
 
     def cancel(self, kinds: Optional[str], why: str) -> None:
@@ -342,7 +441,12 @@ def _faulty(w: _Work, ep: Optional[Episode], fault: Fault, action: Action) -> Ep
             boot_id=s.boot_id,
             reason=reason_for(fault),
         )
+        count = w.policy.offender(s.remediations, now)
+        if w.policy.automatic and (count or s.human):
+            ep = _for_a_human(w, ep, count)
         ep = w.enqueue(ep, kind, f"ep{ep.id}:{kind}")
+        if ep.held:
+            ep = w.enqueue(ep, "hold", f"ep{ep.id}:hold")
     else:
         if ep.phase == "resuming":
             w.cancel("resume", "the fault came back")
@@ -372,16 +476,47 @@ def _faulty(w: _Work, ep: Optional[Episode], fault: Fault, action: Action) -> Ep
     return ep
 
 
+def _for_a_human(w: _Work, ep: Episode, count: int) -> Episode:
+    """A new episode of a repeat offender: drained for a human, no automatic repair."""
+    days = w.policy.remediation_window / 86400
+    why = f"{count} remediations in {days:g} d" if count else "held since before"
+    return replace(
+        ep,
+        held="human",
+        reason=f"{ep.reason} : repeat offender ({why}), needs hma reset",
+        message=f"{ep.message}; repeat offender ({why}): no automatic repair until hma reset",
+    )
+
+
+def _unverified(w: _Work, ep: Episode) -> str:
+    """Why a healthy node must wait before its resume for what this episode did: a GPU reset
+    not yet verified by a completed run of ``VERIFY_PROBE``, or ``hma reset`` not yet followed
+    by a completed probe run ("" nothing)."""
+    reset, s = ep.gpu_reset, w.s
+    if reset is not None and reset.ok and ep.acted is None and s.verified < reset.at:
+        return f"GPU reset of {reset.component}: waiting for the {VERIFY_PROBE} probe"
+    if ep.released and s.observed < ep.released:
+        return "hma reset: waiting for a healthy observation"
+    return ""
+
+
 def _healthy(w: _Work, ep: Episode) -> Optional[Episode]:
     """No draining fault: resume once healthy for ``resume_after`` (at once if never drained)."""
     now = w.s.now
     if ep.holds(w.s.boot_id) and not _let_go(w.s):
         return ep  # healthy_since starts once nothing holds it
+    unverified = _unverified(w, ep)
+    reset = ep.gpu_reset
+    if unverified and reset is not None and reset.ok and ep.acted is None and ep.owned:
+        if now - reset.at >= w.policy.gpu_reset_verify and w.policy.automatic:
+            # the reset could not be verified in time: the next rung
+            return w.enqueue(ep, "reboot", f"ep{ep.id}:reboot:{w.s.boot_id}")
     if ep.healthy_since is None:
         ep = replace(ep, healthy_since=now)
     never_drained = not ep.owned
     healthy_for = now - float(ep.healthy_since or now)
-    if not never_drained and (healthy_for < w.policy.resume_after or w.s.resume_hold):
+    held = w.s.resume_hold or unverified
+    if not never_drained and (healthy_for < w.policy.resume_after or held):
         return ep
     ep = replace(ep, phase="resuming")
     w.cancel(None, "the fault cleared")
@@ -424,6 +559,9 @@ def _stale_episode(w: _Work) -> Optional[Episode]:
         drained_at=node.reason_time if owned else None,
         stale=True,
     )
+    if owned and s.human:  # a repeat offender's drain (the history mirror says so)
+        ep = replace(ep, held="human", message=f"{ep.message}; repeat offender: needs hma reset")
+        return w.enqueue(ep, "hold", f"ep{ep.id}:hold")
     token = label_mod.find_token(field_text, label_mod.PREFIX)
     return _owed(w, ep, node, token) if owned and token is not None else ep
 
@@ -501,7 +639,43 @@ def _progress(w: _Work, ep: Episode, action: Action, fault: Fault) -> Episode:
     if not idle:
         return ep
     if action is Action.REBOOT:
+        rung = _reset_rung(w, ep, fault)
+        if rung is not None and not (w.policy.dry_run and rung.gpu_reset and rung.gpu_reset.note):
+            return rung
+        ep = rung or ep  # dry run: the simulated reset shown, then the reboot after it
         return w.enqueue(ep, "reboot", f"ep{ep.id}:reboot:{s.boot_id}")
     if action is Action.REPLACE:
         return w.enqueue(ep, "replace", f"ep{ep.id}:replace")
     return ep
+
+
+def _resettable(w: _Work, fault: Fault) -> bool:
+    """A GPU reset may clear every draining fault: each is on the GPU of ``fault`` and of a
+    code whose catalogue entry says a reset can clear it."""
+    faults = [f for f in w.s.verdict.draining if not f.code.startswith("SLURM_")]
+    return (
+        w.policy.gpu_reset
+        and fault.component.startswith("gpu:")
+        and all(f.component == fault.component and f.code in w.policy.reset_codes for f in faults)
+    )
+
+
+def _reset_rung(w: _Work, ep: Episode, fault: Fault) -> Optional[Episode]:
+    """The GPU reset before a reboot (once per episode): the episode while the reset is asked
+    for or being verified, None when the ladder goes on to the reboot (the reset was refused,
+    failed, did not hold, or cannot help)."""
+    reset = ep.gpu_reset
+    if reset is None:
+        if not _resettable(w, fault):
+            return None
+        ep = replace(ep, gpu_reset=GpuReset(fault.component, fault.code))
+        return w.enqueue(ep, "reset_gpu", f"ep{ep.id}:reset_gpu")
+    if reset.ok is None:
+        if any(kind == "reset_gpu" for _id, kind in w.open_rows):
+            return ep  # asked for: wait for its outcome
+        return w.enqueue(ep, "reset_gpu", f"ep{ep.id}:reset_gpu")
+    if not reset.ok or fault.last_seen > reset.at:
+        return None  # refused or failed, or the fault came back after it: reboot
+    if w.s.now - reset.at >= w.policy.gpu_reset_verify:
+        return None  # the fault was not cleared in time
+    return ep  # reset done: the daemon clears the fault, the gpu probe verifies

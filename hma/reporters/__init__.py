@@ -9,7 +9,7 @@ it never stops the loop.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Collection, Mapping, Optional
+from typing import Any, Callable, Collection, Mapping, Optional, Sequence
 
 from hma.contracts.options import Option
 from hma.contracts.reporter import GROUP, Reporter
@@ -26,17 +26,36 @@ def discover(
 
 
 def start_reporters(
-    configured: Mapping[str, Mapping[str, Any]], complain: Callable[..., None]
+    configured: Mapping[str, Mapping[str, Any]],
+    complain: Callable[..., None],
+    running: Sequence[Reporter] = (),
 ) -> list[Reporter]:
-    """Instances of the enabled reporters; one that fails to start is reported and skipped."""
+    """Instances of the enabled reporters; one that fails to start is reported and skipped. A
+    ``running`` reporter whose options are unchanged is kept as it is (a reload does not reset
+    its counters); the caller closes the running ones not returned."""
     classes, _broken = discover()
+    same = {r.name: r for r in running if r.config == configured.get(r.name)}
     out = []
     for name, values in configured.items():
-        if values.get("enabled") and name in classes:
+        if values.get("enabled") and name in same and type(same[name]) is classes.get(name):
+            out.append(same[name])
+        elif values.get("enabled") and name in classes:
             try:
                 out.append(classes[name](values))
             except Exception as exc:  # noqa: BLE001 - a bad reporter must not stop the agent
                 complain("reporter %s failed to start: %s", name, exc)
+    return out
+
+
+def unmet(configured: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """``reporters.NAME: problem`` for each enabled reporter this host cannot run (its
+    ``Reporter.unmet``)."""
+    classes, _broken = discover()
+    out = []
+    for name, values in sorted(configured.items()):
+        problem = classes[name].unmet(values) if values.get("enabled") and name in classes else None
+        if problem:
+            out.append(f"reporters.{name}: enabled, but {problem}")
     return out
 
 

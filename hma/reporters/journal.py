@@ -242,6 +242,7 @@ _FAMILY_TEXT = {
     "GPU": "an NVIDIA GPU (NVML, nvidia-smi, Xid kernel messages)",
     "NEURON": "an AWS Neuron device",
     "EFA": "an EFA network adapter or the fabric between nodes",
+    "IB": "an InfiniBand or RoCE port (mlx5 and other non-EFA RDMA devices)",
     "SYS": "the host itself (memory, CPUs, filesystems, processes)",
     "KERNEL": "the kernel log (a message the agent recognises)",
     "HMA": "the agent itself (a probe that failed, timed out or hung; its state or config)",

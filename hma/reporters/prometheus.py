@@ -13,8 +13,10 @@ from __future__ import annotations
 import os
 import threading
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any, ClassVar, Iterable, Iterator, Mapping, Optional
 
+from hma.contracts.alert import ALERT_KINDS, Alert
 from hma.contracts.model import Action, Severity
 from hma.contracts.options import Option
 from hma.contracts.reporter import Reporter
@@ -34,11 +36,11 @@ def _check_textfile(value: Any) -> Optional[str]:
     )
 
 
-def _severity(text: Any) -> int:
+def _severity(text: Any) -> Severity:
     try:
-        return int(Severity.parse(str(text)))
+        return Severity.parse(str(text))
     except ValueError:
-        return int(Severity.UNKNOWN)
+        return Severity.UNKNOWN
 
 
 def _action(text: Any) -> int:
@@ -48,62 +50,134 @@ def _action(text: Any) -> int:
         return 0
 
 
-# (name, help, label names); every family is a gauge.
-FAMILIES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("hma_up", "1: the agent wrote this file (check the timestamp for freshness).", ()),
-    (
+@dataclass(frozen=True)
+class Family:
+    """One metric family of the textfile: its name as written (counters end in ``_total``),
+    type, help text and label names (a sample leaves out the labels whose value is empty)."""
+
+    name: str
+    type: str  # "gauge" or "counter"
+    help: str
+    labels: tuple[str, ...] = ()
+
+
+# One-hot states: every state has a sample, the current one is 1 (compare with ==, never >).
+STATES = tuple(str(s) for s in Severity)
+_ACTION_OUTCOMES = {
+    "action_requested": "requested",
+    "action_applied": "applied",
+    "action_held": "held",
+    "action_failed": "failed",
+}
+FAMILIES: tuple[Family, ...] = (
+    Family(
         "hma_info",
-        "Agent version, node and instance type (value 1).",
+        "gauge",
+        "Agent version, node and instance type (value 1; an unknown instance type is left out).",
         ("version", "node", "instance_type"),
     ),
-    ("hma_status_generated_timestamp_seconds", "Unix time the status was written.", ()),
-    ("hma_start_timestamp_seconds", "Unix time the agent started.", ()),
-    (
-        "hma_node_severity",
-        "Node health as a Nagios code: 0 ok, 1 warning, 2 critical, 3 unknown.",
-        (),
+    Family(
+        "hma_status_generated_timestamp_seconds",
+        "gauge",
+        "Unix time the agent wrote this file (at least every heartbeat): alert when it is old.",
     ),
-    ("hma_node_action", "Recommended action: 0 none, 1 reboot, 2 replace.", ()),
-    (
-        "hma_component_severity",
-        "Worst active fault of a component, Nagios code (components with faults only).",
-        ("component",),
+    Family("hma_start_timestamp_seconds", "gauge", "Unix time the agent started."),
+    Family("hma_node_state", "gauge", "Node health, one-hot: 1 for the current state.", ("state",)),
+    Family("hma_node_action", "gauge", "Recommended action: 0 none, 1 reboot, 2 replace."),
+    Family(
+        "hma_component_state",
+        "gauge",
+        "Worst active fault of a component, one-hot (components with active faults only).",
+        ("component", "state"),
     ),
-    ("hma_findings_active", "Active faults (value 1 each).", ("code", "severity", "component")),
-    (
+    Family(
+        "hma_findings_active",
+        "gauge",
+        "Active faults (value 1 each).",
+        ("code", "severity", "component"),
+    ),
+    Family(
         "hma_probe_success",
+        "gauge",
         "1 when the probe's last run completed, 0 when it failed or timed out.",
         ("probe",),
     ),
-    ("hma_probe_duration_seconds", "Duration of the probe's last run.", ("probe",)),
-    ("hma_probe_last_run_timestamp_seconds", "Unix time of the probe's last run.", ("probe",)),
-    ("hma_probe_findings", "Findings of the probe's last run.", ("probe",)),
-    ("hma_actions", "Remediation actions in the outbox by kind and state.", ("kind", "state")),
-    (
-        "hma_remediation_held",
-        "1 while remediation holds actions back (breaker, policy, dry run).",
-        (),
+    Family("hma_probe_duration_seconds", "gauge", "Duration of the probe's last run.", ("probe",)),
+    Family(
+        "hma_probe_last_run_timestamp_seconds",
+        "gauge",
+        "Unix time of the probe's last run.",
+        ("probe",),
     ),
-    ("hma_maintenance", "1 while hma maintenance is on (no action is taken on the node).", ()),
-    (
+    Family("hma_probe_findings", "gauge", "Findings of the probe's last run.", ("probe",)),
+    Family(
+        "hma_actions",
+        "gauge",
+        "Remediation actions in the outbox by kind and state.",
+        ("kind", "state"),
+    ),
+    Family(
+        "hma_remediation_held",
+        "gauge",
+        "1 while remediation holds an action back (breaker, maintenance, limits: hma status).",
+    ),
+    Family(
+        "hma_maintenance",
+        "gauge",
+        "1 while hma maintenance is on: faults are alerted, no action is taken on the node.",
+    ),
+    Family(
         "hma_maintenance_until_timestamp_seconds",
-        "Unix time the maintenance window ends (absent: off, or on until turned off).",
-        (),
+        "gauge",
+        "Unix time the maintenance window ends (no sample: off, or on until turned off).",
+    ),
+    Family(
+        "hma_alerts_total",
+        "counter",
+        "Alerts (state changes) since the agent started, by kind.",
+        ("kind",),
+    ),
+    Family(
+        "hma_remediation_actions_total",
+        "counter",
+        "Remediation action alerts since the agent started, by kind and outcome.",
+        ("action", "outcome"),
     ),
 )
 _PROBE_RAN = "ran"
 _PROBE_COUNTED = ("ran", "failed", "timed_out")
 
+Rows = dict[str, list[tuple[dict[str, str], float]]]
 
-def samples(status: Mapping[str, Any]) -> dict[str, list[tuple[dict[str, str], float]]]:
-    """The metric samples of a status document (docs/status.md), by family name, sorted."""
-    out: dict[str, list[tuple[dict[str, str], float]]] = {name: [] for name, _h, _l in FAMILIES}
-    out["hma_up"].append(({}, 1.0))
+
+class Tally:
+    """The counters of one reporter's life: alerts by kind, action alerts by kind and outcome."""
+
+    def __init__(self) -> None:
+        self.alerts: Counter[str] = Counter({kind: 0 for kind in ALERT_KINDS})
+        self.actions: Counter[tuple[str, str]] = Counter()
+
+    def add(self, alert: Alert) -> None:
+        """Count one alert."""
+        self.alerts[alert.kind] += 1
+        outcome = _ACTION_OUTCOMES.get(alert.kind)
+        if outcome is not None:
+            self.actions[(str(alert.details.get("action_kind", "")), outcome)] += 1
+
+
+def _one_hot(current: Severity, **labels: str) -> list[tuple[dict[str, str], float]]:
+    return [({**labels, "state": s}, 1.0 if s == str(current) else 0.0) for s in STATES]
+
+
+def samples(status: Mapping[str, Any], tally: Optional[Tally] = None) -> Rows:
+    """The metric samples of a status document (docs/status.md) and the counters, by family
+    name, sorted; labels with an empty value are left out."""
+    out: Rows = {f.name: [] for f in FAMILIES}
     out["hma_info"].append(
         (
             {
-                "version": str(status.get("version", "")),
-                "node": str(status.get("node", "")),
+                "version": str(status.get("version") or ""),
+                "node": str(status.get("node") or ""),
                 "instance_type": str(status.get("instance_type") or ""),
             },
             1.0,
@@ -115,21 +189,21 @@ def samples(status: Mapping[str, Any]) -> dict[str, list[tuple[dict[str, str], f
     ):
         if isinstance(status.get(key), (int, float)):
             out[name].append(({}, float(status[key])))
-    out["hma_node_severity"].append(({}, float(_severity(status.get("severity", "ok")))))
+    out["hma_node_state"] += _one_hot(_severity(status.get("severity", "ok")))
     out["hma_node_action"].append(({}, float(_action(status.get("action", "none")))))
 
     worst: dict[str, Severity] = {}
     for fault in status.get("faults") or []:
         if not fault.get("active", True):
             continue
-        sev = Severity(_severity(fault.get("severity")))
+        sev = _severity(fault.get("severity"))
         comp = str(fault.get("component", ""))
         if comp not in worst or sev.rank > worst[comp].rank:
             worst[comp] = sev
         labels = {"code": str(fault.get("code", "")), "severity": str(sev), "component": comp}
         out["hma_findings_active"].append((labels, 1.0))
     for comp, sev in worst.items():
-        out["hma_component_severity"].append(({"component": comp}, float(int(sev))))
+        out["hma_component_state"] += _one_hot(sev, component=comp)
 
     for probe in status.get("probes") or []:
         if probe.get("status") not in _PROBE_COUNTED or probe.get("last_run") is None:
@@ -152,26 +226,51 @@ def samples(status: Mapping[str, Any]) -> dict[str, list[tuple[dict[str, str], f
     out["hma_maintenance"].append(({}, 1.0 if on else 0.0))
     if on and isinstance(window.get("until"), (int, float)):
         out["hma_maintenance_until_timestamp_seconds"].append(({}, float(window["until"])))
+
+    tally = tally or Tally()
+    for kind, n in tally.alerts.items():
+        out["hma_alerts_total"].append(({"kind": kind}, float(n)))
+    for (action, outcome), n in tally.actions.items():
+        out["hma_remediation_actions_total"].append(
+            ({"action": action, "outcome": outcome}, float(n))
+        )
     for rows in out.values():
+        for labels, _value in rows:
+            for key in [k for k, v in labels.items() if v == ""]:
+                del labels[key]
         rows.sort(key=lambda row: sorted(row[0].items()))
     return out
 
 
 class _Snapshot:
-    """A prometheus-client collector over one status document."""
+    """A prometheus-client collector over one status document and the counters."""
 
-    def __init__(self, status: Mapping[str, Any]) -> None:
+    def __init__(self, status: Mapping[str, Any], tally: Optional[Tally]) -> None:
         self.status = status
+        self.tally = tally
 
     def collect(self) -> Iterator[Any]:
-        from prometheus_client.core import GaugeMetricFamily
+        from prometheus_client.core import Metric
 
-        rows = samples(self.status)
-        for name, doc, labels in FAMILIES:
-            family = GaugeMetricFamily(name, doc, labels=list(labels))
-            for values, value in rows[name]:
-                family.add_metric([values[label] for label in labels], value)
-            yield family
+        rows = samples(self.status, self.tally)
+        for family in FAMILIES:
+            base = family.name[: -len("_total")] if family.type == "counter" else family.name
+            metric = Metric(base, family.help, family.type)
+            for labels, value in rows[family.name]:
+                metric.add_sample(family.name, labels, value)
+            yield metric
+
+
+def missing_library() -> Optional[str]:
+    """Why the reporter cannot run here (prometheus-client is not importable), or None."""
+    try:
+        import prometheus_client  # noqa: F401
+    except ImportError:
+        return (
+            "needs prometheus-client, which is not installed "
+            "(pip install 'hma[prometheus]' or apt install python3-prometheus-client)"
+        )
+    return None
 
 
 class PrometheusReporter(Reporter):
@@ -191,36 +290,47 @@ class PrometheusReporter(Reporter):
     def __init__(self, options: Mapping[str, Any]) -> None:
         super().__init__(options)
         self.path = str(options.get("textfile") or DEFAULT_TEXTFILE)
-        try:
-            import prometheus_client  # noqa: F401 - fail at start, not at the first change
-        except ImportError as exc:
-            raise TextfileError(
-                "the prometheus reporter needs prometheus-client "
-                "(pip install 'hma[prometheus]' or apt install python3-prometheus-client)"
-            ) from exc
+        self.tally = Tally()
+        problem = self.unmet(options)  # fail at start, not at the first change
+        if problem:
+            raise TextfileError(f"the prometheus reporter {problem}")
+
+    @classmethod
+    def unmet(cls, options: Mapping[str, Any]) -> Optional[str]:
+        """prometheus-client missing (``hma config check`` fails on it when enabled)."""
+        return missing_library()
+
+    def alert(self, alert: Alert) -> None:
+        """Count the alert (written with the next ``publish``)."""
+        self.tally.add(alert)
 
     def publish(self, status: Mapping[str, Any]) -> None:
         """Write the textfile atomically; ``TextfileError`` when that is impossible."""
-        write(self.path, status)
+        write(self.path, status, self.tally)
 
 
-def render(status: Mapping[str, Any]) -> str:
+def _registry(status: Mapping[str, Any], tally: Optional[Tally]) -> Any:
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Snapshot(status, tally))
+    return registry
+
+
+def render(status: Mapping[str, Any], tally: Optional[Tally] = None) -> str:
     """The exposition text of a status document (what the textfile contains)."""
-    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client import generate_latest
 
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Snapshot(status))
-    return generate_latest(registry).decode("utf-8")
+    return generate_latest(_registry(status, tally)).decode("utf-8")
 
 
-def write(path: str, status: Mapping[str, Any]) -> None:
-    """Write ``render(status)`` to ``path`` through ``write_to_textfile`` (temp file + rename)."""
-    from prometheus_client import CollectorRegistry, write_to_textfile
+def write(path: str, status: Mapping[str, Any], tally: Optional[Tally] = None) -> None:
+    """Write ``render(status, tally)`` to ``path`` through ``write_to_textfile`` (temp file +
+    rename)."""
+    from prometheus_client import write_to_textfile
 
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Snapshot(status))
     try:
-        write_to_textfile(path, registry)
+        write_to_textfile(path, _registry(status, tally))
     except OSError as exc:
         # prometheus-client < 0.17 leaves its temp file behind when the rename fails
         leftover = f"{path}.{os.getpid()}.{threading.current_thread().ident}"
@@ -237,4 +347,4 @@ def write(path: str, status: Mapping[str, Any]) -> None:
 
 def families() -> Iterable[str]:
     """Names of every metric family the reporter writes."""
-    return [name for name, _h, _l in FAMILIES]
+    return [f.name for f in FAMILIES]

@@ -1,21 +1,25 @@
-"""``efa`` probe: Elastic Fabric Adapters through ``class/infiniband`` in sysfs.
+"""``efa`` probe: Elastic Fabric Adapters through ``class/infiniband`` and ``bus/pci`` in sysfs.
 
 EFA devices are the RDMA devices whose PCI function has vendor 0x1d0f (Amazon); their names are
-``efa_N`` or ``rdmap<bus>s<slot>``, and other RDMA devices (mlx5, rxe, ...) are ignored. Checks:
-adapter count against the instance type (or ``expected_adapters``), port state ``ACTIVE``,
-``hw_counters`` as rates between two reads against thresholds, and growth of the device-level
-``cmds_err`` / ``no_completion_cmds``. The first read is the previous run's snapshot
-(``ctx.previous``, kept by the daemon) or, under ``hma check``, a sample taken
-``oneshot_sample_s`` earlier. A counter that goes down is a reset (or a 64-bit wrap), never a
-fault. What cannot be read or parsed strictly (a counter in hex, or -1 written unsigned: "not
-available") is ``EFA_READ_FAILED`` (unknown), never a down port, a missing adapter or growth.
-Discovery is cached per boot until a device event (``Layout``); a run reads port states and the
-judged counters only. docs/neuron-efa.md has the details.
+``efa_N`` or ``rdmap<bus>s<slot>``, and other RDMA devices (mlx5, rxe, ...) are left to the
+``infiniband`` probe. Port state is not read: the efa driver's ``efa_query_port`` every port
+as ACTIVE / LinkUp unconditionally (drivers/infiniband/hw/efa/efa_verbs.c), so the port state
+cannot carry a fault. Checks, on what does change: adapter count against the instance type (or
+``expected_adapters``); EFA PCI functions (vendor 0x1d0f, device 0xefa0-0xefa3, the efa driver's
+``efa_pci_tbl``) without an RDMA device (the driver is not bound, or its probe failed);
+``hw_counters`` as rates between two reads against thresholds; growth of the device-level admin
+command counters (``no_completion_cmds``, ``cmds_err``) and verbs error counters; and link
+(carrier) of the ENA network interfaces (``class/net``, driver ``ena``) of the instance. The first
+read is the previous run's snapshot (``ctx.previous``, kept by the daemon) or, under ``hma
+check``, a sample taken ``oneshot_sample_s`` earlier. A counter that goes down is a reset (or a
+64-bit wrap), never a fault. What cannot be read or parsed strictly (a counter in hex, or -1
+written unsigned: "not available") is ``EFA_READ_FAILED`` (unknown), never a missing adapter or
+growth. Discovery is cached per boot until a device event (``Layout``); a run reads the judged
+counters and the ENA link files only. docs/neuron-efa.md has the details.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import stat
 import time
@@ -23,15 +27,23 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Collection, Mapping, Optional
 
 from hma.adapters.files import ReadError, RootReader
-from hma.adapters.strict import ASCII_SPACE, ParseError, parse_uint, parse_word
+from hma.adapters.strict import ParseError, parse_word
 from hma.contracts.model import Finding, Severity
-from hma.contracts.options import Option, pci_ids
+from hma.contracts.options import Option, pci_ids, rate_limits
 from hma.contracts.probe import Probe, ProbeContext, unknown
 
 IB = "class/infiniband"
+NET = "class/net"
+PCI = "bus/pci/devices"
 NODE = "node"
 AMAZON = "0x1d0f"
 U64 = 1 << 64
+# PCI device ids the efa driver binds (efa_pci_tbl, drivers/infiniband/hw/efa/efa_main.c).
+EFA_DEVICE_IDS = frozenset({0xEFA0, 0xEFA1, 0xEFA2, 0xEFA3})
+ENA_DRIVER = "ena"
+IFF_UP = 0x1
+# operstate words (Documentation/ABI/testing/sysfs-class-net); "down"-like ones with carrier.
+OPERSTATES = ("unknown", "notpresent", "down", "lowerlayerdown", "testing", "dormant", "up")
 
 
 @dataclass(frozen=True)
@@ -66,22 +78,26 @@ DEFAULT_RATE_LIMITS: dict[str, float] = {
     "retrans_pkts": 1000.0,
     "retrans_bytes": 1e6,
 }
-# Device-level counters whose growth is a fault, and their code.
-GROWTH_CODES = {"no_completion_cmds": "EFA_CMD_TIMEOUT", "cmds_err": "EFA_CMD_ERRORS"}
-
-
-def _limits_check(value: Any) -> Optional[str]:
-    for key, limit in value.items():
-        if isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit <= 0:
-            return f"{key}: expected a positive number per second"
-    return None
+# Device-level counters (efa_device_stats_descs, efa_verbs.c) whose growth is a finding, and its
+# code: admin commands that timed out or failed, and failed verbs (resource allocation).
+GROWTH_CODES = {
+    "no_completion_cmds": "EFA_CMD_TIMEOUT",
+    "cmds_err": "EFA_CMD_ERRORS",
+    "alloc_pd_err": "EFA_VERBS_ERRORS",
+    "create_qp_err": "EFA_VERBS_ERRORS",
+    "create_cq_err": "EFA_VERBS_ERRORS",
+    "reg_mr_err": "EFA_VERBS_ERRORS",
+    "alloc_ucontext_err": "EFA_VERBS_ERRORS",
+    "create_ah_err": "EFA_VERBS_ERRORS",
+    "mmap_err": "EFA_VERBS_ERRORS",
+}
 
 
 class EfaProbe(Probe):
-    """EFA adapter count, port state and error/retransmission rates."""
+    """EFA adapter count, PCI binding, error/retransmission rates, admin commands, ENA link."""
 
     name = "efa"
-    description = "EFA adapters: count, port state, error and retransmit rates, admin commands"
+    description = "EFA adapters: count, PCI binding, error rates, admin commands, ENA link"
     default_interval = 30.0
     default_timeout = 20.0
     subsystems = ("infiniband", "pci")
@@ -103,7 +119,7 @@ class EfaProbe(Probe):
             "table",
             DEFAULT_RATE_LIMITS,
             "Per-second warning limit per hw counter (port or device level).",
-            check=_limits_check,
+            check=rate_limits,
         ),
         "critical_factor": Option(
             "float", 10.0, "A rate at this multiple of its limit is critical.", minimum=1
@@ -119,6 +135,15 @@ class EfaProbe(Probe):
     def __init__(self) -> None:
         self._cache: Optional[tuple[tuple[Any, ...], Layout]] = None
         self._last: Optional[tuple[ProbeContext, Layout]] = None
+        self._ena: Optional[tuple[tuple[str, ...], dict[str, str]]] = None
+
+    def ena(self, ctx: ProbeContext) -> dict[str, str]:
+        """The ENA netdevs, found again only when the listing of ``class/net`` changes (a run
+        lists one folder; interfaces come and go apart from the RDMA devices)."""
+        key = (str(ctx.sysfs.root), ctx.boot_id, *ctx.sysfs.listdir(NET))
+        if self._ena is None or self._ena[0] != key:
+            self._ena = (key, ena_netdevs(ctx.sysfs))
+        return self._ena[1]
 
     def layout(self, ctx: ProbeContext) -> Layout:
         """Discovery, cached while the sysfs root, the boot, the device events seen and the list
@@ -140,7 +165,8 @@ class EfaProbe(Probe):
             layout = self._cache[1]
         else:
             layout = discover_adapters(ctx.sysfs, vendor_ids, wanted)
-            self._cache = None if layout.unresolved else (key, layout)
+            cacheable = not layout.unresolved and layout.pci_error is None
+            self._cache = (key, layout) if cacheable else None
         self._last = (ctx, layout)
         return layout
 
@@ -167,12 +193,18 @@ class EfaProbe(Probe):
 
     def _read(self, ctx: ProbeContext) -> dict[str, Any]:
         try:
-            snap = read_adapters(ctx.sysfs, self.layout(ctx))
+            ena, ena_error = self.ena(ctx), None
+        except ReadError as exc:
+            ena, ena_error = {}, _error(ctx.sysfs, NET, exc, None)
+        try:
+            snap = read_adapters(ctx.sysfs, self.layout(ctx), ena)
         except ReadError as exc:
             error = _error(ctx.sysfs, IB, exc, None)
             snap = {"adapters": {}, "ignored": [], "errors": [error], "listed": False}
         finally:
             self._last = None
+        if ena_error is not None:
+            snap["errors"].append(ena_error)
         snap["ts"], snap["boot_id"] = ctx.clock(), ctx.boot_id
         return snap
 
@@ -182,7 +214,7 @@ class EfaProbe(Probe):
         out = [
             unknown(
                 "EFA_READ_FAILED",
-                f"efa:{e['adapter']}" if e.get("adapter") else NODE,
+                _error_component(e),
                 f"cannot read {e['path']}: {e['error']}",
                 path=e["path"],
                 error=e["error"],
@@ -192,7 +224,9 @@ class EfaProbe(Probe):
         if snapshot.get("listed", True):
             unresolved = len(snapshot.get("unresolved", []))
             out += _eval_count(adapters, unresolved, opts, ctx.instance_type)
-        out += _eval_ports(adapters)
+            if not unresolved and snapshot.get("functions") is not None:
+                out += _eval_unbound(adapters, snapshot["functions"])
+        out += _eval_ena(snapshot.get("ena", {}), adapters)
         base, base_ts = _baseline(snapshot, ctx)
         if base is not None:
             dt = float(snapshot.get("ts", 0.0)) - base_ts
@@ -200,6 +234,12 @@ class EfaProbe(Probe):
                 out += _eval_rates(adapters, base, dt, opts)
             out += _eval_growth(adapters, base)
         return out
+
+
+def _error_component(error: Mapping[str, Any]) -> str:
+    if error.get("adapter"):
+        return f"efa:{error['adapter']}"
+    return f"net:{error['net']}" if error.get("net") else NODE
 
 
 def expected_adapters(opts: Mapping[str, Any], instance_type: Optional[str]) -> Optional[Expected]:
@@ -211,10 +251,6 @@ def expected_adapters(opts: Mapping[str, Any], instance_type: Optional[str]) -> 
 
 # --- collect ---------------------------------------------------------------------------------
 
-# IB port states (``ib_port_state``, "4: ACTIVE" in sysfs). A state word outside this list, or a
-# file that does not read "<number>: <word>", is unknown, never "down".
-PORT_STATES = ("NOP", "DOWN", "INIT", "ARMED", "ACTIVE", "ACTIVE_DEFER")
-
 
 @dataclass(frozen=True)
 class Layout:
@@ -222,7 +258,9 @@ class Layout:
 
     ``adapters``: EFA adapter -> PCI address; ``ignored``: other RDMA devices; ``unresolved``:
     read errors of devices that could not be classified (they may be EFA adapters);
-    ``counters``: adapter -> {hw_counters folder: names present there}.
+    ``counters``: adapter -> {hw_counters folder: names present there}; ``functions``: EFA PCI
+    functions (address -> device id and bound driver), None when ``bus/pci/devices`` cannot be
+    listed (``pci_error`` says why).
     """
 
     adapters: dict[str, str]
@@ -230,6 +268,8 @@ class Layout:
     unresolved: list[dict[str, Any]]
     ports: dict[str, list[str]]
     counters: dict[str, dict[str, list[str]]]
+    functions: Optional[dict[str, dict[str, Any]]]
+    pci_error: Optional[dict[str, Any]] = None
 
 
 def _error(sysfs: RootReader, rel: str, exc: Exception, adapter: Optional[str]) -> dict[str, Any]:
@@ -244,7 +284,8 @@ def discover_adapters(
     A device without a ``device`` link (soft RoCE) or of another vendor is ignored. A device whose
     link is there but whose vendor cannot be read or parsed is unresolved (unknown), never
     counted as missing. For EFA adapters, the ports and which of the ``wanted`` hw counters
-    exist are listed too. Raises ReadError when ``class/infiniband`` cannot be listed.
+    exist are listed too; then the EFA PCI functions. Raises ReadError when
+    ``class/infiniband`` cannot be listed.
     """
     vendors = {int(v, 16) for v in vendor_ids}
     found: dict[str, str] = {}
@@ -258,7 +299,7 @@ def discover_adapters(
             if not _has_pci_function(sysfs, f"{IB}/{name}"):
                 ignored.append(name)
                 continue
-            vendor = pci_id(sysfs, f"{link}/vendor")
+            vendor = sysfs.pci_id(f"{link}/vendor")
             if vendor not in vendors:
                 ignored.append(name)
                 continue
@@ -272,7 +313,40 @@ def discover_adapters(
         except ReadError as exc:
             found.pop(name, None)
             unresolved.append(_error(sysfs, link, exc, name))
-    return Layout(found, ignored, unresolved, ports, counters)
+    try:
+        return Layout(found, ignored, unresolved, ports, counters, efa_functions(sysfs, vendors))
+    except ReadError as exc:
+        error = _error(sysfs, PCI, exc, None)
+        return Layout(found, ignored, unresolved, ports, counters, None, error)
+
+
+def efa_functions(sysfs: RootReader, vendors: Collection[int]) -> dict[str, dict[str, Any]]:
+    """EFA PCI functions on the bus (vendor in ``vendors``, an efa device id) and the driver each
+    is bound to (None: unbound). A function whose ids cannot be read is left out: it is no
+    evidence either way. ReadError when ``bus/pci/devices`` cannot be listed."""
+    out: dict[str, dict[str, Any]] = {}
+    for bdf in sysfs.listdir(PCI):
+        try:
+            if sysfs.pci_id(f"{PCI}/{bdf}/vendor") not in vendors:
+                continue
+            device = sysfs.pci_id(f"{PCI}/{bdf}/device")
+        except ReadError:
+            continue
+        if device in EFA_DEVICE_IDS:
+            driver = f"{PCI}/{bdf}/driver"
+            bound = sysfs.realname(driver) if os.path.lexists(sysfs.path(driver)) else None
+            out[bdf] = {"device": f"0x{device:04x}", "driver": bound}
+    return out
+
+
+def ena_netdevs(sysfs: RootReader) -> dict[str, str]:
+    """Network interfaces driven by ``ena`` (``class/net/<if>/device/driver``) -> PCI address."""
+    out: dict[str, str] = {}
+    for ifname in sysfs.listdir(NET):
+        driver = f"{NET}/{ifname}/device/driver"
+        if os.path.lexists(sysfs.path(driver)) and sysfs.realname(driver) == ENA_DRIVER:
+            out[ifname] = sysfs.realname(f"{NET}/{ifname}/device")
+    return out
 
 
 def _has_pci_function(sysfs: RootReader, rel: str) -> bool:
@@ -291,37 +365,9 @@ def _has_pci_function(sysfs: RootReader, rel: str) -> bool:
         raise ReadError(f"{sysfs.path(rel)}: {exc.strerror or exc}") from None
 
 
-def pci_id(sysfs: RootReader, rel: str) -> int:
-    """A PCI id attribute as the kernel writes it ("0x1d0f"), strictly; ReadError otherwise."""
-    raw = sysfs.text(rel)
-    try:
-        if not raw.startswith("0x"):
-            raise ParseError(f"not a 0x-prefixed PCI id: {raw[:40]!r}")
-        return parse_uint(raw, limit=0xFFFF, hex_ok=True)
-    except ParseError as exc:
-        raise ReadError(f"{sysfs.path(rel)}: {exc}") from None
-
-
 def _reason(exc: Exception) -> str:
     text = str(exc)
     return text.rsplit(": ", 1)[-1] if ": " in text else text
-
-
-def port_state(sysfs: RootReader, rel: str) -> str:
-    """The state word of a port's ``state`` file ("4: ACTIVE" -> "ACTIVE"), strictly.
-
-    Raises ReadError for a file that cannot be read, is not "<number>: <word>", or names a state
-    that is not an IB port state.
-    """
-    raw = sysfs.text(rel)
-    number, sep, word = raw.partition(":")
-    try:
-        if not sep:
-            raise ParseError(f"not '<number>: <state>': {raw[:40]!r}")
-        parse_uint(number, hex_ok=False, limit=255)
-        return parse_word(word, PORT_STATES, fold_case=False)
-    except ParseError as exc:
-        raise ReadError(f"{sysfs.path(rel)}: {exc}") from None
 
 
 def wanted_counters(opts: Mapping[str, Any]) -> frozenset[str]:
@@ -329,32 +375,20 @@ def wanted_counters(opts: Mapping[str, Any]) -> frozenset[str]:
     return frozenset(opts["rate_limits"]) | frozenset(GROWTH_CODES)
 
 
-def read_adapters(sysfs: RootReader, layout: Layout) -> dict[str, Any]:
-    """Read what changes (port states and judged counters) of the adapters in ``layout``.
-
-    Errors are recorded in the snapshot, never raised. ``phys_state`` is read only for a port
-    that is not ACTIVE (it only explains the state).
-    """
+def read_adapters(sysfs: RootReader, layout: Layout, ena: Mapping[str, str]) -> dict[str, Any]:
+    """Read what changes: the judged counters of the adapters in ``layout`` and the link of the
+    ``ena`` interfaces; errors are recorded in the snapshot, never raised."""
     errors = list(layout.unresolved)
+    if layout.pci_error is not None:
+        errors.append(layout.pci_error)
     adapters: dict[str, Any] = {}
     for name, pci in layout.adapters.items():
         base = f"{IB}/{name}"
         folders = layout.counters.get(name, {})
         ports: dict[str, Any] = {}
         for port in layout.ports.get(name, []):
-            prel = f"{base}/ports/{port}"
-            info: dict[str, Any] = {"state": None, "phys_state": None}
-            try:
-                info["state"] = port_state(sysfs, f"{prel}/state")
-            except ReadError as exc:
-                errors.append(_error(sysfs, f"{prel}/state", exc, name))
-            if info["state"] not in (None, "ACTIVE"):
-                with contextlib.suppress(ReadError):
-                    phys = sysfs.text(f"{prel}/phys_state")
-                    info["phys_state"] = phys.split(":", 1)[-1].strip(ASCII_SPACE)
-            rel = f"{prel}/hw_counters"
-            info["counters"] = _counters(sysfs, rel, folders.get(rel, ()), name, errors)
-            ports[port] = info
+            rel = f"{base}/ports/{port}/hw_counters"
+            ports[port] = {"counters": _counters(sysfs, rel, folders.get(rel, ()), name, errors)}
         rel = f"{base}/hw_counters"
         adapters[name] = {
             "pci": pci,
@@ -366,8 +400,32 @@ def read_adapters(sysfs: RootReader, layout: Layout) -> dict[str, Any]:
         "adapters": adapters,
         "ignored": layout.ignored,
         "unresolved": unresolved,
+        "functions": layout.functions,
+        "ena": {i: read_link(sysfs, i, pci, errors) for i, pci in ena.items()},
         "errors": errors,
     }
+
+
+def read_link(sysfs: RootReader, ifname: str, pci: str, errors: list[dict[str, Any]]) -> dict:
+    """An interface's ``flags`` and, when it is administratively up, ``carrier`` and
+    ``operstate`` (``carrier`` of a down interface is EINVAL). Errors go to ``errors``."""
+    base = f"{NET}/{ifname}"
+    info: dict[str, Any] = {"pci": pci, "up": None, "carrier": None, "operstate": None}
+    try:
+        info["up"] = bool(sysfs.integer(f"{base}/flags", limit=0xFFFFFFFF) & IFF_UP)
+        if info["up"]:
+            info["carrier"] = sysfs.integer(f"{base}/carrier", hex_ok=False, limit=1)
+            try:
+                info["operstate"] = parse_word(sysfs.text(f"{base}/operstate"), OPERSTATES)
+            except ParseError:
+                info["operstate"] = None  # it only explains the carrier
+    except ReadError as exc:
+        errors.append({"path": _path_of(str(exc)), "error": _reason(exc), "net": ifname})
+    return info
+
+
+def _path_of(message: str) -> str:
+    return message.rsplit(": ", 1)[0] if ": " in message else message
 
 
 def _counters(
@@ -427,29 +485,50 @@ def _eval_count(
     ]
 
 
-def _eval_ports(adapters: Mapping[str, Any]) -> list[Finding]:
+def _eval_unbound(adapters: Mapping[str, Any], functions: Mapping[str, Any]) -> list[Finding]:
+    """EFA PCI functions without an RDMA device: the driver is not bound, or it is bound but its
+    probe or ``ib_register_device`` failed (efa_main.c ``efa_probe``)."""
+    registered = {info.get("pci") for info in adapters.values()}
     out = []
-    for name, info in sorted(adapters.items()):
-        for port, pinfo in sorted(info.get("ports", {}).items()):
-            state = pinfo.get("state")
-            if state is not None and state != "ACTIVE":
-                out.append(
-                    Finding(
-                        "EFA_PORT_DOWN",
-                        f"efa:{name}",
-                        f"{name} port {port} is {state} (phys {pinfo.get('phys_state')})",
-                        {"port": port, "state": state, "phys_state": pinfo.get("phys_state")},
-                    )
-                )
-        if not info.get("ports"):
-            out.append(
-                Finding(
-                    "EFA_PORT_DOWN",
-                    f"efa:{name}",
-                    f"{name} has no ports",
-                    {"port": None, "state": None},
-                )
+    for bdf, info in sorted(functions.items()):
+        if bdf in registered:
+            continue
+        driver = info.get("driver")
+        how = f"bound to {driver} but has" if driver else "bound to no driver and has"
+        out.append(
+            Finding(
+                "EFA_PCI_UNBOUND",
+                f"pci:{bdf}",
+                f"EFA PCI function {bdf} ({info.get('device')}) is {how} no RDMA device",
+                {"pci": bdf, "device": info.get("device"), "driver": driver},
             )
+        )
+    return out
+
+
+def _eval_ena(ena: Mapping[str, Any], adapters: Mapping[str, Any]) -> list[Finding]:
+    """ENA interfaces that are administratively up without carrier. The EFA adapters on the same
+    PCI bus are named in the details (the pairing is by bus number, not documented by AWS)."""
+    out = []
+    for ifname, info in sorted(ena.items()):
+        if not info.get("up") or info.get("carrier") != 0:
+            continue
+        bus = str(info.get("pci", "")).rsplit(":", 1)[0]
+        same_bus = sorted(
+            n for n, a in adapters.items() if str(a.get("pci", "")).rsplit(":", 1)[0] == bus
+        )
+        out.append(
+            Finding(
+                "EFA_ENA_LINK_DOWN",
+                f"net:{ifname}",
+                f"ENA interface {ifname} is up without carrier (operstate {info.get('operstate')})",
+                {
+                    "pci": info.get("pci"),
+                    "operstate": info.get("operstate"),
+                    "efa_same_bus": same_bus,
+                },
+            )
+        )
     return out
 
 
@@ -532,18 +611,15 @@ def _eval_growth(adapters: Mapping[str, Any], base: Mapping[str, Any]) -> list[F
     out = []
     for name, info in sorted(adapters.items()):
         before = (base.get(name) or {}).get("counters", {})
+        grew: dict[str, dict[str, dict[str, int]]] = {}
         for counter, code in GROWTH_CODES.items():
             now = info.get("counters", {}).get(counter)
             if now is None:
                 continue
             grown = delta(now, before.get(counter))
             if grown:
-                out.append(
-                    Finding(
-                        code,
-                        f"efa:{name}",
-                        f"{name}: {counter} grew by {grown} (now {now})",
-                        {"counter": counter, "grown": grown, "total": now},
-                    )
-                )
+                grew.setdefault(code, {})[counter] = {"grown": grown, "total": now}
+        for code, counters in sorted(grew.items()):
+            what = ", ".join(f"{c} +{v['grown']} (now {v['total']})" for c, v in counters.items())
+            out.append(Finding(code, f"efa:{name}", f"{name}: {what}", {"counters": counters}))
     return out

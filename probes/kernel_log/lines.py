@@ -9,9 +9,11 @@ message and is never matched.
 
 from __future__ import annotations
 
+import datetime
+import json
 import re
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 KERN_FACILITY = 0
 USER_FACILITY = 1
@@ -28,7 +30,9 @@ class Record:
     message: str
 
 
-_DMESG_TS = re.compile(r"^\[\s*\d+\.\d+(?: <\s*\d+\.\d+>)?\]\s?")
+# `[  170.053881] ` (`--show-delta`: `[ ts <delta>]`), with `dmesg -r`'s `<pri>` before it and
+# CONFIG_PRINTK_CALLER's `[  T292]` after it
+_DMESG_TS = re.compile(r"^(?:<\d{1,3}>)?\[\s*\d+\.\d+(?: <\s*\d+\.\d+>)?\](?:\[\s*[TC]\d+\])?\s?")
 _CTIME = re.compile(
     r"^\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} [ \d]?\d \d\d:\d\d:\d\d \d{4}\]\s?"
 )
@@ -68,9 +72,32 @@ _HOST_THEN_IDENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]* \S+?\[\d+\]: ")
 # `sshd[1]: ...`: a user-space syslog tag (the kernel's `comm[pid]: segfault` lines look alike;
 # no rule is about them).
 _USER_TAG = re.compile(r"^[A-Za-z0-9_.@/-]+\[\d+\]: ")
+# after `[ts] `: the kernel's identifier (journalctl short-monotonic), or a user-space one (with a
+# host, or a bare tag); one match for the three (dmesg lines match none)
+_IDENT_AFTER_TS = re.compile(
+    r"(?P<kernel>(?:\S+ )?kernel: )|(?P<user>"
+    + _HOST_THEN_IDENT.pattern
+    + "|"
+    + _USER_TAG.pattern[1:]
+    + ")"
+)
 _KMSG = re.compile(r"^(?P<pri>\d{1,4}),(?P<seq>\d{1,20}),(?P<ts>\d{1,20}),[^;]*;(?P<msg>.*)$")
 # journald `-o short` without a host (seen in some exports): `kernel: message`.
 _BARE_IDENT = re.compile(r"^(?P<ident>kernel|NVRM): (?P<msg>.*)$")
+# `dmesg --decode` (-x): `kern  :warn  : ` before the time (facility and level of the record)
+_DECODED = re.compile(
+    r"^(?:kern|user|mail|daemon|auth|syslog|lpr|news|uucp|cron|authpriv|ftp|res[0-3]|local[0-7])"
+    r" *:(?:emerg|alert|crit|err|warn|notice|info|debug) *: "
+)
+# journalctl -o export: one `FIELD=value` per line, an entry's fields spread over many lines
+_EXPORT = re.compile(r"^(?:MESSAGE|_TRANSPORT|SYSLOG_IDENTIFIER|__CURSOR)=")
+# the time a saved line carries (storm rules count by it): kmsg usec, dmesg seconds, ISO, syslog
+_TIME_KMSG = re.compile(r"^\d{1,4},\d{1,20},(\d{1,20}),")
+_TIME_UNIX = re.compile(r"^(\d{9,}\.\d{6}) ")
+_TIME_ISO = re.compile(r"(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?")
+_TIME_SYSLOG = re.compile(r"([A-Z][a-z]{2}) +(\d{1,2}) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?")
+_TIME_DMESG = re.compile(r"(?:<\d{1,3}>)?\[\s*(\d+\.\d+)")
+_MONTHS = "JanFebMarAprMayJunJulAugSepOctNovDec"
 
 
 def parse_record(raw: bytes) -> Optional[Record]:
@@ -103,7 +130,10 @@ def saved_line(line: str) -> tuple[str, Optional[str]]:
     user space may have written (its identifier field is not exactly ``kernel``).
 
     Kernel-only formats: ``kmsg`` (/dev/kmsg records), ``dmesg`` (``[  170.053881] ``, also
-    ``--show-delta``), ``ctime`` (``dmesg --ctime``), ``iso`` (``dmesg --time-format iso``).
+    ``--show-delta``), ``ctime`` (``dmesg --ctime``), ``iso`` (``dmesg --time-format iso``);
+    each also with ``dmesg --decode``'s ``kern  :warn  : `` in front. ``json`` (journalctl
+    ``-o json``/``json-seq``): a kernel message only when ``_TRANSPORT`` is ``kernel``.
+    ``export`` (``-o export``): a field line, which says nothing of its entry: never a message.
     Formats with an identifier field (a kernel message only when it is ``kernel``): ``iso``
     (``journalctl -o short-iso[-precise]``, rsyslog), ``syslog`` (``-o short[-precise]``,
     /var/log/messages, ``<pri>`` or not), ``full`` (``-o short-full``), ``unix``
@@ -112,18 +142,27 @@ def saved_line(line: str) -> tuple[str, Optional[str]]:
     except a user-space tag (``ident[pid]: ...``) and a continuation line (leading blank).
     """
     line = line.rstrip("\r\n")
-    m = _KMSG.match(line)
+    m = None if line[:1] == "[" else _KMSG.match(line)  # dmesg lines first: the common case
     if m:
         return "kmsg", m.group("msg")
+    if line.startswith(('{"', '\x1e{"')):
+        return "json", _journal_json(line.lstrip("\x1e"))
+    if _EXPORT.match(line):
+        return "export", None
+    m = _DECODED.match(line)
+    if m:
+        line = line[m.end() :]
+        if not _DMESG_TS.match(line) and not _ISO_DMESG.match(line):
+            return "dmesg", line  # `dmesg -x -t`
     m = _DMESG_TS.match(line)
     if m:
         rest = line[m.end() :]
-        message = _identified(rest)
-        if message is not None:
-            return "monotonic", message
-        if _HOST_THEN_IDENT.match(rest) or _USER_TAG.match(rest):
-            return "monotonic", None
-        return "dmesg", rest
+        ident = _IDENT_AFTER_TS.match(rest)
+        if ident is None:
+            return "dmesg", rest
+        if ident.lastgroup == "kernel":
+            return "monotonic", _DMESG_TS.sub("", rest[ident.end() :], count=1)
+        return "monotonic", None
     m = _CTIME.match(line) or _ISO_DMESG.match(line)
     if m:
         return ("ctime" if line[0] == "[" else "iso"), line[m.end() :]
@@ -142,6 +181,69 @@ def saved_line(line: str) -> tuple[str, Optional[str]]:
     if bare:
         return "plain", from_identifier(bare.group("ident"), bare.group("msg"))
     return "plain", line
+
+
+def _journal_json(line: str) -> Optional[str]:
+    """The kernel message of one ``journalctl -o json`` entry, None for any other transport
+    (or a line that is no JSON object)."""
+    try:
+        entry: Any = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(entry, dict) or entry.get("_TRANSPORT") != "kernel":
+        return None
+    message = entry.get("MESSAGE")
+    if isinstance(message, list):  # journalctl writes a message that is not UTF-8 as bytes
+        try:
+            message = bytes(message).decode("utf-8", "replace")
+        except (TypeError, ValueError):
+            return None
+    if not isinstance(message, str):
+        return None
+    ident = entry.get("SYSLOG_IDENTIFIER", "kernel")
+    return from_identifier(ident if isinstance(ident, str) else "kernel", message)
+
+
+def line_time(line: str) -> Optional[float]:
+    """Seconds the saved line's own time stamp stands for, on a scale that only orders lines
+    of one log (kmsg and dmesg: since boot; calendar stamps: a year-less epoch); None when it
+    carries none. Storm rules count matches within a window of these."""
+    line = _DECODED.sub("", line, count=1)
+    m = _TIME_KMSG.match(line)
+    if m:
+        return int(m.group(1)) / 1e6
+    m = _TIME_UNIX.match(line)
+    if m:
+        return float(m.group(1))
+    if line.startswith('{"'):
+        try:
+            entry = json.loads(line)
+            return int(entry.get("__MONOTONIC_TIMESTAMP") or "") / 1e6
+        except (ValueError, TypeError, AttributeError):
+            return None
+    head = line[:48]
+    m = _TIME_ISO.search(head)
+    if m:
+        y, mo, d, h, mi, sec = (int(g) for g in m.groups()[:6])
+        try:
+            day = datetime.date(2000, mo, d).timetuple().tm_yday  # leap year: Feb 29 fits
+        except ValueError:
+            return None
+        return (y * 366 + day) * 86400.0 + h * 3600 + mi * 60 + sec + _fraction(m.group(7))
+    m = _TIME_SYSLOG.search(head)
+    if m and m.group(1) in _MONTHS:
+        try:
+            date = datetime.date(2000, _MONTHS.index(m.group(1)) // 3 + 1, int(m.group(2)))
+        except ValueError:
+            return None
+        h, mi, sec = int(m.group(3)), int(m.group(4)), int(m.group(5))
+        return date.timetuple().tm_yday * 86400.0 + h * 3600 + mi * 60 + sec + _fraction(m.group(6))
+    m = _TIME_DMESG.match(line)
+    return float(m.group(1)) if m else None
+
+
+def _fraction(digits: Optional[str]) -> float:
+    return int(digits) / 10 ** len(digits) if digits else 0.0
 
 
 def _identified(rest: str) -> Optional[str]:

@@ -29,7 +29,7 @@ import time
 from typing import Any, Callable, ClassVar, Mapping, Optional
 
 from hma.contracts.catalogue import Entry
-from hma.contracts.model import Finding
+from hma.contracts.model import Finding, Severity
 from hma.contracts.options import Option, positive
 from hma.contracts.source import EventSource, SourceContext
 from hma.probes.kernel_log.lines import from_identifier, parse_record
@@ -47,7 +47,9 @@ class KernelLogSource(EventSource):
     """Kernel messages (/dev/kmsg, else journald) through the kernel-log rules."""
 
     name = "kernel_log"
-    description = "NVRM Xid, fallen-off-bus, machine-check, hung-task and Neuron kernel messages"
+    description = (
+        "Kernel messages through the kernel-log rules (Xid, SXid, AER, NIC, disk, fs, lockups)"
+    )
     options: ClassVar[Mapping[str, Option]] = {
         "path": Option("path", "/dev/kmsg", "Kernel message device (tests: a FIFO of records)."),
         "backend": Option(
@@ -154,9 +156,9 @@ class KernelLogSource(EventSource):
             evidence = {"seq": record.seq, "kernel_ts_us": record.ts_usec}
             if record.facility != 0:
                 evidence["facility"] = record.facility
-            finding = matcher.feed(record.message, time.time(), evidence)
+            finding = matcher.feed(record.message, time.time(), evidence, record.ts_usec / 1e6)
             if finding is not None:
-                admitted = dedup.admit(finding, time.monotonic())
+                admitted = _admit(dedup, finding)
                 if admitted is not None:
                     self.stats["findings"] += 1
                     emit(admitted)
@@ -243,10 +245,12 @@ class KernelLogSource(EventSource):
                 if isinstance(message, bytes):
                     message = message.decode("utf-8", "replace")
                 text = from_identifier(str(entry.get("SYSLOG_IDENTIFIER", "kernel")), str(message))
-                finding = matcher.feed(text, time.time(), {"journal_cursor": cursor.value})
+                finding = matcher.feed(
+                    text, time.time(), {"journal_cursor": cursor.value}, _monotonic_s(entry)
+                )
                 if finding is None:
                     continue
-                admitted = dedup.admit(finding, time.monotonic())
+                admitted = _admit(dedup, finding)
                 if admitted is not None:
                     self.stats["findings"] += 1
                     emit(admitted)
@@ -254,6 +258,25 @@ class KernelLogSource(EventSource):
         finally:
             cursor.save()
             reader.close()
+
+
+def _admit(dedup: xid.Dedup, finding: Finding) -> Optional[Finding]:
+    """The finding to emit (repeats within the window held back); a clearing one (severity
+    ``ok``) always goes through and reopens the window of what it clears."""
+    if finding.severity is Severity.OK:
+        dedup.forget(finding.component, finding.code)
+        return finding
+    return dedup.admit(finding, time.monotonic())
+
+
+def _monotonic_s(entry: Mapping[str, Any]) -> Optional[float]:
+    """The kernel's own time of a journal entry, in seconds (for storm rules), if it has one."""
+    stamp = entry.get("_SOURCE_MONOTONIC_TIMESTAMP") or entry.get("__MONOTONIC_TIMESTAMP")
+    seconds = getattr(stamp, "total_seconds", None)  # journal.Reader gives timedelta objects
+    if seconds is not None:
+        return float(seconds())
+    monotonic = getattr(stamp, "timestamp", None)  # (timedelta, boot id) for __MONOTONIC
+    return float(monotonic.total_seconds()) if monotonic is not None else None
 
 
 class _Cursor:

@@ -92,8 +92,10 @@ def xid_code(xid: int) -> str:
     return f"{PREFIX}{xid}" if xid in _catalogued() else OTHER
 
 
+@functools.lru_cache(maxsize=4096)
 def component_of(pci: str) -> str:
-    """GPU component key of a PCI id as printed by the driver or NVML; ``node`` if unreadable."""
+    """GPU component key of a PCI id as printed by the driver or NVML; ``node`` if unreadable
+    (cached: a storm of Xid lines names the same few GPUs)."""
     try:
         return gpu_component(pci)
     except (ValueError, IndexError):
@@ -192,3 +194,8 @@ class Dedup:
             cutoff = now - self.window_s
             self._open = {k: v for k, v in self._open.items() if v[0] >= cutoff}
         return finding.with_(details={**finding.details, "count": held + 1})
+
+    def forget(self, component: str, code: str) -> None:
+        """Drop the open windows of (component, code): the fault was cleared, so its next
+        sighting is news, not a repeat."""
+        self._open = {k: v for k, v in self._open.items() if k[:2] != (component, code)}

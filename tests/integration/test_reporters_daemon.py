@@ -58,7 +58,7 @@ def test_daemon_reports_to_journald_textfile_and_status(hma_env: Env, journald) 
 
         wait_for(lambda: raised in metrics(), proc, "the fault in the textfile")
         assert 'hma_probe_success{probe="fan"} 1.0' in metrics()
-        assert "hma_node_severity 2.0" in metrics()
+        assert 'hma_node_state{state="critical"} 1.0' in metrics()
 
         entries = read_back(ns, "HMA_CODE=SITE_PROBE_CRITICAL", "HMA_KIND=raised")
         first = [e for e in entries if e["HMA_KIND"] == "raised"][0]
@@ -72,7 +72,7 @@ def test_daemon_reports_to_journald_textfile_and_status(hma_env: Env, journald) 
         assert "[critical] SITE_PROBE_CRITICAL on site:fan: fan 3 failed" in status.stdout
 
         hma_env.exec_probe("fan", 'echo "fans ok"\nexit 0')  # the fault goes away
-        wait_for(lambda: "hma_node_severity 0.0" in metrics(), proc, "the fault to clear")
+        wait_for(lambda: 'hma_node_state{state="ok"} 1.0' in metrics(), proc, "the fault to clear")
         assert "SITE_PROBE_CRITICAL" not in metrics()
         cleared = read_back(ns, "HMA_KIND=cleared", "HMA_CODE=SITE_PROBE_CRITICAL")
         assert cleared and cleared[0]["PRIORITY"] == "6"

@@ -125,6 +125,20 @@ class Scenario:
         os.replace(tmp, self.path)
         return self
 
+    def hold(self, index: int, *pids: int) -> Scenario:
+        """Processes hold GPU ``index`` (none: it is idle): the stand-in nvidia-smi refuses its
+        reset while any does."""
+        if pids:
+            self.devices[index]["processes"] = " ".join(str(p) for p in pids)
+            return self.write()
+        return self.drop(index, "processes")
+
+    def reset_fails(self, index: int, fails: bool = True) -> Scenario:
+        """The stand-in nvidia-smi's reset of GPU ``index`` fails (or succeeds again)."""
+        if fails:
+            return self.dev(index, reset="fail")
+        return self.drop(index, "reset")
+
     def push_xid(self, index: int, xid: int) -> None:
         """Append one Xid critical-error event for device ``index`` to the event queue."""
         with self.events.open("a") as f:

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from hma.contracts.catalogue import CatalogueError, load_builtin, parse_entry
+from hma.contracts.catalogue import FAMILIES, CatalogueError, load_builtin, parse_entry
 
 ROOT = Path(__file__).resolve().parents[2]
-FAMILY = "GPU|NEURON|EFA|SYS|KERNEL|HMA|SLURM|SITE|DEEP"
+FAMILY = "|".join(FAMILIES)
 LITERAL = re.compile(r"""["'`]((?:""" + FAMILY + r""")_[A-Z0-9_]+)["'`]""")
 # Upper-case names with a code prefix that are not finding codes: environment variables, journal
 # field names and prefixes used to build codes.

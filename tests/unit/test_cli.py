@@ -128,7 +128,7 @@ def test_check_help_lists_the_probes(hma_env: Any, capsys: Any) -> None:
     assert "probes installed here (PROBE):\n  efa " in out
     assert "  system       filesystems, memory" in out
     assert f"\n  {hma_env.probes_d}: site_fans\n" in out
-    assert "  kernel_log   NVRM Xid" in out
+    assert "  kernel_log   Kernel messages through the kernel-log rules" in out
 
 
 def test_logscan_names_a_missing_file_once(capsys: Any, tmp_path: Any) -> None:

@@ -261,3 +261,69 @@ def test_load_parses_each_file_once_and_merging_keeps_the_layers(
     layers, errors = configfile.read_layers(hma_env.config)
     configfile.merged(layers)
     assert errors == [] and layers[0][1]["probes"]["system"] == {"timeout": 5}
+
+
+def test_options_of_a_reporter_left_off_are_a_warning(hma_env) -> None:  # type: ignore[no-untyped-def]
+    """Issue 20 (defect 5): `textfile` without `enabled = true` wrote nothing, silently."""
+    textfile = hma_env.base / "hma.prom"
+    hma_env.write(f'[reporters.prometheus]\ntextfile = "{textfile}"\n')
+    res = hma_env.hma("config", "check")
+    assert res.returncode == 0, res.stderr  # valid: the file is only likely wrong
+    assert res.stderr.splitlines() == [
+        "warning: reporters.prometheus: textfile set, but the reporter is off (enabled defaults "
+        f"to false): add enabled = true (in {hma_env.config})"
+    ]
+    # said false on purpose, or turned on: no warning
+    for enabled in ("false", "true"):
+        hma_env.write(f'[reporters.prometheus]\nenabled = {enabled}\ntextfile = "{textfile}"\n')
+        res = hma_env.hma("config", "check")
+        assert res.returncode == 0 and res.stderr == "", res.stderr
+    # options of a probe on by default are not a warning
+    hma_env.write("[probes.system]\ninterval = 5\n")
+    assert hma_env.hma("config", "check").stderr == ""
+
+
+@pytest.mark.timeout(60)
+def test_the_daemon_logs_the_warning(hma_env) -> None:  # type: ignore[no-untyped-def]
+    textfile = hma_env.base / "hma.prom"
+    hma_env.write(
+        f'[reporters.prometheus]\ntextfile = "{textfile}"\n[probes.system]\nenabled = false\n'
+    )
+    with subprocess.Popen(
+        [sys.executable, "-m", "hma", "run"],
+        env=hma_env.env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
+        try:
+            assert proc.stderr is not None
+            for line in proc.stderr:  # the warning comes before the agent settles
+                if "reporters.prometheus: textfile set, but the reporter is off" in line:
+                    assert "WARNING" in line
+                    break
+            else:
+                pytest.fail(f"daemon exited {proc.wait()} without the warning")
+        finally:
+            proc.terminate()
+            proc.wait(30)
+    assert not textfile.exists()
+
+
+def test_enabled_reporter_without_its_library_fails_the_check(
+    hma_env, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """Issue 20 (defect 5): with prometheus-client missing, `config check` passed."""
+    from hma import cli
+
+    hma_env.write(f'[reporters.prometheus]\nenabled = true\ntextfile = "{hma_env.base}/h.prom"\n')
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)  # import now raises ImportError
+    rc = cli.main(["--config", str(hma_env.config), "config", "check"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err.splitlines() == [
+        "reporters.prometheus: enabled, but needs prometheus-client, which is not installed "
+        "(pip install 'hma[prometheus]' or apt install python3-prometheus-client)"
+    ]
+    hma_env.write(f'[reporters.prometheus]\nenabled = false\ntextfile = "{hma_env.base}/h.prom"\n')
+    assert cli.main(["--config", str(hma_env.config), "config", "check"]) == 0

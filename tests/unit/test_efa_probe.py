@@ -1,5 +1,5 @@
-"""The efa probe over generated sysfs trees: discovery, count, ports, rates, resets, wraps, and a
-property suite over mutated trees (hypothesis)."""
+"""The efa probe over generated sysfs trees: discovery, count, PCI binding, ENA link, rates,
+resets, wraps, and a property suite over mutated trees (hypothesis)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,17 @@ from hypothesis import strategies as st
 from mutate import apply_file, budget
 from trn_support import codes, gen_sysfs, make_ctx
 
-from hma.adapters.strict import ParseError, parse_uint, parse_word
+from hma.adapters.strict import ParseError, parse_uint
 from hma.contracts.catalogue import load_builtin
 from hma.contracts.model import Severity
-from hma.probes.efa.adapters import DEFAULT_RATE_LIMITS, IB, PORT_STATES, U64, EfaProbe, delta
+from hma.probes.efa.adapters import (
+    DEFAULT_RATE_LIMITS,
+    GROWTH_CODES,
+    IB,
+    U64,
+    EfaProbe,
+    delta,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -47,7 +54,13 @@ def test_p5_healthy_finds_32_adapters_and_ignores_mlx5(tmp_path: Path) -> None:
     assert len(snap["adapters"]) == 32 and snap["ignored"] == ["mlx5_0"]
     name = "rdmap16s0"
     assert snap["adapters"][name]["pci"] == "0000:10:00.0"
-    assert snap["adapters"][name]["ports"]["1"]["state"] == "ACTIVE"
+    assert len(snap["functions"]) == 32 and snap["functions"]["0000:10:00.0"]["driver"] == "efa"
+    assert snap["ena"]["ens5"] == {
+        "pci": "0000:00:05.0",
+        "up": True,
+        "carrier": 1,
+        "operstate": "up",
+    }
 
 
 def test_trn1_healthy(tmp_path: Path) -> None:
@@ -80,20 +93,79 @@ def test_unverified_table_entry_only_warns(tmp_path: Path) -> None:
     assert findings[0].severity is None
 
 
-def test_port_down(tmp_path: Path) -> None:
-    root = gen_sysfs.build(tmp_path, "p5.48xlarge", ["efa_port_down"])
+def test_unbound_pci_function(tmp_path: Path) -> None:
+    root = gen_sysfs.build(tmp_path, "p5.48xlarge", ["efa_unbound_function"])
     _snap, findings = run(root)
-    assert codes(findings) == {("EFA_PORT_DOWN", f"efa:{gen_sysfs.adapter_name(1, 32)}")}
-    assert findings[0].details["state"] == "DOWN"
+    assert codes(findings) == {
+        ("EFA_ADAPTER_COUNT", "node"),
+        ("EFA_PCI_UNBOUND", "pci:0000:14:00.0"),
+    }
+    unbound = next(f for f in findings if f.code == "EFA_PCI_UNBOUND")
+    assert unbound.details == {"pci": "0000:14:00.0", "device": "0xefa1", "driver": None}
+    assert load_builtin().resolve(unbound).severity is Severity.CRITICAL
 
 
-def test_unreadable_port_state_names_the_path(tmp_path: Path) -> None:
-    root = gen_sysfs.build(tmp_path, "p5.48xlarge", ["efa_unreadable_state"])
+def test_bound_function_without_rdma_device(tmp_path: Path) -> None:
+    root = gen_sysfs.build(tmp_path, "trn1.32xlarge")
+    name = gen_sysfs.efa_names(root)[0]
+    (root / IB / name).unlink()  # ib_register_device failed; the driver stays bound
+    _snap, findings = run(root, "trn1.32xlarge")
+    unbound = [f for f in findings if f.code == "EFA_PCI_UNBOUND"]
+    assert len(unbound) == 1 and unbound[0].details["driver"] == "efa"
+
+
+def test_unlistable_pci_bus_is_unknown_not_unbound(tmp_path: Path) -> None:
+    root = gen_sysfs.build(tmp_path, "trn1.32xlarge")
+    devices = root / "bus" / "pci" / "devices"
+    shutil.rmtree(devices)
+    devices.symlink_to("nowhere")
+    snap, findings = run(root, "trn1.32xlarge")
+    assert codes(findings) == {("EFA_READ_FAILED", "node")}
+    assert findings[0].details["path"].endswith("bus/pci/devices")
+    assert snap["functions"] is None and len(snap["adapters"]) == 8
+
+
+def test_port_state_is_not_read(tmp_path: Path) -> None:
+    """efa_query_port reports ACTIVE unconditionally: a DOWN here is a made-up tree."""
+    root = gen_sysfs.build(tmp_path, "trn1.32xlarge")
+    name = gen_sysfs.efa_names(root)[0]
+    (gen_sysfs.efa_dev(root, name) / "ports" / "1" / "state").write_text("1: DOWN\n")
+    _snap, findings = run(root, "trn1.32xlarge")
+    assert findings == []
+
+
+def test_unreadable_counter_names_the_path(tmp_path: Path) -> None:
+    root = gen_sysfs.build(tmp_path, "p5.48xlarge", ["efa_unreadable_counter"])
     _snap, findings = run(root)
     name = gen_sysfs.adapter_name(2, 32)
     assert codes(findings) == {("EFA_READ_FAILED", f"efa:{name}")}
     assert findings[0].severity is Severity.UNKNOWN
-    assert findings[0].details["path"].endswith(f"{name}/ports/1/state")
+    assert findings[0].details["path"].endswith(f"{name}/ports/1/hw_counters/rx_drops")
+
+
+def test_ena_without_carrier(tmp_path: Path) -> None:
+    root = gen_sysfs.build(tmp_path, "p5.48xlarge", ["efa_ena_no_carrier"])
+    _snap, findings = run(root)
+    assert codes(findings) == {("EFA_ENA_LINK_DOWN", "net:ens5")}
+    assert findings[0].details["operstate"] == "down"
+    assert load_builtin().resolve(findings[0]).severity is Severity.CRITICAL
+
+
+def test_ena_administratively_down_is_not_a_fault(tmp_path: Path) -> None:
+    root = gen_sysfs.build(tmp_path, "p5.48xlarge")
+    net = root / "class" / "net" / "ens5"
+    (net / "flags").write_text("0x1002\n")
+    (net / "carrier").write_text("garbage: not read when down\n")
+    snap, findings = run(root)
+    assert findings == [] and snap["ena"]["ens5"]["up"] is False
+
+
+@pytest.mark.parametrize("rel,text", [("carrier", "2\n"), ("flags", "up\n"), ("carrier", "")])
+def test_unreadable_ena_link_is_unknown(tmp_path: Path, rel: str, text: str) -> None:
+    root = gen_sysfs.build(tmp_path, "p5.48xlarge")
+    (root / "class" / "net" / "ens5" / rel).write_text(text)
+    _snap, findings = run(root)
+    assert codes(findings) == {("EFA_READ_FAILED", "net:ens5")}
 
 
 def test_no_adapters_and_no_expectation_is_unsupported(tmp_path: Path) -> None:
@@ -175,7 +247,14 @@ def test_wrapped_counter_rate(tmp_path: Path) -> None:
 def test_admin_command_counter_growth(tmp_path: Path, counter: str, code: str) -> None:
     name, findings = rates(tmp_path, {counter: 2}, port=False)
     assert codes(findings) == {(code, f"efa:{name}")}
-    assert findings[0].details["grown"] == 2
+    assert findings[0].details["counters"] == {counter: {"grown": 2, "total": 2}}
+
+
+def test_verbs_errors_grow_into_one_warning(tmp_path: Path) -> None:
+    name, findings = rates(tmp_path, {"reg_mr_err": 3, "create_qp_err": 1}, port=False)
+    assert codes(findings) == {("EFA_VERBS_ERRORS", f"efa:{name}")}
+    assert set(findings[0].details["counters"]) == {"reg_mr_err", "create_qp_err"}
+    assert load_builtin().resolve(findings[0]).severity is Severity.WARNING
 
 
 def test_no_rates_across_a_reboot(tmp_path: Path) -> None:
@@ -207,45 +286,6 @@ def test_generator_makes_real_sysfs_symlinks(tmp_path: Path) -> None:
     pci = (link / "device").resolve()
     assert (pci / "driver").resolve().name == "efa"
     assert (root / "bus" / "pci" / "devices" / "0000:10:00.0").resolve() == pci
-
-
-def _with_port_state(tmp_path: Path, content: bytes) -> tuple[str, list]:
-    """Findings of a p5 tree whose 4th adapter's port 1 ``state`` holds ``content``."""
-    root = gen_sysfs.build(tmp_path, "p5.48xlarge")
-    name = gen_sysfs.adapter_name(3, 32)
-    (gen_sysfs.efa_dev(root, name) / "ports" / "1" / "state").write_bytes(content)
-    _snap, findings = run(root)
-    return name, findings
-
-
-@pytest.mark.parametrize(
-    "content",
-    [
-        b"",
-        b"\n",
-        b"\0\0\0\0",
-        b"4: ACT\xffIVE\n",
-        b"abc\n",
-        b"4: ACTIVE\0",
-        b"4 ACTIVE\n",
-        b"-4: ACTIVE\n",
-        b"4: active-ish\n",
-        b"\xd9\xa3: ACTIVE\n",
-        b"4: BROKEN\n",
-    ],
-)
-def test_unparseable_port_state_is_unknown_not_down(tmp_path: Path, content: bytes) -> None:
-    name, findings = _with_port_state(tmp_path, content)
-    assert codes(findings) == {("EFA_READ_FAILED", f"efa:{name}")}
-    assert findings[0].severity is Severity.UNKNOWN
-    assert findings[0].details["path"].endswith(f"{name}/ports/1/state")
-
-
-@pytest.mark.parametrize("content", [b"1: DOWN\n", b"3: ARMED", b"2: INIT\n"])
-def test_recognised_state_other_than_active_is_down(tmp_path: Path, content: bytes) -> None:
-    name, findings = _with_port_state(tmp_path, content)
-    assert codes(findings) == {("EFA_PORT_DOWN", f"efa:{name}")}
-    assert findings[0].details["phys_state"] == "LinkUp"
 
 
 def _break_vendor(root: Path, name: str, how: str) -> None:
@@ -307,7 +347,8 @@ def test_discovery_sees_a_removed_adapter_without_an_event(tmp_path: Path) -> No
     assert len(probe.collect(make_ctx(EfaProbe, root, "p5.48xlarge"))["adapters"]) == 32
     (root / "class" / "infiniband" / gen_sysfs.adapter_name(7, 32)).unlink()
     ctx = make_ctx(EfaProbe, root, "p5.48xlarge")
-    assert codes(probe.evaluate(probe.collect(ctx), ctx)) == {("EFA_ADAPTER_COUNT", "node")}
+    found = codes(probe.evaluate(probe.collect(ctx), ctx))
+    assert found == {("EFA_ADAPTER_COUNT", "node"), ("EFA_PCI_UNBOUND", "pci:0000:2c:00.0")}
 
 
 def test_unlistable_class_folder_is_unknown_not_unsupported(tmp_path: Path) -> None:
@@ -325,7 +366,7 @@ def test_only_judged_counters_are_read(tmp_path: Path) -> None:
     root = gen_sysfs.build(tmp_path, "trn1.32xlarge")
     snap, _ = run(root, "trn1.32xlarge")
     info = snap["adapters"][gen_sysfs.efa_names(root)[0]]
-    judged = set(DEFAULT_RATE_LIMITS) | {"cmds_err", "no_completion_cmds"}
+    judged = set(DEFAULT_RATE_LIMITS) | set(GROWTH_CODES)
     assert "rx_drops" in info["ports"]["1"]["counters"] and "cmds_err" in info["counters"]
     assert set(info["ports"]["1"]["counters"]) | set(info["counters"]) <= judged
 
@@ -356,7 +397,7 @@ CONTENT = st.one_of(
     st.binary(max_size=48),
     st.sampled_from(["0x1d0f\n", "0x15b3\n", "0x1D0F", "0x01d0f\n", "7439\n"]).map(str.encode),
     NUMBERS.map(lambda n: (n + "\n").encode()),
-    st.sampled_from(PORT_STATES + ("BROKEN", "active", "")).flatmap(
+    st.sampled_from(("DOWN", "INIT", "ACTIVE", "BROKEN", "active", "")).flatmap(
         lambda w: st.integers(0, 300).map(lambda i: f"{i}: {w}\n".encode())
     ),
 )
@@ -389,23 +430,14 @@ def _mutate(root: Path, name: str, target: str, op: str, content: bytes) -> bool
 def _signalled(target: str, op: str, content: bytes) -> set[str]:
     """Critical codes that the mutation itself is a catalogued fault signal for."""
     if (target, op) in (("", "missing"), ("", "folder"), ("device", "missing")):
-        # the adapter is positively gone: unlisted, or listed without a PCI function (as rxe)
-        return {"EFA_ADAPTER_COUNT"}
-    if (target, op) in (("ports", "missing"), ("ports", "folder"), ("ports/1", "missing")):
-        return {"EFA_PORT_DOWN"}  # no ports listed
+        # the adapter is positively gone (unlisted, or listed without a PCI function, as rxe)
+        # while its PCI function stays
+        return {"EFA_ADAPTER_COUNT", "EFA_PCI_UNBOUND"}
     if target == "device/vendor" and op == "write" and b"\0" not in content:
         try:
             text = content.decode("ascii")
             if text.startswith("0x") and parse_uint(text, limit=0xFFFF) != 0x1D0F:
                 return {"EFA_ADAPTER_COUNT"}  # readable, and another vendor's device
-        except (UnicodeDecodeError, ParseError):
-            return set()
-    if target == "ports/1/state" and op == "write":
-        try:
-            number, _sep, word = content.decode("ascii").partition(":")
-            parse_uint(number, hex_ok=False, limit=255)
-            if parse_word(word, PORT_STATES, fold_case=False) != "ACTIVE":
-                return {"EFA_PORT_DOWN"}
         except (UnicodeDecodeError, ParseError):
             return set()
     if "hw_counters/" in target and op == "write" and b"\0" not in content:

@@ -14,7 +14,7 @@ from hma import assembly
 from hma.adapters.command import CommandRunner
 from hma.adapters.files import RootReader
 from hma.config.schema import ConfigError
-from hma.contracts.model import Finding
+from hma.contracts.model import Finding, Severity
 from hma.contracts.source import MemoryKV, SourceContext
 from hma.probes.kernel_log import source as kernel_log
 from hma.probes.kernel_log.source import CURSOR_KEY, KernelLogSource
@@ -260,3 +260,42 @@ def test_broken_site_rules_are_config_errors(tmp_path: Path, rules: str, problem
     with pytest.raises(ConfigError) as err:
         assembly.load(_config(tmp_path, rules))
     assert problem in "\n".join(err.value.errors)
+
+
+@pytest.mark.timeout(30)
+def test_a_clearing_line_goes_through_and_reopens_the_repeat_window(tmp_path: Path) -> None:
+    run = Running(tmp_path, dedupe_s=3600.0)
+    down = "nfs: server fs1 not responding, still trying"
+    try:
+        run.write(record(1, down) + record(2, down) + record(3, "nfs: server fs1 OK"))
+        run.write(record(4, down))  # a new outage: news, not a repeat held back by the window
+        run.wait_for(lambda: len(run.findings) == 3, "three findings")
+    finally:
+        run.stop()
+    assert [(f.code, f.component, f.severity) for f in run.findings] == [
+        ("KERNEL_NFS_NOT_RESPONDING", "nfs:fs1", None),
+        ("KERNEL_NFS_NOT_RESPONDING", "nfs:fs1", Severity.OK),
+        ("KERNEL_NFS_NOT_RESPONDING", "nfs:fs1", None),
+    ]
+
+
+@pytest.mark.timeout(30)
+def test_storms_count_by_the_kernel_time_of_each_record(tmp_path: Path) -> None:
+    """Records read in one go (the ring buffer after a restart) are counted at the time the
+    kernel printed them, not the time they were read: corrected errors 20 s apart are no storm,
+    10 within 9 s are."""
+    line = "nvidia 0000:3b:00.0: AER: PCIe Bus Error: severity=Corrected, type=Data Link Layer"
+
+    def at(seq: int, usec: int) -> bytes:
+        return b"3,%d,%d,-;%s\n" % (seq, usec, line.encode())
+
+    run = Running(tmp_path)
+    try:
+        run.write(b"".join(at(i, i * 20_000_000) for i in range(1, 16)))  # 15 spread over 5 min
+        run.write(b"".join(at(100 + i, 400_000_000 + i * 1_000_000) for i in range(10)))
+        run.write(record(200, XID_79))
+        run.wait_for(lambda: any(f.code == "GPU_XID_79" for f in run.findings), "the marker")
+    finally:
+        run.stop()
+    storms = [f for f in run.findings if f.code == "KERNEL_AER_CORRECTED_STORM"]
+    assert [(f.component, f.details["seq"]) for f in storms] == [("gpu:0000:3b:00", 109)]

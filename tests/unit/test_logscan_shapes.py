@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Optional
 
@@ -111,6 +112,19 @@ MESSAGES = st.sampled_from(
         "neuron2: NEURON_HW_ERR=DMA_ERROR nd-id=2",
         f"kernel: {XID}",
         f"[ 1.0] {XID}",
+        # the issue 21 rules: a user-space line quoting any of them is no kernel evidence
+        "nvidia-nvswitch0: SXid (PCI:0000:c3:00.0): 24007, Fatal, Link 30 sourcetrack timeout",
+        "nvidia 0000:3b:00.0: AER: PCIe Bus Error: severity=Uncorrected (Fatal), type=Data Link",
+        "mlx5_core 0000:41:00.0: poll_health:852:(pid 0): device's health compromised - reached"
+        " miss count",
+        "efa 0000:00:1d.0 rdmap0s29: Wait for completion (polling) timeout",
+        "nvme nvme0: I/O 25 QID 0 timeout, reset controller",
+        "EXT4-fs (sdb): Remounting filesystem read-only",
+        "XFS (sda4): Corruption of in-memory data (0x8) detected.  Shutting down filesystem.",
+        "nfs: server fs1 not responding, still trying",
+        "Lustre: fs-OST0000-osc-ffff: Connection to fs-OST0000 (at 10.0.0.1@tcp) was lost",
+        "watchdog: BUG: soft lockup - CPU#3 stuck for 23s! [python3:1]",
+        "rcu: INFO: rcu_preempt detected stalls on CPUs/tasks:",
     ]
 )
 
@@ -168,3 +182,64 @@ def test_past_the_cap_every_code_still_counts_for_the_exit_code(
     assert len(hits) == 6 and not_kept[0] == 195
     doc = logscan.document(hits, [], load_builtin(), not_kept[0])
     assert doc["severity"] == "critical"
+
+
+JOURNAL_JSON = (
+    '{{"__REALTIME_TIMESTAMP":"1733136215123456","__MONOTONIC_TIMESTAMP":"240314528856",'
+    '"_TRANSPORT":"{transport}","SYSLOG_IDENTIFIER":"{ident}","PRIORITY":"4","MESSAGE":{msg}}}'
+)
+
+
+@pytest.mark.parametrize(
+    ("transport", "ident", "kernel"),
+    [
+        ("kernel", "kernel", True),
+        ("kernel", "NVRM", True),  # a root-written /dev/kmsg record, as `hma inject` writes
+        ("syslog", "kernel", False),  # `logger -t kernel`: any user
+        ("journal", "kernel", False),
+        ("stdout", "kernel", False),
+    ],
+)
+def test_journal_json_is_a_kernel_message_only_with_the_kernel_transport(
+    transport: str, ident: str, kernel: bool
+) -> None:
+    msg = XID.split("NVRM: ", 1)[1] if ident == "NVRM" else XID
+    line = JOURNAL_JSON.format(transport=transport, ident=ident, msg=json.dumps(msg))
+    assert saved_line(line) == ("json", XID if kernel else None)
+    assert saved_line("\x1e" + line) == ("json", XID if kernel else None)  # -o json-seq
+
+
+def test_journal_json_messages_in_bytes_and_broken_json() -> None:
+    as_bytes = JOURNAL_JSON.format(transport="kernel", ident="kernel", msg=list(XID.encode()))
+    assert saved_line(as_bytes) == ("json", XID)
+    cut = '{"_TRANSPORT":"kernel","MESSAGE":"NVRM: Xid (PCI:0000:01:0'
+    assert saved_line(cut) == ("json", None)
+    assert saved_line('{"_TRANSPORT":"kernel","MESSAGE":null}') == ("json", None)
+    assert saved_line('["_TRANSPORT","kernel"]')[1] == '["_TRANSPORT","kernel"]'  # not `{"`
+    assert saved_line("{1}[Hardware Error]: event severity: fatal")[1] is not None
+
+
+@pytest.mark.parametrize(
+    ("line", "fmt", "message"),
+    [
+        ("kern  :warn  : [ 12.5] nvme nvme0: x", "dmesg", "nvme nvme0: x"),  # dmesg -x
+        ("kern  :err   : 2025-01-21T04:41:44,285060+00:00 VFS: x", "iso", "VFS: x"),  # -x iso
+        ("user  :warn  : [ 3.0] hello", "dmesg", "hello"),  # root-written /dev/kmsg record
+        ("kern  :info  : nvme nvme0: x", "dmesg", "nvme nvme0: x"),  # dmesg -x -t
+        ("<3>[   21.732871] rcu: INFO: x", "dmesg", "rcu: INFO: x"),  # dmesg -r
+        ("[  200.105524][  T292] igb 0000:09:00.0: x", "dmesg", "igb 0000:09:00.0: x"),
+        ("MESSAGE=NVRM: Xid (PCI:0000:01:00): 79", "export", None),  # journalctl -o export
+        ("_TRANSPORT=kernel", "export", None),
+    ],
+)
+def test_decoded_raw_caller_and_export_shapes(line: str, fmt: str, message: Optional[str]) -> None:
+    assert saved_line(line) == (fmt, message)
+
+
+def test_export_format_files_are_reported_unread(tmp_path: Path) -> None:
+    path = tmp_path / "export.log"
+    path.write_text(
+        "__CURSOR=s=1\n_TRANSPORT=kernel\nSYSLOG_IDENTIFIER=kernel\n" f"MESSAGE={XID}\n\n"
+    )
+    hits, errors = logscan.scan([str(path)], RULES)
+    assert hits == [] and len(errors) == 1 and "-o export" in errors[0]

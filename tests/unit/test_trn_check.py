@@ -38,7 +38,7 @@ def test_healthy_trn1_is_ok(tmp_path: Path) -> None:
 
 
 def test_faulty_trn1_reports_each_fault_with_catalogue_severity(tmp_path: Path) -> None:
-    faults = ["neuron_sram_ecc", "neuron_missing_device", "efa_port_down"]
+    faults = ["neuron_sram_ecc", "neuron_missing_device", "efa_unbound_function"]
     root = gen_sysfs.build(tmp_path / "sys", "trn1.32xlarge", faults)
     rc, doc = check(tmp_path, root, "neuron", "efa")
     assert rc == 2 and doc["severity"] == "critical"
@@ -50,7 +50,8 @@ def test_faulty_trn1_reports_each_fault_with_catalogue_severity(tmp_path: Path) 
     assert found == {
         ("NEURON_SRAM_ECC_UNCORRECTED", "neuron:5", "critical", "replace"),
         ("NEURON_DEVICE_COUNT", "node", "critical", "reboot"),
-        ("EFA_PORT_DOWN", f"efa:{gen_sysfs.adapter_name(1, 8)}", "critical", "reboot"),
+        ("EFA_ADAPTER_COUNT", "node", "critical", "reboot"),
+        ("EFA_PCI_UNBOUND", "pci:0000:14:00.0", "critical", "reboot"),
     }
 
 

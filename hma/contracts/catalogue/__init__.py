@@ -15,8 +15,8 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 from hma.adapters import tomlcompat
 from hma.contracts.model import Action, Clears, Finding, Severity
 
-CODE_RE = re.compile(r"^(GPU|NEURON|EFA|SYS|KERNEL|HMA|SLURM|SITE|DEEP)_[A-Z0-9_]+$")
-FAMILIES = ("GPU", "NEURON", "EFA", "SYS", "KERNEL", "HMA", "SLURM", "SITE", "DEEP")
+CODE_RE = re.compile(r"^(GPU|NEURON|EFA|IB|SYS|KERNEL|HMA|SLURM|SITE|DEEP)_[A-Z0-9_]+$")
+FAMILIES = ("GPU", "NEURON", "EFA", "IB", "SYS", "KERNEL", "HMA", "SLURM", "SITE", "DEEP")
 
 _DEFAULT_FAIL_AFTER = 2
 _DEFAULT_CLEAR_AFTER = 2
@@ -38,6 +38,8 @@ class Entry:
     clear_after: int = _DEFAULT_CLEAR_AFTER
     window_s: float = 0.0
     enabled: bool = True
+    reset_gpu: bool = False  # a GPU reset may clear it (NVIDIA's resolution RESET_GPU)
+    source: str = ""  # what the detector is grounded in: driver source file and format, document
 
     @property
     def family(self) -> str:
@@ -57,6 +59,8 @@ _FIELDS: dict[str, Any] = {
     "clear_after": int,
     "window_s": (int, float),
     "enabled": bool,
+    "reset_gpu": bool,
+    "source": str,
 }
 
 
@@ -91,6 +95,8 @@ def parse_entry(code: str, raw: Mapping[str, Any]) -> Entry:
             clear_after=int(raw.get("clear_after", _DEFAULT_CLEAR_AFTER)),
             window_s=float(raw.get("window_s", 0.0)),
             enabled=bool(raw.get("enabled", True)),
+            reset_gpu=bool(raw.get("reset_gpu", False)),
+            source=str(raw.get("source", "")),
         )
     except ValueError as exc:
         raise CatalogueError(f"{code}: {exc}") from None
@@ -98,6 +104,8 @@ def parse_entry(code: str, raw: Mapping[str, Any]) -> Entry:
         raise CatalogueError(f"{code}: agent codes never drain")
     if entry.clears is Clears.WINDOW and entry.window_s <= 0:
         raise CatalogueError(f"{code}.window_s: required when clears = 'window'")
+    if entry.reset_gpu and (entry.family != "GPU" or not entry.drains):
+        raise CatalogueError(f"{code}.reset_gpu: only for GPU codes that drain")
     if entry.fail_after < 1 or entry.clear_after < 1:
         raise CatalogueError(f"{code}: fail_after and clear_after must be >= 1")
     return entry
@@ -228,12 +236,15 @@ class Catalogue:
         """The finding with severity and action filled from the catalogue.
 
         A probe may set a severity itself (e.g. ``unknown`` when it could not measure); an
-        operator override of the code's severity always wins over both.
+        operator override of the code's severity wins over both, except over ``unknown`` and
+        ``ok`` (a kernel-log line saying the fault is over).
         """
         entry = self.entry(finding.code)
         fields = self._overridden.get(entry.code, frozenset())
         severity = finding.severity
-        if severity is None or ("severity" in fields and severity is not Severity.UNKNOWN):
+        if severity is None or (
+            "severity" in fields and severity not in (Severity.UNKNOWN, Severity.OK)
+        ):
             severity = entry.severity
         action = finding.action
         if action is None or "action" in fields:
@@ -305,7 +316,7 @@ def explain(entry: Entry) -> str:
         f"{entry.code}\n  {entry.summary}\n\n"
         f"  severity:  {entry.severity}\n  action:    {entry.action}\n  drains:    {drains}\n"
         f"  raised:    {onset}\n  clears:    {clears_text(entry)}\n\n"
-        f"  What to do: {entry.remedy}"
+        f"  What to do: {entry.remedy}" + (f"\n\n  Source: {entry.source}" if entry.source else "")
     )
 
 

@@ -14,7 +14,9 @@ A rule file::
     component = ["{gpu}", "node"]         # first template whose groups matched; {gpu} <- pci
     message = "GPU {pci} has fallen off the bus"
     # optional: severity / action (override the catalogue for this rule), kind = "xid",
-    # before = 'regex' + before_lines = N (fill missing groups from the N previous lines)
+    # before = 'regex' + before_lines = N (fill missing groups from the N previous lines),
+    # count = N + window_s = S (raise only on the N-th match for one component within S seconds:
+    # a storm), clears = true (the line says the fault is over: it clears (component, code))
 
     [codes.SITE_EXAMPLE]                  # site files only: catalogue entries for their rules
     summary = "..."  ...
@@ -23,12 +25,13 @@ A rule file::
 from __future__ import annotations
 
 import collections
+import functools
 import re
 import string
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
 try:
     from re import _parser as _sre_parse  # type: ignore[attr-defined]  # Python 3.11+
@@ -53,7 +56,11 @@ _RULE_KEYS = {
     "action",
     "before",
     "before_lines",
+    "count",
+    "window_s",
+    "clears",
 }
+MAX_STORM_KEYS = 4096  # (rule, component) pairs whose recent matches are remembered
 
 
 class RulesError(ValueError):
@@ -79,6 +86,9 @@ class Rule:
     action: Optional[Action] = None
     before: Optional[re.Pattern[str]] = None
     before_lines: int = 0
+    count: int = 1  # matches for one component within ``window_s`` that raise the finding
+    window_s: float = 0.0
+    clears: bool = False  # a match clears (component, code) instead of raising it
     origin: str = ""
 
 
@@ -100,8 +110,11 @@ def derive_needles(pattern: re.Pattern[str]) -> list[str]:
     return [best] if len(best) >= 3 else []
 
 
-def _fields(template: str) -> list[str]:
-    return [f for _, f, _, _ in string.Formatter().parse(template) if f]
+@functools.lru_cache(maxsize=1024)
+def _fields(template: str) -> tuple[str, ...]:
+    """The named fields of a component or message template (cached: a few templates, parsed
+    once, not per matching line)."""
+    return tuple(f for _, f, _, _ in string.Formatter().parse(template) if f)
 
 
 def compile_rule(raw: Mapping[str, Any], origin: str) -> Rule:
@@ -150,6 +163,16 @@ def compile_rule(raw: Mapping[str, Any], origin: str) -> Rule:
     before_lines = raw.get("before_lines", 3 if before else 0)
     if not isinstance(before_lines, int) or not 0 <= before_lines <= 32:
         raise ValueError(f"{name}: before_lines: expected an integer 0..32")
+    count, window_s = raw.get("count", 1), raw.get("window_s", 0.0)
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 100_000:
+        raise ValueError(f"{name}: count: expected an integer 1..100000")
+    if isinstance(window_s, bool) or not isinstance(window_s, (int, float)) or window_s < 0:
+        raise ValueError(f"{name}: window_s: expected a number >= 0")
+    if (count > 1) != (window_s > 0):
+        raise ValueError(f"{name}: count and window_s go together (a storm: count > 1 in window_s)")
+    clears = raw.get("clears", False)
+    if not isinstance(clears, bool) or (clears and (kind != "code" or count > 1)):
+        raise ValueError(f"{name}: clears: expected true or false, on a code rule without count")
     return Rule(
         name=name,
         kind=kind,
@@ -162,6 +185,9 @@ def compile_rule(raw: Mapping[str, Any], origin: str) -> Rule:
         action=action,
         before=before,
         before_lines=before_lines,
+        count=count,
+        window_s=float(window_s),
+        clears=clears,
         origin=origin,
     )
 
@@ -278,6 +304,15 @@ class RuleSet:
         self.needles: Optional[tuple[str, ...]] = None
         if all(r.needles for r in self.rules):
             self.needles = tuple(sorted({n for r in self.rules for n in r.needles}))
+        # needle -> the rules (their positions) that need it, so that a message is tried only
+        # against the rules whose literals it holds; rules without needles are always tried
+        by_needle: dict[str, list[int]] = {}
+        for i, rule in enumerate(self.rules):
+            for needle in rule.needles:
+                by_needle.setdefault(needle, []).append(i)
+        self.by_needle: dict[str, tuple[int, ...]] = {k: tuple(v) for k, v in by_needle.items()}
+        self.always: tuple[int, ...] = tuple(i for i, r in enumerate(self.rules) if not r.needles)
+        self.all_needles: tuple[str, ...] = tuple(sorted(by_needle))
 
     @classmethod
     def load(cls, site_folder: Optional[str] = None) -> RuleSet:
@@ -316,20 +351,50 @@ class Matcher:
     def __init__(self, ruleset: RuleSet, source: str) -> None:
         self.rules = ruleset.rules
         self.needles = ruleset.needles
+        self._all_needles = ruleset.all_needles
+        self._by_needle = ruleset.by_needle
+        self._always = ruleset.always
         self.source = source
         self._recent: collections.deque[str] = collections.deque(maxlen=max(ruleset.history, 1))
         self._pending: Optional[Callable[[], Sequence[str]]] = None
+        # storm rules: (rule, component) -> times of its recent matches
+        self._storms: dict[tuple[str, str], collections.deque[float]] = {}
 
     def feed(
-        self, message: str, ts: float = 0.0, evidence: Optional[Mapping[str, Any]] = None
+        self,
+        message: str,
+        ts: float = 0.0,
+        evidence: Optional[Mapping[str, Any]] = None,
+        at: Union[None, float, Callable[[], Optional[float]]] = None,
+        needles: Optional[Sequence[str]] = None,
     ) -> Optional[Finding]:
-        """The finding of the first rule that matches ``message``, or None."""
+        """The finding of the first rule that matches ``message``, or None.
+
+        ``needles``: the rules' needles the caller already found in the line the message comes
+        from (``hma logscan`` finds them in whole blocks), which saves looking for them again;
+        a superset of those in the message is fine (a rule's expression still decides).
+
+        ``at`` is the record's own time in seconds (the kernel's monotonic stamp, the time a
+        saved line carries; or a function that returns it, called only when a storm rule
+        matches), which storm rules (``count`` in ``window_s``) count by; None where the line
+        has none: then ``count`` matches make a storm whatever their spacing. A clearing rule's
+        finding has severity ``ok``."""
         if len(message) > MAX_MESSAGE:
             message = message[:MAX_MESSAGE]
         try:
-            if self.needles is not None and not any(n in message for n in self.needles):
-                return None  # the common case: one cheap check, no regular expression
-            return self._match(message, ts, evidence or {})
+            if needles is None:
+                found = [n for n in self._all_needles if n in message]
+            else:
+                found = list(needles)
+            if not found and not self._always:
+                return None  # the common case: literal checks only, no regular expression
+            if len(found) == 1 and not self._always:
+                candidates: Sequence[int] = self._by_needle[found[0]]
+            else:
+                candidates = sorted(
+                    {*self._always, *(i for n in found for i in self._by_needle[n])}
+                )
+            return self._match(message, ts, evidence or {}, at, candidates)
         finally:
             if self._pending is not None:  # not needed: the lines before are unknown here
                 self._pending = None
@@ -346,20 +411,28 @@ class Matcher:
         """:meth:`context` computed only if a multi-line rule looks back (bounded cost per line)."""
         self._pending = messages
 
-    def _match(self, message: str, ts: float, evidence: Mapping[str, Any]) -> Optional[Finding]:
-        for rule in self.rules:
-            if rule.needles and not any(n in message for n in rule.needles):
-                continue
-            m = rule.pattern.search(message)
-            if m is None:
-                continue
-            details: dict[str, Any] = {"line": message[:1000], "rule": rule.name, **evidence}
-            if rule.kind == "xid":
+    def _match(
+        self,
+        message: str,
+        ts: float,
+        evidence: Mapping[str, Any],
+        at: Union[None, float, Callable[[], Optional[float]]],
+        candidates: Sequence[int],
+    ) -> Optional[Finding]:
+        """The first of the ``candidates`` rules (positions, in rule order) that matches."""
+        for i in candidates:
+            rule = self.rules[i]
+            if rule.kind == "xid":  # its pattern is the Xid parser's: parse once
                 line = xid.parse_xid_line(message)
                 if line is None:
                     continue
+                details = {"line": message[:1000], "rule": rule.name, **evidence}
                 finding = xid.line_finding(line, details, self.source, ts)
                 return _override(finding, rule)
+            m = rule.pattern.search(message)
+            if m is None:
+                continue
+            details = {"line": message[:1000], "rule": rule.name, **evidence}
             groups = {k: v for k, v in m.groupdict().items() if v is not None}
             if rule.before is not None:
                 missing = set(rule.before.groupindex) - set(groups)
@@ -368,23 +441,45 @@ class Matcher:
             if "pci" in groups:
                 groups["gpu"] = xid.component_of(groups["pci"])
             component = _component(rule.component, groups)
-            message_text = (
-                string.Formatter().vformat(rule.message, (), _Groups(groups))
-                if rule.message
-                else message
-            )
+            if rule.count > 1 and not self._storm(rule, component, at):
+                return None  # one more match counted; not (yet) a storm
+            message_text = rule.message.format_map(_Groups(groups)) if rule.message else message
             details.update({k: v for k, v in groups.items() if k != "gpu"})
+            if rule.count > 1:
+                details.update(storm_count=rule.count, storm_window_s=rule.window_s)
             return Finding(
                 rule.code,
                 component,
                 message_text[:400],
                 details,
-                rule.severity,
-                rule.action,
+                Severity.OK if rule.clears else rule.severity,
+                Action.NONE if rule.clears else rule.action,
                 probe=self.source,
                 ts=ts,
             )
         return None
+
+    def _storm(
+        self, rule: Rule, component: str, at: Union[None, float, Callable[[], Optional[float]]]
+    ) -> bool:
+        """Count one match of a storm rule; whether it is the ``count``-th for this component
+        within ``window_s`` (the count then starts again)."""
+        if callable(at):
+            at = at()
+        key = (rule.name, component)
+        times = self._storms.get(key)
+        if times is None:
+            if len(self._storms) >= MAX_STORM_KEYS:  # bounded under hostile input
+                self._storms.clear()
+            times = self._storms[key] = collections.deque(maxlen=rule.count)
+        if at is not None:
+            while times and at - times[0] > rule.window_s:
+                times.popleft()
+        times.append(at if at is not None else 0.0)
+        if len(times) < rule.count:
+            return False
+        times.clear()
+        return True
 
     def _look_back(self, rule: Rule) -> dict[str, str]:
         assert rule.before is not None

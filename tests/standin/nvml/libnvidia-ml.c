@@ -30,6 +30,9 @@
  *   hang.SYM = 1, hang.SYM.I = 1       make a call sleep forever
  *   events = /path/queue               Xid event queue: lines "I XID [EVENTTYPE]" appended by
  *                                      tests; an event set only sees lines added after it was made
+ *   dev.I.processes = PID ...          (read by the stand-in nvidia-smi: a process holds the GPU,
+ *   dev.I.reset = ok|fail               its --gpu-reset is refused; or the reset fails; a reset
+ *                                      that succeeds removes the device's err.*.I lines)
  */
 #include <stdint.h>
 #include <stdio.h>
