@@ -14,7 +14,9 @@ from typing import Any, ClassVar, Mapping, Optional
 import psutil
 
 from hma.adapters.files import ReadError, running_processes
+from hma.adapters.logs import debug_logger
 from hma.adapters.strict import ParseError, parse_uint
+from hma.adapters.text import printable
 from hma.contracts.model import Finding
 from hma.contracts.options import Option
 from hma.contracts.probe import Probe, ProbeContext, unknown
@@ -176,13 +178,17 @@ def _fs(path: str) -> dict[str, Any]:
     if not os.path.isdir(path):
         return {"exists": False}
     st = os.statvfs(path)
-    return {
+    out = {
         "exists": True,
         "free_percent": round(100.0 - psutil.disk_usage(path).percent, 2),
         "inodes_total": st.f_files,
         "inodes_free_percent": round(100.0 * st.f_favail / st.f_files, 2) if st.f_files else None,
         "mount_readonly": bool(st.f_flag & os.ST_RDONLY),  # the flags, not a write permission
     }
+    log = debug_logger("hma.read")
+    if log is not None:
+        log.debug("statvfs %s: %s", printable(path), out)
+    return out
 
 
 def _meminfo(ctx: ProbeContext) -> dict[str, int]:

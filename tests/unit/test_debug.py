@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 
-def config(hma_env: Any, tmp_path: Path, extra: str = "") -> None:
+def config(hma_env: Any, tmp_path: Path, extra: str = "", filesystems: str = "[]") -> None:
     procfs, sysfs = tmp_path / "proc", tmp_path / "sys"
     (procfs / "self").mkdir(parents=True)
     (procfs / "meminfo").write_text("MemTotal: 1000 kB\nMemAvailable: 900 kB\n")
@@ -21,7 +21,7 @@ def config(hma_env: Any, tmp_path: Path, extra: str = "") -> None:
     (cpu / "present").write_text("0-3\n")  # one CPU offline: SYS_CPU_OFFLINE
     hma_env.write(
         f'[paths]\nprocfs = "{procfs}"\nsysfs = "{sysfs}"\n'
-        "[probes.system]\nfilesystems = []\nprocesses = []\n" + extra
+        f"[probes.system]\nfilesystems = {filesystems}\nprocesses = []\n" + extra
     )
 
 
@@ -36,6 +36,12 @@ def test_check_debug_shows_reads_thresholds_and_decisions(hma_env: Any, tmp_path
     assert "decided SYS_CPU_OFFLINE on node: 3 CPUs online, 4 expected" in err
     assert '"expected": 4' in err  # the evidence it compared
     assert "SYS_CPU_OFFLINE" in res.stdout  # the report itself stays on stdout
+
+
+def test_check_debug_shows_the_mount_flags_of_the_filesystems(hma_env: Any, tmp_path: Path) -> None:
+    config(hma_env, tmp_path, filesystems=f'["{tmp_path}"]')
+    res = hma_env.hma("check", "system", "--debug")
+    assert f"statvfs {tmp_path}: " in res.stderr and "'mount_readonly': False" in res.stderr
 
 
 def test_without_debug_nothing_of_it(hma_env: Any, tmp_path: Path) -> None:
