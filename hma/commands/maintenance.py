@@ -72,7 +72,8 @@ def status_lines(window: Optional[Maintenance], now: float) -> list[str]:
 
 def main(setup: Setup, action: str, duration: Optional[str], reason: str, as_json: bool) -> int:
     """Exit 0; 2 on a bad duration or option; 77 when on/off is not run as root; 73 when the
-    state store cannot be opened (docs/cli.md)."""
+    state store cannot be opened; 3 when a user other than root asks for the status and no
+    daemon's status file says it (docs/cli.md)."""
     now = time.time()
     window: Optional[Maintenance] = None
     if action == "on":
@@ -92,6 +93,8 @@ def main(setup: Setup, action: str, duration: Optional[str], reason: str, as_jso
             file=sys.stderr,
         )
         return EX_NOPERM
+    if action == "status" and os.geteuid() != 0:  # the store is root's: the daemon's status
+        return _status_from_file(setup, now, as_json)
     try:
         store = open_store(setup)
     except StateError as exc:
@@ -99,8 +102,7 @@ def main(setup: Setup, action: str, duration: Optional[str], reason: str, as_jso
         if as_json:
             from hma.commands import jsondoc
 
-            text = f"cannot open the state store: {exc} (`hma status` shows maintenance too)"
-            jsondoc.dump(jsondoc.problem("maintenance", text))
+            jsondoc.dump(jsondoc.problem("maintenance", f"cannot open the state store: {exc}"))
         return EX_CANTCREAT
     try:
         if action == "status":
@@ -119,6 +121,27 @@ def main(setup: Setup, action: str, duration: Optional[str], reason: str, as_jso
     else:
         print(f"maintenance off; {told}; {slurm}")
     return 0
+
+
+def _status_from_file(setup: Setup, now: float, as_json: bool) -> int:
+    """``status`` for a user who cannot read the state store: the running daemon's status.json
+    (3 with the problem when there is no usable one)."""
+    from hma.reporters import statusfile
+
+    doc, problem = statusfile.read(setup.config.section("agent")["run_dir"])
+    try:
+        raw = (doc or {}).get("maintenance")
+        window = Maintenance.from_json(raw) if isinstance(raw, dict) else None
+    except ValueError as exc:
+        doc, problem = None, f"status file: maintenance unreadable: {exc}"
+    if doc is None or problem:
+        print(f"hma maintenance: {printable(problem)}", file=sys.stderr)
+        if as_json:
+            from hma.commands import jsondoc
+
+            jsondoc.dump(jsondoc.problem("maintenance", problem))
+        return 3
+    return _status(window, now, as_json)
 
 
 def _status(window: Optional[Maintenance], now: float, as_json: bool) -> int:

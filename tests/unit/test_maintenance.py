@@ -119,3 +119,35 @@ def test_fleet_lists_a_node_in_maintenance_from_one_sinfo() -> None:
     assert "node2" not in rows or rows["node2"]["maintenance"] is None
     assert "maintenance" in fleet.render_text(doc)
     assert len(slurm.calls) == 1
+
+
+def test_status_for_a_user_reads_the_daemons_status_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    import json
+
+    from hma import assembly
+    from hma.commands import maintenance as command
+    from hma.reporters import statusfile
+
+    run = tmp_path / "run"
+    run.mkdir()
+    cfg = tmp_path / "hma.toml"
+    cfg.write_text(f'[agent]\nstate_dir = "{tmp_path}/state"\nrun_dir = "{run}"\n')
+    setup = assembly.load(str(cfg))
+    monkeypatch.setattr(command.os, "geteuid", lambda: 1000)  # the state store is root's
+    assert command.main(setup, "status", None, "", True) == 3  # no daemon: it says so
+    assert json.loads(capsys.readouterr().out)["problem"].startswith("no daemon")
+    now = time.time()
+    doc = {
+        "schema": statusfile.SCHEMA,
+        "pid": os.getpid(),
+        "boot_id": statusfile.current_boot_id(),
+        "generated": now,
+        "heartbeat_s": 15.0,
+        "maintenance": Maintenance(now - 5, now + 600, "fans", "bob").to_json(now),
+    }
+    (run / "status.json").write_text(json.dumps(doc))
+    assert command.main(setup, "status", None, "", True) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["active"] and got["reason"] == "fans" and got["who"] == "bob"
