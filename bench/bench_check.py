@@ -5,7 +5,7 @@ Two layouts, each against a bare start of the interpreter it runs on:
 - the development virtualenv: its console script and ``python -c pass`` (the editable install's
   path hook is imported by both);
 - the packaged layout: hma installed into a private folder with the launcher the .deb and .rpm
-  ship (packaging/tree.py ``LAUNCHER``: ``/usr/bin/python3 -I``), against
+  ship (packaging/tree.py ``launcher``: ``/usr/bin/python3 -I``), against
   ``/usr/bin/python3 -I -c pass``; skipped without a /usr/bin/python3 of 3.11 or later (older ones
   need the vendored tomli).
 
@@ -53,7 +53,7 @@ def packaged(tmp: Path) -> list[str] | None:
     tree = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tree)
     launcher = tmp / "hma"
-    launcher.write_text(tree.LAUNCHER.format(python=SYSTEM_PYTHON, lib=lib), encoding="utf-8")
+    launcher.write_text(tree.launcher(SYSTEM_PYTHON, lib), encoding="utf-8")
     launcher.chmod(0o755)
     return [str(launcher)]
 

@@ -133,12 +133,18 @@ def _site_codes(raw: dict[str, Any], cat: Catalogue) -> bool:
     return any(code not in cat for code in _tables(raw, "codes"))
 
 
+def _chosen_backend(raw: dict[str, Any]) -> Optional[str]:
+    """``[cluster] backend`` of the raw configuration, when it is a string."""
+    cluster = raw.get("cluster")
+    chosen = cluster.get("backend") if isinstance(cluster, dict) else None
+    return chosen if isinstance(chosen, str) else None
+
+
 def _backend_sections(raw: dict[str, Any]) -> set[str]:
     """The backends whose sections the raw configuration holds: the one ``[cluster] backend``
     names and every other top-level table the core does not own (none for a file without
     them: ``hma check`` then imports no backend)."""
-    cluster = raw.get("cluster")
-    chosen = cluster.get("backend") if isinstance(cluster, dict) else None
+    chosen = _chosen_backend(raw)
     core = {
         *CORE_SECTIONS,
         *FEATURE_SECTIONS,
@@ -150,7 +156,7 @@ def _backend_sections(raw: dict[str, Any]) -> set[str]:
         "codes",
     }
     others = {name for name, table in raw.items() if isinstance(table, dict) and name not in core}
-    return {chosen, *others} if isinstance(chosen, str) else others
+    return {chosen, *others} if chosen else others
 
 
 def _tables(raw: dict[str, Any], group: str) -> set[str]:
@@ -169,12 +175,18 @@ def _in_use(raw: dict[str, Any], item: Broken) -> bool:
     return isinstance(table, dict) and table.get("enabled") is not False
 
 
-def load(config_file: Optional[str] = None, only: Optional[Sequence[str]] = None) -> Setup:
+def load(
+    config_file: Optional[str] = None,
+    only: Optional[Sequence[str]] = None,
+    remediates: bool = False,
+) -> Setup:
     """Discover everything and load the configuration; raises ``config.ConfigError``.
 
     ``only``: load just these probes (``hma check NAME``): other probes' modules are not
     imported and their sections not checked; event sources are loaded only when the
-    configuration overrides a code they declare."""
+    configuration overrides a code they declare. ``remediates``: the caller acts on the verdict
+    without the daemon (``hma healthcheck``): with ``only``, every reporter (its alerts) and the
+    cluster backend are loaded all the same."""
     cat = catalogue_mod.load_builtin()
     read = configfile.read_layers(configfile.config_path(config_file))  # once for everything
     raw = configfile.merged(read[0])[0]
@@ -218,14 +230,14 @@ def load(config_file: Optional[str] = None, only: Optional[Sequence[str]] = None
         cat = cat.extended(_declared_codes(source_classes, raw))
     except catalogue_mod.CatalogueError as exc:
         raise ConfigError([f"site codes: {exc}"]) from None
-    schema = schema_for(
-        classes,
-        broken,
-        cat,
-        source_classes,
-        None if only is None else _tables(raw, "reporters"),
-        None if only is None else _backend_sections(raw),
-    )
+    reporter_names: Optional[set[str]] = None
+    backend_names: Optional[set[str]] = None
+    if only is not None and not remediates:
+        reporter_names, backend_names = _tables(raw, "reporters"), _backend_sections(raw)
+    elif only is not None:
+        default = remediation_options.cluster_options([])["backend"].default
+        backend_names = _backend_sections(raw) | {_chosen_backend(raw) or default}
+    schema = schema_for(classes, broken, cat, source_classes, reporter_names, backend_names)
     schema = replace(schema, unchecked=schema.unchecked | unchecked)
     cfg = config_mod.load(schema, config_file, read)
     backend = cfg.section("cluster")["backend"]

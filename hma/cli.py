@@ -55,7 +55,12 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_config_check(args: argparse.Namespace) -> int:
     """Validate the configuration: exit 0, or 2 with one ``key.path: problem`` line per error
     (a broken plugin the configuration enables is one, and an enabled reporter this host cannot
-    run; any other broken plugin, and options of a plugin left off, are warnings)."""
+    run; any other broken plugin, and options of a plugin left off, are warnings). Each drop-in
+    with a ``[match]`` table gets a line first: applied here or not, and why."""
+    from hma.config import files as configfile
+
+    for note in configfile.read_layers_noted(configfile.config_path(args.config))[2]:
+        print(note)
     try:
         setup = _load(args)
     except ConfigError as exc:
@@ -552,20 +557,23 @@ def _add_kernel_log_commands(
 
 
 def _fast_path(argv: list[str]) -> Optional[int]:
-    """``hma status [--json]`` and ``hma check [PROBE...] [--json]`` (either with ``--config
-    X``) without building the full parser: they are run often and should start about as fast
-    as the interpreter. None for anything else (help, errors and every other command)."""
+    """``hma status [--json]``, ``hma check [PROBE...] [--json]`` and ``hma healthcheck
+    [--quiet]`` (each with ``--config X``) without building the full parser: they are run often
+    (the health check by slurmd) and should start about as fast as the interpreter. None for
+    anything else (help, errors and every other command)."""
     config: Optional[str] = None
     command: Optional[str] = None
     names: list[str] = []
-    as_json = False
+    as_json = quiet = False
     i = 0
     while i < len(argv):
         arg = argv[i]
-        if command is None and arg in ("status", "check"):
+        if command is None and arg in ("status", "check", "healthcheck"):
             command = arg
-        elif arg == "--json" and command and not as_json:
+        elif arg == "--json" and command in ("status", "check") and not as_json:
             as_json = True
+        elif arg == "--quiet" and command == "healthcheck" and not quiet:
+            quiet = True
         elif arg == "--config" and i + 1 < len(argv) and config is None:
             config = argv[i + 1]
             i += 1
@@ -580,6 +588,10 @@ def _fast_path(argv: list[str]) -> Optional[int]:
         return check_main(config, names, as_json)
     if command is None:
         return None
+    if command == "healthcheck":
+        from hma.commands import healthcheck
+
+        return healthcheck.run(config, quiet=quiet)
     from hma.commands import status
 
     return status.main(config, as_json)

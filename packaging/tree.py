@@ -6,7 +6,8 @@ One layout for every package format, independent of the Python version it is bui
     /usr/lib/hma/hma/                  the hma package (with hma.probes, catalogue data, ...)
     /usr/lib/hma/hma-<v>.dist-info/    its metadata: entry points, so probes are discovered
     /usr/lib/hma/vendor/               nvidia-ml-py and tomli with their dist-info and licenses
-    /usr/bin/hma                       a launcher that puts the two folders first on sys.path
+    /usr/bin/hma, /usr/bin/hma-...     launchers (one per console script of the wheel) that put
+                                       the two folders first on sys.path
     /etc/hma/hma.toml                  every key with its default, commented (`hma config defaults`)
     /usr/lib/systemd/catalog/*.catalog journal message catalog(s) found in the source tree
 
@@ -19,8 +20,10 @@ Standard library only, Python 3.9+: it also runs inside rpmbuild on RHEL-family 
 from __future__ import annotations
 
 import argparse
+import configparser
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -34,13 +37,13 @@ SOURCE = HERE.parent
 VENDOR_LIST = HERE / "vendor.txt"
 
 LAUNCHER = '''#!{python} -I
-"""hma: node health monitoring agent (launcher of the private tree {lib})."""
+"""{name}: launcher of hma's private tree {lib} ({module}:{func})."""
 import sys
 
 sys.path[:0] = ["{lib}", "{lib}/vendor"]
-from hma.cli import main  # noqa: E402
+from {module} import {func}  # noqa: E402
 
-sys.exit(main())
+sys.exit({func}())
 '''
 
 # Runs with the freshly installed tree first on sys.path: refuses to write a partial config file
@@ -203,6 +206,28 @@ def install_vendor(vendor_dir: Path, target: Path) -> None:
             raise SystemExit(f"tree.py: {item.name} ships no license file or header")
 
 
+def launcher(python: str, lib: str, name: str = "hma", entry: str = "hma.cli:main") -> str:
+    """The text of the launcher ``name`` that runs ``entry`` (``module:function``) from ``lib``."""
+    match = re.fullmatch(r"([A-Za-z_][\w.]*):([A-Za-z_]\w*)", entry.strip())
+    if not match:
+        raise SystemExit(f"tree.py: console script {name} = {entry!r} is not module:function")
+    return LAUNCHER.format(python=python, lib=lib, name=name, module=match[1], func=match[2])
+
+
+def console_scripts(tree: Path) -> dict[str, str]:
+    """``name -> module:function`` of every console script in hma's installed dist-info."""
+    infos = sorted(tree.glob("hma-*.dist-info/entry_points.txt"))
+    if len(infos) != 1:
+        raise SystemExit(f"tree.py: want one hma-*.dist-info/entry_points.txt in {tree}: {infos}")
+    entries = configparser.ConfigParser(delimiters=("=",), interpolation=None)
+    entries.optionxform = str  # type: ignore[assignment,method-assign]  # keep the names' case
+    entries.read(infos[0], encoding="utf-8")
+    scripts = dict(entries["console_scripts"]) if entries.has_section("console_scripts") else {}
+    if "hma" not in scripts:
+        raise SystemExit(f"tree.py: {infos[0]} names no hma console script")
+    return scripts
+
+
 def write_config(root: Path, lib: str, python: str, path: str) -> None:
     """Generate the commented defaults with the installed tree itself."""
     tree = root / lib.lstrip("/")
@@ -243,11 +268,12 @@ def install(args: argparse.Namespace) -> None:
     install_vendor(Path(args.vendor), tree / "vendor")
     bindir = root / args.bindir.lstrip("/")
     bindir.mkdir(parents=True, exist_ok=True)
-    launcher = bindir / "hma"
-    if launcher.exists() or launcher.is_symlink():
-        launcher.unlink()  # the console script of the wheel install cannot see the private tree
-    launcher.write_text(LAUNCHER.format(python=args.python, lib=args.lib), encoding="utf-8")
-    launcher.chmod(0o755)
+    for name, entry in console_scripts(tree).items():
+        script = bindir / name
+        if script.exists() or script.is_symlink():
+            script.unlink()  # the wheel install's console script cannot see the private tree
+        script.write_text(launcher(args.python, args.lib, name, entry), encoding="utf-8")
+        script.chmod(0o755)
     write_config(root, args.lib, args.build_python, args.config)
     for folder in ("probes.d", "hma.d", "rules.d"):  # exec probes; config drop-ins; site rules
         (root / args.config.lstrip("/")).parent.joinpath(folder).mkdir(mode=0o755, exist_ok=True)

@@ -259,6 +259,7 @@ class SlurmCluster:
         conf_files: Optional[dict[str, str]] = None,
         placeholders: int = 0,
         held_jobs: int = 0,
+        conf_lines: Sequence[str] = (),
     ) -> None:
         self.nodes = (
             [f"node{i + 1}" for i in range(nodes)] if isinstance(nodes, int) else list(nodes)
@@ -276,6 +277,9 @@ class SlurmCluster:
         self.env = dict(os.environ, SLURM_CONF=str(self.conf))
         self.started = False
         self.conf_files = conf_files or {}  # more files next to slurm.conf (topology.conf)
+        # ``Key=value`` lines that replace the harness's own line of that key (or are added):
+        # docs/slurm.md's blocks (tests/integration/test_slurm_conf_modes.py)
+        self.conf_lines = list(conf_lines)
         self.version = version  # "22.05": the host's Slurm; "24.11": slurmchroot's
         if version not in slurmchroot.VERSIONS:
             raise ValueError(f"Slurm {version!r}: not one of {slurmchroot.VERSIONS}")
@@ -384,6 +388,9 @@ class SlurmCluster:
         )
         if self.extra_conf:
             lines.append(self.extra_conf)
+        given = {line.split("=", 1)[0].strip().lower() for line in self.conf_lines}
+        lines = [line for line in lines if line.split("=", 1)[0].lower() not in given]
+        lines += self.conf_lines
         self.conf.write_text("\n".join(lines) + "\n")
         if self.chroot:  # 24.11's slurmd wants cgroups unless told not to (22.05: task/none)
             (self.base / "etc" / "cgroup.conf").write_text("CgroupPlugin=disabled\n")

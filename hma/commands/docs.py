@@ -37,7 +37,45 @@ def configuration_md() -> str:
         f"Per-code overrides `[codes.<CODE>]` accept: {', '.join(CODE_OPTIONS)}.\n\n"
         "```toml\n"
     )
-    return head + render_defaults(schema()).rstrip() + "\n```\n"
+    return head + render_defaults(schema()).rstrip() + "\n```\n\n" + MATCH_SECTION
+
+
+# Hand-written: the ``[match]`` table of drop-ins (hma.config.match), which is not an option.
+MATCH_SECTION = """## Drop-ins for some nodes: `[match]`
+
+One `/etc/hma` can serve a mixed cluster (GPU, Trainium and CPU nodes): a drop-in in `hma.d/`
+with a `[match]` table is merged only on the nodes it matches, and left out elsewhere.
+
+```toml
+# /etc/hma/hma.d/10-gpu.toml: GPU nodes
+[match]
+hosts = ["gpu-[001-128]", "p5-*"]   # this host's name, any of these patterns
+hardware = ["nvidia", "efa"]        # and all of these on the PCI bus
+[probes.gpu]
+expected_gpus = 8
+
+# /etc/hma/hma.d/20-cpu.toml: nodes without accelerators
+[match]
+hardware = ["!nvidia", "!neuron"]
+[probes.system]
+interval = 120.0
+```
+
+- `hosts`: Slurm hostlist syntax (`gpu-[001-128,200]`, `rack[1-4]-n[01-16]`; zero padding kept,
+  so `gpu-[001-128]` covers `gpu-007`, not `gpu-7`) and shell wildcards `*` and `?`, compared
+  without case against the host name and its short form (before the first dot). Any pattern
+  may match.
+- `hardware`: `nvidia` (an NVIDIA VGA/3D controller), `neuron` (an Inferentia/Trainium device, or
+  the Neuron driver's devices), `efa` (an EFA function), each read from the PCI ids under
+  `[paths] sysfs` of the main file, so a node whose driver is missing still counts; `!kind`:
+  absent. All must hold.
+- Both keys given: both must hold. Drop-ins without `[match]` apply everywhere; the order of
+  merging stays the name order. `[match]` in the main file is an error.
+- `hma config check` prints one line per drop-in with `[match]`: `applied` or `not applied`, and
+  why (`host gpu-007 matches gpu-[001-128]; nvidia present`). A bad pattern, an unknown key or
+  kind, or a PCI bus that cannot be read is an error naming the file (the file is left out; the
+  daemon refuses to start on it, a reload keeps the old configuration).
+"""
 
 
 def catalogue_md() -> str:

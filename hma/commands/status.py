@@ -265,6 +265,11 @@ def boot_id_of(config_file: Optional[str]) -> Optional[str]:
     from hma.config import files as configfile
 
     raw, _files, _errors = configfile.read_raw(configfile.config_path(config_file))
+    return boot_id_in(raw)
+
+
+def boot_id_in(raw: Mapping[str, Any]) -> Optional[str]:
+    """``boot_id_of`` over a configuration already read and merged."""
     paths = raw.get("paths")
     procfs = paths.get("procfs") if isinstance(paths, dict) else None
     if not isinstance(procfs, str) or not procfs.startswith("/") or procfs.rstrip("/") == "/proc":

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 from hma.adapters import tomlcompat
+
+if TYPE_CHECKING:  # imported when a drop-in has a [match] table: `hma status` stays light
+    from hma.config import match
 
 DEFAULT_PATH = "/etc/hma/hma.toml"
 # Defaults of the [agent] paths that are read before validation (hma.config.schema declares them
@@ -19,6 +22,7 @@ STATE_DIR = "/var/lib/hma"
 RUN_DIR = "/run/hma"
 PROBES_DIR = "/etc/hma/probes.d"
 EARLY_DEFAULTS = {"state_dir": STATE_DIR, "run_dir": RUN_DIR, "probes_dir": PROBES_DIR}
+MATCH = "match"  # the table of a drop-in for some nodes only (hma.config.match)
 
 
 class ConfigError(Exception):
@@ -55,8 +59,21 @@ def merged(layers: Sequence[tuple[str, Mapping[str, Any]]]) -> tuple[dict[str, A
 
 
 def read_layers(path: Path) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
-    """Each readable file (main, then drop-ins in name order) with its parsed TOML; and errors."""
+    """Each readable file (main, then the drop-ins in name order that apply to this node) with
+    its parsed TOML; and errors."""
+    layers, errors, _notes = read_layers_noted(path)
+    return layers, errors
+
+
+def read_layers_noted(
+    path: Path, node: Optional[match.Node] = None
+) -> tuple[list[tuple[str, dict[str, Any]]], list[str], list[str]]:
+    """``read_layers``, and a note per drop-in with a ``[match]`` table: whether it applies to
+    ``node`` (default: this host, its hardware under the main file's ``[paths] sysfs``) and why.
+    A drop-in whose ``[match]`` is invalid or cannot be judged is left out, named in the errors.
+    """
     errors: list[str] = []
+    notes: list[str] = []
     layers: list[tuple[str, dict[str, Any]]] = []
     candidates = [path, *_dropins(path.parent / "hma.d", errors)]
     for candidate in candidates:
@@ -70,10 +87,42 @@ def read_layers(path: Path) -> tuple[list[tuple[str, dict[str, Any]]], list[str]
             errors.append(f"{candidate}: cannot read: {exc}")
             continue
         try:
-            layers.append((str(candidate), tomlcompat.loads(text)))
+            data = tomlcompat.loads(text)
         except tomlcompat.TOMLDecodeError as exc:
             errors.append(f"{candidate}: invalid TOML: {exc}")
-    return layers, errors
+            continue
+        if MATCH not in data:
+            layers.append((str(candidate), data))
+            continue
+        from hma.config import match
+
+        table = data.pop(MATCH)
+        if candidate == path:
+            errors.append(f"{candidate}: [match] belongs in a drop-in (hma.d/*.toml), not here")
+            layers.append((str(candidate), data))
+            continue
+        found = match.problems(table)
+        if not found:
+            node = node or match.Node.here(_sysfs(layers, path))
+            try:
+                applies, why = match.decide(table, node)
+            except OSError as exc:
+                found = [f"match.hardware: cannot list the PCI devices: {exc}"]
+        if found:
+            errors += [f"{candidate}: {line}" for line in found]
+            continue
+        notes.append(f"{candidate}: {'applied' if applies else 'not applied'} ({why})")
+        if applies:
+            layers.append((str(candidate), data))
+    return layers, errors, notes
+
+
+def _sysfs(layers: Sequence[tuple[str, Mapping[str, Any]]], main: Path) -> str:
+    """``[paths] sysfs`` of the main file ``main`` when it is an absolute path, else /sys:
+    drop-ins that match on hardware are judged against it."""
+    paths = layers[0][1].get("paths") if layers and layers[0][0] == str(main) else None
+    value = paths.get("sysfs") if isinstance(paths, dict) else None
+    return value if isinstance(value, str) and value.startswith("/") else "/sys"
 
 
 def _dropins(folder: Path, errors: list[str]) -> list[Path]:

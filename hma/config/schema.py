@@ -59,6 +59,31 @@ CORE_SECTIONS: dict[str, dict[str, Option]] = {
         "sysfs": Option("path", "/sys", "Root of sysfs (tests and containers point it elsewhere)."),
         "procfs": Option("path", "/proc", "Root of procfs."),
     },
+    # `hma healthcheck` without the daemon (docs/slurm.md): slurmd kills a HealthCheckProgram
+    # after 60 s, so the run bounds itself well below that.
+    "healthcheck": {
+        "timeout": Option(
+            "float",
+            50.0,
+            "Seconds after which `hma healthcheck` stops and exits unknown (slurmd kills "
+            "HealthCheckProgram at 60 s); unfinished Slurm actions stay in the outbox.",
+            check=positive,
+            maximum=58.0,
+        ),
+        "probe_timeout": Option(
+            "float",
+            30.0,
+            "Longest a probe may run under `hma healthcheck` without the daemon (a longer "
+            "probe timeout is cut to this; a run that needs more is unknown).",
+            check=positive,
+            below="timeout",
+        ),
+        "skip": Option(
+            "strlist",
+            ["efa_mesh"],
+            "Probes `hma healthcheck` never runs without the daemon (reported not run, unknown).",
+        ),
+    },
 }
 # The sections of the features (deep checks, topology, remediation) and of the cluster backends
 # are added by ``hma.assembly``: the configuration imports no feature.

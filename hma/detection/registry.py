@@ -10,12 +10,13 @@ import functools
 import importlib
 import inspect
 import os
+import re
 import shutil
 import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Collection, Mapping, Optional
+from typing import Any, ClassVar, Collection, Iterator, Mapping, Optional
 
 from hma.contracts.model import Finding, Severity
 from hma.contracts.options import Option
@@ -69,20 +70,29 @@ class _EntryPoint:
         return obj
 
 
-@functools.cache
-def _own_entry_points() -> tuple[_EntryPoint, ...]:
-    """The entry points of the first ``hma`` distribution on ``sys.path`` (as
-    ``importlib.metadata`` would find it), read from its ``entry_points.txt`` alone: looking up
-    a built-in probe costs a directory listing, not a parse of every installed distribution."""
+def _dist_folders() -> Iterator[tuple[str, str]]:
+    """(normalized distribution name, metadata folder) of every ``*.dist-info`` / ``*.egg-info``
+    folder on ``sys.path``, in path order (the folders ``importlib.metadata`` reads; the name
+    comes from the folder's name, as it normalizes it, not from parsing METADATA)."""
     for folder in sys.path:
         try:
-            names = os.listdir(folder or ".")
+            names = sorted(os.listdir(folder or "."))
         except OSError:
             continue
         for name in names:
             stem, _, suffix = name.rpartition(".")
-            if suffix in ("dist-info", "egg-info") and stem.split("-")[0].lower() == "hma":
-                return _parse_entry_points(os.path.join(folder or ".", name, "entry_points.txt"))
+            if suffix in ("dist-info", "egg-info"):
+                dist = re.sub(r"[-_.]+", "_", stem.split("-")[0]).lower()
+                yield dist, os.path.join(folder or ".", name)
+
+
+@functools.cache
+def _own_entry_points() -> tuple[_EntryPoint, ...]:
+    """The entry points of the first ``hma`` distribution on ``sys.path``, read from its
+    ``entry_points.txt`` alone: looking up a built-in probe costs a directory listing."""
+    for dist, folder in _dist_folders():
+        if dist == "hma":
+            return _parse_entry_points(os.path.join(folder, "entry_points.txt"))
     return ()
 
 
@@ -103,20 +113,20 @@ def _parse_entry_points(path: str) -> tuple[_EntryPoint, ...]:
 
 
 @functools.cache
-def _all_entry_points() -> tuple[tuple[str, Any], ...]:
-    """(group, entry point) of every installed distribution (the first of each name on the
-    path, as ``importlib.metadata.entry_points`` does): one scan for every group, read only
-    when a name is not one of hma's own; ``rescan`` forgets it."""
-    from importlib import metadata
-
+def _all_entry_points() -> tuple[tuple[str, _EntryPoint], ...]:
+    """(group, entry point) of hma's groups in every installed distribution (the first of each
+    name on the path, as ``importlib.metadata.entry_points`` does), from their
+    ``entry_points.txt`` files: one scan for every group, without importing importlib.metadata
+    (whose import and METADATA parsing cost more than the health check's probes); ``rescan``
+    forgets it."""
     seen: set[str] = set()
-    out: list[tuple[str, Any]] = []
-    for dist in metadata.distributions():
-        name = (dist.metadata["Name"] or "").lower().replace("-", "_")
-        if name in seen:
+    out: list[tuple[str, _EntryPoint]] = []
+    for dist, folder in _dist_folders():
+        if dist in seen:
             continue
-        seen.add(name)
-        out += [(ep.group, ep) for ep in dist.entry_points]
+        seen.add(dist)
+        eps = _parse_entry_points(os.path.join(folder, "entry_points.txt"))
+        out += [(ep.group, ep) for ep in eps if ep.group in KINDS]
     return tuple(out)
 
 

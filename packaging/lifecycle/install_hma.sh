@@ -6,6 +6,8 @@
 #   HMA_RECOVERY_POLICY=automatic HMA_EXPECTED_GPUS=8 HMA_EXPECTED_EFA_ADAPTERS=32 \
 #       ./install_hma.sh /path/to/hma_0.1.0_all.deb
 #
+# Usage: install_hma.sh [--deep-check STAGES] [PACKAGE]    install_hma.sh --help: this text
+#
 # Settings (environment), each written only when set:
 #   HMA_PACKAGE / $1             .deb or .rpm file (or an http(s) URL); default: the newest
 #                                hma_*.deb or hma-*.rpm next to this script
@@ -38,6 +40,11 @@ esac
 log() { echo "install_hma: $*" >&2; }
 die() { log "error: $*"; exit 1; }
 
+if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then
+  # The comment block at the top of this file, without the '#'s.
+  sed -n '2,/^set -euo pipefail/{/^#/s/^# \{0,1\}//p}' "$0"
+  exit 0
+fi
 [[ $(id -u) -eq 0 ]] || die "run as root"
 here=$(cd "$(dirname "$0")" && pwd)
 deep_check=

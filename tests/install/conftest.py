@@ -8,6 +8,7 @@ Chroots are cached as tarballs in $HMA_TEST_CACHE (default /var/cache/hma-test),
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -16,7 +17,7 @@ from typing import Iterator
 
 import pytest
 
-from .chroots import Chroot, ensure_tarball, sweep_mounts
+from .chroots import Chroot, ensure_tarball, hma_version, sweep_mounts
 
 ROOT = Path(__file__).resolve().parents[2]
 SYSPATH = "/usr/sbin:/usr/bin:/sbin:/bin"
@@ -52,12 +53,16 @@ def timed(name: str, func, *args, **kwargs):  # type: ignore[no-untyped-def]
         TIMINGS[name] = time.monotonic() - start
 
 
-def build(what: str) -> Path:
-    """packaging/build deb|rpm; returns the package file."""
-    env = {**os.environ, "PIP_PYTHON": sys.executable}
+def build(what: str, top: Path = ROOT) -> Path:
+    """``TOP/packaging/build deb|rpm``; returns the package file."""
+    env = {
+        **os.environ,
+        "PIP_PYTHON": sys.executable,
+        "HMA_VENDOR_DIR": str(ROOT / "build" / "vendor"),  # a copy's build uses ours
+    }
     res = subprocess.run(
-        [str(ROOT / "packaging" / "build"), what],
-        cwd=ROOT,
+        [str(top / "packaging" / "build"), what],
+        cwd=top,
         env=env,
         capture_output=True,
         text=True,
@@ -65,7 +70,7 @@ def build(what: str) -> Path:
         check=False,
     )
     assert res.returncode == 0, f"packaging/build {what} failed:\n{res.stdout}\n{res.stderr}"
-    path = ROOT / res.stdout.strip().splitlines()[-1]
+    path = top / res.stdout.strip().splitlines()[-1]
     assert path.is_file(), res.stdout
     return path
 
@@ -82,6 +87,45 @@ def deb() -> Path:
 def rpm() -> Path:
     """The freshly built .rpm."""
     return timed("make rpm", build, "rpm")
+
+
+UPGRADE_SUFFIX = ".post1"
+UNIT_CHANGE = "# changed in the next version (tests/install/test_upgrade.py)\n"
+
+
+@pytest.fixture(scope="session")
+def next_source(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of this source as the next release: the version bumped (``.post1``) and every
+    systemd unit changed, so that an upgrade shows whether the new units are loaded."""
+    top = tmp_path_factory.mktemp("next") / "hma"
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "-co", "--exclude-standard"],
+        cwd=ROOT, capture_output=True, timeout=60, check=True,
+    ).stdout.decode().split("\0")  # fmt: skip
+    for name in filter(None, listed):
+        if (ROOT / name).is_file():
+            (top / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, top / name)
+    init = top / "hma" / "__init__.py"
+    text = init.read_text()
+    version = hma_version()
+    assert f'__version__ = "{version}"' in text
+    init.write_text(text.replace(version, version + UPGRADE_SUFFIX, 1))
+    for unit in (top / "systemd").iterdir():
+        unit.write_text(unit.read_text() + UNIT_CHANGE)
+    return top
+
+
+@pytest.fixture(scope="session")
+def next_deb(deb: Path, next_source: Path) -> Path:
+    """The .deb of the next release (built after ours: it reuses the vendored wheels)."""
+    return timed("make deb (next version)", build, "deb", next_source)
+
+
+@pytest.fixture(scope="session")
+def next_rpm(rpm: Path, next_source: Path) -> Path:
+    """The .rpm of the next release."""
+    return timed("make rpm (next version)", build, "rpm", next_source)
 
 
 def chroot_fixture(suite: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chroot]:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from .chroots import ROOT, SYSPATH, Chroot, hma_version, source_files
+from .installed import check_docs, check_executables, check_manuals, dead_doc_links
 
 pytestmark = pytest.mark.timeout(1500)  # a first run builds both chroot tarballs
 LIB = "usr/lib/hma"
@@ -93,12 +94,20 @@ def hma(box: Chroot, *args: str) -> subprocess.CompletedProcess:
     return box.run(["hma", *args], timeout=120, check=False)
 
 
+def shipped(box: Chroot) -> list[str]:
+    """The files the installed package owns (``dpkg -L``)."""
+    return box.run(["dpkg", "-L", "hma"]).stdout.splitlines()
+
+
 def exercise(box: Chroot, deb: Path, python: str) -> None:
     """Install, then the agent's own commands on the distribution's Python."""
     install(box, deb)
     assert box.run(["python3", "-c", "import sys; print(sys.version)"]).stdout.startswith(python)
-    res = hma(box, "--version")
-    assert (res.returncode, res.stdout.strip()) == (0, f"hma {hma_version()}"), res.stderr
+    files = shipped(box)
+    check_executables(lambda *argv: box.run(argv, timeout=300, check=False), files, hma_version())
+    check_docs(box.root)
+    assert not dead_doc_links(box.root, files)
+    check_manuals(box.root, files)
     res = hma(box, "config", "check")
     assert res.returncode == 0, res.stderr
     assert "/etc/hma/hma.toml" in res.stdout
@@ -263,6 +272,8 @@ def lifecycle(box: Chroot) -> None:
     shutil.copy(ROOT / "packaging" / "lifecycle" / "install_hma.sh", script)
     deb = next(box.path("/tmp").glob("hma_*.deb"))
     knows_recovery = "# [recovery]" in hma(box, "config", "defaults").stdout
+    res = box.run(["bash", "/tmp/install_hma.sh", "--help"], check=False)
+    assert res.returncode == 0 and "Usage: install_hma.sh" in res.stdout, res.stderr
     env = {
         "HMA_APT_UPDATE": "0",
         "HMA_RECOVERY_POLICY": "none",

@@ -1,0 +1,201 @@
+"""Drop-ins for some nodes only (``[match]`` in hma.d/*.toml): host patterns and hardware."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hma.config import files as configfile
+from hma.config.match import HostPattern, Node, PatternError, read_hardware
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(
+    ("pattern", "name", "expected"),
+    [
+        ("gpu-[001-128]", "gpu-007", True),
+        ("gpu-[001-128]", "gpu-128", True),
+        ("gpu-[001-128]", "gpu-129", False),
+        ("gpu-[001-128]", "gpu-7", False),  # Slurm keeps the zero padding
+        ("gpu-[1-4,10]", "gpu-10", True),
+        ("gpu-[1-4,10]", "gpu-5", False),
+        ("rack[1-2]-n[01-16]", "rack2-n16", True),
+        ("rack[1-2]-n[01-16]", "rack3-n01", False),
+        ("p5-*", "p5-st-a-17", True),
+        ("p5-*", "trn2-1", False),
+        ("node?", "node7", True),
+        ("node?", "node17", False),
+        ("n*[5-12]", "n10", True),  # every split is tried, as a shell does
+        ("GPU-[1-2]", "gpu-2", True),
+    ],
+)
+def test_host_patterns(pattern: str, name: str, expected: bool) -> None:
+    assert HostPattern(pattern).matches(name) is expected
+
+
+@pytest.mark.parametrize(
+    ("pattern", "says"),
+    [
+        ("gpu-[1-", "'[' without ']'"),
+        ("gpu-1]", "']' without '['"),
+        ("gpu-[a-b]", "not a number"),
+        ("gpu-[9-1]", "runs backwards"),
+        ("gpu-[]", "not a number"),
+        ("gpu 1", "not allowed in a host name"),
+        ("", "empty"),
+    ],
+)
+def test_bad_patterns_say_what_is_wrong(pattern: str, says: str) -> None:
+    with pytest.raises(PatternError, match=r"bad host pattern") as exc:
+        HostPattern(pattern)
+    assert says in str(exc.value)
+
+
+def pci(root: Path, address: str, vendor: str, device: str, klass: str) -> None:
+    """A PCI function folder as sysfs shows it (bus/pci/devices/<address>/{vendor,device,class})."""
+    folder = root / "bus/pci/devices" / address
+    folder.mkdir(parents=True)
+    for name, value in (("vendor", vendor), ("device", device), ("class", klass)):
+        (folder / name).write_text(value + "\n")
+
+
+def test_hardware_read_from_the_pci_bus(tmp_path: Path) -> None:
+    cpu = tmp_path / "cpu"
+    pci(cpu, "0000:00:00.0", "0x8086", "0x1237", "0x060000")
+    pci(cpu, "0000:00:03.0", "0x1d0f", "0xec20", "0x020000")  # ENA: not EFA
+    assert read_hardware(str(cpu)) == frozenset()
+    p5 = tmp_path / "p5"
+    pci(p5, "0000:53:00.0", "0x10de", "0x2330", "0x030200")  # H100 SXM, no driver needed
+    pci(p5, "0000:54:00.0", "0x1d0f", "0xefa1", "0x020000")
+    pci(p5, "0000:55:00.0", "0x10de", "0x22a3", "0x068000")  # NVSwitch: not a GPU
+    assert read_hardware(str(p5)) == {"nvidia", "efa"}
+    trn = tmp_path / "trn2"
+    pci(trn, "0000:10:1c.0", "0x1d0f", "0x7364", "0x088000")
+    assert read_hardware(str(trn)) == {"neuron"}
+    loaded = tmp_path / "driver"
+    (loaded / "bus/pci/devices").mkdir(parents=True)
+    (loaded / "devices/virtual/neuron_device/neuron0").mkdir(parents=True)
+    assert read_hardware(str(loaded)) == {"neuron"}
+    with pytest.raises(OSError):
+        read_hardware(str(tmp_path / "nothing"))
+
+
+def write_tree(folder: Path, sysfs: Path) -> Path:
+    """/etc/hma for a mixed cluster: one main file, drop-ins for GPU, Trainium and CPU nodes."""
+    (folder / "hma.d").mkdir(parents=True)
+    main = folder / "hma.toml"
+    main.write_text(f'[paths]\nsysfs = "{sysfs}"\n[probes.system]\ninterval = 60.0\n')
+    (folder / "hma.d/10-gpu.toml").write_text(
+        '[match]\nhosts = ["gpu-[001-128]", "p5-*"]\nhardware = ["nvidia"]\n'
+        "[probes.system]\ninterval = 11.0\n"
+    )
+    (folder / "hma.d/20-trn.toml").write_text(
+        '[match]\nhardware = ["neuron"]\n[probes.system]\ninterval = 22.0\n'
+    )
+    (folder / "hma.d/30-cpu.toml").write_text(
+        '[match]\nhardware = ["!nvidia", "!neuron"]\n[probes.system]\ninterval = 33.0\n'
+    )
+    (folder / "hma.d/90-all.toml").write_text("[agent]\nhistory_days = 7.0\n")
+    return main
+
+
+def interval(main: Path, node: Node) -> tuple[float, list[str], list[str]]:
+    layers, errors, notes = configfile.read_layers_noted(main, node)
+    raw, _files = configfile.merged(layers)
+    assert raw["agent"]["history_days"] == 7.0  # a drop-in without [match] applies everywhere
+    return raw["probes"]["system"]["interval"], errors, notes
+
+
+def test_one_etc_hma_for_gpu_trainium_and_cpu_nodes(tmp_path: Path) -> None:
+    gpu_sys, trn_sys, cpu_sys = tmp_path / "gpu", tmp_path / "trn", tmp_path / "cpu"
+    pci(gpu_sys, "0000:53:00.0", "0x10de", "0x2330", "0x030200")
+    pci(trn_sys, "0000:10:1c.0", "0x1d0f", "0x7164", "0x088000")
+    pci(cpu_sys, "0000:00:00.0", "0x8086", "0x1237", "0x060000")
+    main = write_tree(tmp_path / "etc", gpu_sys)
+
+    value, errors, notes = interval(main, Node(("gpu-007",), str(gpu_sys)))
+    assert (value, errors) == (11.0, [])
+    assert any(
+        n.endswith("10-gpu.toml: applied (host gpu-007 matches gpu-[001-128]; nvidia present)")
+        for n in notes
+    )
+    value, _errors, notes = interval(main, Node(("trn2-004",), str(trn_sys)))
+    assert value == 22.0
+    assert any(
+        n.endswith(
+            "10-gpu.toml: not applied (host trn2-004 matches none of " "gpu-[001-128], p5-*)"
+        )
+        for n in notes
+    )
+    value, _errors, notes = interval(main, Node(("login-1",), str(cpu_sys)))
+    assert value == 33.0
+    # a GPU node whose name the pattern misses gets neither the GPU nor the CPU drop-in
+    value, _errors, notes = interval(main, Node(("gpu-200",), str(gpu_sys)))
+    assert value == 60.0
+    assert any(n.endswith("30-cpu.toml: not applied (nvidia present)") for n in notes)
+
+
+def test_bad_match_tables_are_errors_and_their_file_is_left_out(tmp_path: Path) -> None:
+    main = write_tree(tmp_path / "etc", tmp_path)
+    (tmp_path / "etc/hma.d/40-bad.toml").write_text(
+        '[match]\nhosts = ["gpu-[1-"]\n[probes.system]\ninterval = 44.0\n'
+    )
+    (tmp_path / "etc/hma.d/50-typo.toml").write_text('[match]\nhardwre = ["nvidia"]\n')
+    (tmp_path / "etc/hma.d/60-kind.toml").write_text('[match]\nhardware = ["gpu"]\n')
+    (tmp_path / "etc/hma.d/70-empty.toml").write_text("[match]\n")
+    main.write_text(main.read_text() + '[match]\nhosts = ["x"]\n')
+    layers, errors, _notes = configfile.read_layers_noted(main, Node(("gpu-001",), "/sys"))
+    assert all(not name.endswith(("40-bad.toml", "50-typo.toml")) for name, _ in layers)
+    text = "\n".join(errors)
+    assert "40-bad.toml: match.hosts: bad host pattern 'gpu-[1-': '[' without ']'" in text
+    assert "50-typo.toml: match.hardwre: unknown key (one of: hosts, hardware)" in text
+    assert "60-kind.toml: match.hardware: 'gpu' is not one of nvidia, neuron, efa" in text
+    assert "70-empty.toml: match: names nothing to match" in text
+    assert f"{main}: [match] belongs in a drop-in" in text
+
+
+def test_hardware_that_cannot_be_read_is_an_error_not_a_guess(tmp_path: Path) -> None:
+    main = write_tree(tmp_path / "etc", tmp_path / "no-sysfs-here")
+    _layers, errors, _notes = configfile.read_layers_noted(main)
+    assert any("20-trn.toml: match.hardware: cannot list the PCI devices" in e for e in errors)
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare"
+)
+def test_config_check_names_what_applied_on_a_real_host_name(tmp_path: Path) -> None:
+    """The real command line in a UTS namespace whose host name is gpu-007 (the machine's own
+    name is untouched)."""
+    gpu_sys = tmp_path / "gpu"
+    pci(gpu_sys, "0000:53:00.0", "0x10de", "0x2330", "0x030200")
+    main = write_tree(tmp_path / "etc", gpu_sys)
+    env = {**os.environ, "HMA_CONFIG": str(main)}
+    script = "import socket, sys; socket.sethostname(sys.argv[1]); from hma.cli import main; "
+    script += "sys.exit(main(['config', 'check']))"
+    for host, applied in (("gpu-007", "10-gpu.toml"), ("cn-1", "")):
+        out = subprocess.run(
+            ["unshare", "--uts", sys.executable, "-c", script, host],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert out.returncode == 0, out.stderr
+        lines = out.stdout.splitlines()
+        assert lines[-1].startswith("configuration OK (")
+        if applied:
+            assert f"{applied}: applied (host {host} matches gpu-[001-128]; nvidia present)" in (
+                out.stdout
+            )
+            assert applied in lines[-1]
+        else:
+            assert f"10-gpu.toml: not applied (host {host} matches none of" in out.stdout
+            assert "10-gpu.toml" not in lines[-1]
