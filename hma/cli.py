@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
@@ -25,8 +24,14 @@ def cmd_check(args: argparse.Namespace) -> int:
     from hma.commands import check
 
     if args.help_text:
-        print(args.help_text + "\n" + check.probes_help(args.config))
+        from hma.commands.term import help_columns
+
+        print(args.help_text + "\n" + check.probes_help(args.config, help_columns()))
         return 0
+    if args.debug:  # what each probe read and ran, its thresholds and decisions, on stderr
+        from hma.adapters import logs
+
+        logs.configure("debug")
     return check_main(args.config, args.probes, args.json)
 
 
@@ -37,7 +42,7 @@ def check_main(config: Optional[str], probes: Sequence[str], as_json: bool) -> i
     try:
         return check.main(config, probes, as_json)
     except ConfigError as exc:
-        return _config_failed(exc, 3)
+        return _config_failed(exc, 3, "check" if as_json else "")
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -96,7 +101,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     """Run the agent in the foreground (the systemd service's ExecStart)."""
     from hma import daemon
 
-    return daemon.main(args.config)
+    return daemon.main(args.config, args.log_level)
 
 
 def cmd_ack(args: argparse.Namespace) -> int:
@@ -114,6 +119,17 @@ def cmd_ack(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return _config_failed(exc, 2)
     return ack.main(setup, args.code.upper(), args.component)
+
+
+def cmd_maintenance(args: argparse.Namespace) -> int:
+    """``hma maintenance on|off|status``: hma detects and alerts but takes no action."""
+    from hma.commands import maintenance
+
+    try:
+        setup = _load(args)
+    except ConfigError as exc:
+        return _config_failed(exc, 3, "maintenance" if args.json else "")
+    return maintenance.main(setup, args.action, args.duration, args.reason, args.json)
 
 
 def cmd_reset(args: argparse.Namespace) -> int:
@@ -179,22 +195,86 @@ def cmd_fleet(args: argparse.Namespace) -> int:
     try:
         setup = _load(args)
     except ConfigError as exc:
-        return _config_failed(exc, 3)
+        return _config_failed(exc, 3, "fleet" if args.json else "")
     return fleet.main(setup, args.json)
 
 
 CONFIG_HELP = "main configuration file (default $HMA_CONFIG or /etc/hma/hma.toml)"
 
+# Shown under each command's --help (each line within 78 columns); tests/unit/test_help.py
+# checks that every command has an entry.
+EXAMPLES: dict[str, tuple[str, ...]] = {
+    "hma": ("hma status", "hma check gpu --json", "hma explain GPU_XID_79", "hma COMMAND --help"),
+    "check": ("hma check", "hma check system gpu --json", "hma check --debug gpu"),
+    "status": ("hma status", "hma status --json | jq .severity", "watch -n 5 hma status"),
+    "config": ("hma config check", "hma config defaults | less"),
+    "config check": ("hma config check", "hma --config /tmp/new.toml config check"),
+    "config defaults": ("hma config defaults > /tmp/hma-defaults.toml",),
+    "run": ("systemctl start hma   (the service runs `hma run`)", "hma run --log-level debug"),
+    "ack": ("sudo hma ack GPU_ROW_REMAP_FAILURE", "sudo hma ack SITE_PROBE_CRITICAL node"),
+    "reset": (
+        "sudo hma reset GPU_XID_79 gpu:0000:3b:00 --reason 'GPU swapped, RMA 1234'",
+        "sudo hma reset --all --reason 'board replaced'",
+    ),
+    "maintenance": (
+        "sudo hma maintenance on --for 2h --reason 'swap PSU'",
+        "hma maintenance status",
+        "sudo hma maintenance off",
+    ),
+    "healthcheck": (
+        "HealthCheckProgram=/usr/bin/hma-healthcheck   (slurm.conf)",
+        "hma healthcheck; echo $?",
+    ),
+    "fleet": ("hma fleet", "hma fleet --json | jq '.nodes[].node'"),
+    "topology": ("hma topology --check", "hma topology --format block"),
+    "explain": ("hma explain GPU_XID_79", "hma explain --list | grep EFA_"),
+    "logscan": ("hma logscan /var/log/kern.log", "journalctl -k -o short-iso | hma logscan -"),
+    "inject": ("sudo hma inject xid --gpu 0000:3b:00.0 --xid 79 --yes-really-drain",),
+    "inject xid": ("sudo hma inject xid --gpu 0000:3b:00.0 --xid 79 --yes-really-drain",),
+    "srun": (
+        "hma srun --auto-resume=3 -N 2 python train.py   (in an sbatch script)",
+        "hma srun -- --help   (srun's own help)",
+    ),
+    "job-env": ('eval "$(hma job-env)"', "hma job-env --format json"),
+    "deep-check": ("sudo hma deep-check --stages stress,accelerators", "hma deep-check run n[1-4]"),
+}
 
-def _config_failed(exc: ConfigError, code: int) -> int:
+
+def _epilog(name: str) -> Optional[str]:
+    lines = EXAMPLES.get(name)
+    return "examples:\n" + "\n".join(f"  {line}" for line in lines) if lines else None
+
+
+def _config_failed(exc: ConfigError, code: int, json_command: str = "") -> int:
+    """Print the configuration's errors; with ``json_command`` (``--json``) also the document
+    that says so (hma.commands.jsondoc)."""
     for line in exc.errors:
         print(line, file=sys.stderr)
+    if json_command:
+        from hma.commands import jsondoc
+
+        text = "invalid configuration: " + "; ".join(exc.errors)
+        jsondoc.dump(jsondoc.problem(json_command, text))
     return code
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     import argparse
+
+    from hma.adapters.logs import LEVELS as LOG_LEVELS
+    from hma.commands.term import help_columns
+
+    class Formatter(argparse.HelpFormatter):
+        """Help within 80 columns (the terminal's when narrower); examples kept as written."""
+
+        def __init__(self, prog: str) -> None:
+            super().__init__(prog, width=help_columns() - 2)
+
+        def _fill_text(self, text: str, width: int, indent: str) -> str:
+            if text.startswith("examples:"):
+                return "".join(indent + line for line in text.splitlines(keepends=True))
+            return super()._fill_text(text, width, indent)
 
     class CheckHelp(argparse.Action):
         """``hma check -h``: cmd_check prints the help, then the probes installed here (found
@@ -203,7 +283,12 @@ def build_parser() -> argparse.ArgumentParser:
         def __call__(self, parser: argparse.ArgumentParser, ns: Any, *_args: Any) -> None:
             ns.help_text = parser.format_help()
 
-    parser = argparse.ArgumentParser(prog="hma", description="node health monitoring agent")
+    parser = argparse.ArgumentParser(
+        prog="hma",
+        description="node health monitoring agent",
+        epilog=_epilog("hma"),
+        formatter_class=Formatter,
+    )
     parser.add_argument("--version", action="version", version=f"hma {__version__}")
     parser.add_argument("--config", help=CONFIG_HELP)
     # `--config` may also follow the subcommand (`hma check --json --config X`); SUPPRESS keeps
@@ -212,7 +297,22 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--config", default=argparse.SUPPRESS, help=CONFIG_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    add = functools.partial(sub.add_parser, parents=[common])
+
+    def add(name: str, **kw: Any) -> argparse.ArgumentParser:
+        kw.setdefault("description", kw.get("help"))
+        return sub.add_parser(
+            name, parents=[common], epilog=_epilog(name), formatter_class=Formatter, **kw
+        )
+
+    def add_to(subparsers: Any, group: str, name: str, **kw: Any) -> argparse.ArgumentParser:
+        kw.setdefault("description", kw.get("help"))
+        return subparsers.add_parser(
+            name,
+            parents=[common],
+            epilog=_epilog(f"{group} {name}"),
+            formatter_class=Formatter,
+            **kw,
+        )
 
     p = add(
         "check",
@@ -224,43 +324,122 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-h", "--help", action=CheckHelp, nargs=0, help="show this help and the probes")
     p.add_argument("probes", nargs="*", metavar="PROBE", help="probe names (listed below)")
     p.add_argument("--json", action="store_true", help="print the JSON document")
+    p.add_argument(
+        "--debug",
+        action="store_true",
+        help="on stderr: every file each probe read and command it ran, the thresholds it "
+        "compared (its options) and why it decided (each finding with its evidence)",
+    )
     p.set_defaults(func=cmd_check, help_text="")
 
-    p = add("status", help="show the running daemon's view of the node")
-    p.add_argument("--json", action="store_true", help="print the status.json document")
+    p = add(
+        "status",
+        help="show the running daemon's view of the node",
+        description="Read the running daemon's status file (status.json) and show the node's "
+        "health: probes, active faults with their evidence, maintenance, what remediation did "
+        "or holds and why. Any user may run it. Exit code: the node's severity (0 ok, "
+        "1 warning, 2 critical, 3 unknown: also when no daemon runs or the file is stale).",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the status.json document (or, without one, a document saying what is "
+        "missing)",
+    )
     p.set_defaults(func=cmd_status)
 
     p = add("config", help="configuration tools")
     csub = p.add_subparsers(dest="config_command", metavar="ACTION")
     csub.required = True
-    csub.add_parser("check", parents=[common], help="validate the configuration").set_defaults(
+    add_to(csub, "config", "check", help="validate the configuration").set_defaults(
         func=cmd_config_check
     )
-    csub.add_parser(
-        "defaults", parents=[common], help="print every key with its default"
-    ).set_defaults(func=cmd_config_defaults)
+    add_to(csub, "config", "defaults", help="print every key with its default").set_defaults(
+        func=cmd_config_defaults
+    )
 
-    p = add("run", help="run the agent (systemd service)")
+    p = add(
+        "run",
+        help="run the agent (systemd service)",
+        description="Run the agent in the foreground: probes on their intervals, event sources, "
+        "the health model, remediation, status.json, journald and Prometheus. systemd's hma "
+        "service runs it; SIGHUP reloads the configuration. Exit 78 on an invalid "
+        "configuration, 75 when another agent holds the state folder.",
+    )
+    p.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        help="debug, info, warning or error (default [agent] log_level); debug shows what each "
+        "probe read, the thresholds it compared and why it decided",
+    )
     p.set_defaults(func=cmd_run)
 
-    p = add("ack", help="acknowledge a fault that clears by operator")
-    p.add_argument("code")
-    p.add_argument("component", nargs="?")
+    p = add(
+        "ack",
+        help="acknowledge a fault that clears by operator",
+        description="Clear an active fault whose catalogue entry clears by operator (see `hma "
+        "explain CODE`); recorded with who and when. A running daemon applies it at once. "
+        "Needs root. Exit 0 done, 1 nothing to acknowledge, 2 misuse, 77 not root.",
+    )
+    p.add_argument("code", help="finding code, e.g. GPU_ROW_REMAP_FAILURE")
+    p.add_argument("component", nargs="?", help="only this component (default: all of them)")
     p.set_defaults(func=cmd_ack)
 
-    p = add("reset", help="a human repaired the node: clear its remediation history and hold")
+    p = add(
+        "maintenance",
+        help="planned work: detect and alert, take no action on this node",
+        description="While maintenance is on, hma detects, records and alerts but takes no "
+        "action on this node (no drain, reboot or resume); it ends by itself after --for. "
+        "The window survives restarts and is marked in the node's Slurm label field, so "
+        "`hma fleet` lists the node. on and off need root.",
+    )
+    p.add_argument("action", choices=("on", "off", "status"), help="on, off or status")
+    p.add_argument(
+        "--for",
+        dest="duration",
+        metavar="DURATION",
+        help="end by itself after DURATION (90s, 30m, 2h, 1d); default: until off",
+    )
+    p.add_argument("--reason", default="", help="why (shown in status, logs and history)")
+    p.add_argument("--json", action="store_true", help="status as a JSON document")
+    p.set_defaults(func=cmd_maintenance)
+
+    p = add(
+        "reset",
+        help="a human repaired the node: clear its remediation history and hold",
+        description="A human says the node was repaired: clear its remediation history, "
+        "reboot counts and the hold for a human (repeat offender) for CODE [COMPONENT] or "
+        "--all; who and why are recorded. The node returns only after a healthy observation. "
+        "Needs root. Exit 0 done, 2 misuse, 77 not root, 73 state store unusable.",
+    )
     p.add_argument("--all", action="store_true", help="everything (else CODE [COMPONENT])")
-    p.add_argument("code", nargs="?")
-    p.add_argument("component", nargs="?")
+    p.add_argument("code", nargs="?", help="finding code whose history to clear")
+    p.add_argument("component", nargs="?", help="only this component")
     p.add_argument("--reason", required=True, help="what was repaired (recorded with who)")
     p.set_defaults(func=cmd_reset)
 
-    p = add("healthcheck", help="Slurm HealthCheckProgram: verdict and drain state")
+    p = add(
+        "healthcheck",
+        help="Slurm HealthCheckProgram: verdict and drain state",
+        description="What slurmd runs as HealthCheckProgram: with the daemon running it reads "
+        "its verdict; without one it runs the probes once and drains or resumes the node per "
+        "[recovery] policy. Exit code: the node's severity (slurmd ignores it).",
+    )
     p.add_argument("--quiet", action="store_true", help="print nothing; only the exit code")
     p.set_defaults(func=cmd_healthcheck)
 
-    p = add("fleet", help="cluster health from Slurm: hma-held nodes, breaker state")
-    p.add_argument("--json", action="store_true", help="print the JSON document")
+    p = add(
+        "fleet",
+        help="cluster health from Slurm: hma-held nodes, breaker state",
+        description="From any node that can run sinfo (one call): every node hma labelled, "
+        "drained or put in maintenance, with code, component, action, since when and "
+        "reboots, and the circuit breaker per partition. Exit 3 when Slurm cannot say.",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the JSON document (or, without Slurm, one saying what is missing)",
+    )
     p.set_defaults(func=cmd_fleet)
 
     p = add(
@@ -282,21 +461,38 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_topology)
 
-    p = add("explain", help="explain a finding code")
-    p.add_argument("code", nargs="?")
+    p = add(
+        "explain",
+        help="explain a finding code",
+        description="What a finding code means, its severity and action, how it clears and "
+        "what to do about it (the catalogue). Exit 2 for an unknown code, with the nearest "
+        "codes as a hint.",
+    )
+    p.add_argument("code", nargs="?", help="finding code, e.g. GPU_XID_79")
     p.add_argument("--list", action="store_true", help="list every code")
     p.set_defaults(func=cmd_explain)
-    _add_kernel_log_commands(add)
+    _add_kernel_log_commands(add, add_to)
 
     p = sub.add_parser(
         "srun",
+        usage="hma srun [--auto-resume=N] [--grace=S] [--] [srun options] command ...",
         help="srun with --auto-resume=N: requeue the job after a hardware fault",
-        description="hma srun [--auto-resume=N] [--grace=S] [srun options] command ... "
-        "(see docs/auto-resume.md); everything after our own options goes to srun verbatim",
+        description="Run srun; with --auto-resume=N, requeue the batch job (at most N times) "
+        "when it failed because a node had a hardware fault, so it restarts from its last "
+        "checkpoint (docs/auto-resume.md). --grace=S: seconds to wait for the node's verdict "
+        "(default $HMA_AUTO_RESUME_GRACE or 60). Everything after these options goes to srun "
+        "verbatim; `hma srun -- --help` shows srun's own help.",
+        epilog=_epilog("srun"),
+        formatter_class=Formatter,
     )
     p.add_argument("srun_args", nargs=argparse.REMAINDER, metavar="SRUN_ARGS")
     p.set_defaults(func=cmd_srun)
-    p = add("job-env", help="print NODE_LIST, MASTER_ADDR, NNODES, NODE_RANK of the job")
+    p = add(
+        "job-env",
+        help="print NODE_LIST, MASTER_ADDR, NNODES, NODE_RANK of the job",
+        description="Inside a Slurm job: the job's node list, the first node as master "
+        "(name and address), the node count and this node's rank, for torchrun and friends.",
+    )
     p.add_argument("--format", choices=("sh", "json"), default="sh", help="sh (for eval) or json")
     p.set_defaults(func=cmd_job_env)
     from hma.commands import deep_check  # hma deep-check (its own module)
@@ -339,7 +535,9 @@ def cmd_inject_xid(args: argparse.Namespace) -> int:
     return inject.main(args)
 
 
-def _add_kernel_log_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
+def _add_kernel_log_commands(
+    add: Callable[..., argparse.ArgumentParser], add_to: Callable[..., argparse.ArgumentParser]
+) -> None:
     """``hma logscan`` (hma.commands.logscan) and ``hma inject xid`` (hma.commands.inject)."""
     p = add("logscan", help="run the kernel-log rules over saved logs")
     p.add_argument("files", nargs="+", metavar="FILE", help="dmesg/syslog/kmsg files, - for stdin")
@@ -349,7 +547,7 @@ def _add_kernel_log_commands(add: Callable[..., argparse.ArgumentParser]) -> Non
     p = add("inject", help="write a test event (drains the node!)")
     isub = p.add_subparsers(dest="inject_command", metavar="KIND")
     isub.required = True
-    p = isub.add_parser("xid", help="write an NVRM Xid line to /dev/kmsg (root)")
+    p = add_to(isub, "inject", "xid", help="write an NVRM Xid line to /dev/kmsg (root)")
     p.add_argument("--gpu", required=True, help="PCI bus id of the GPU, e.g. 0000:3b:00.0")
     p.add_argument("--xid", required=True, type=int, help="Xid number, e.g. 79")
     p.add_argument("--text", help="message after the Xid number")
@@ -405,6 +603,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         # run by slurmd as HealthCheckProgram (no arguments): `hma healthcheck`
         argv = ["healthcheck"]
     split = _srun_split(list(sys.argv[1:] if argv is None else argv))
+    if split is not None and split[1][:1] in (["-h"], ["--help"]):
+        split = None  # argparse prints hma's help of `hma srun` (`hma srun -- --help`: srun's)
     if split is not None:
         try:
             return cmd_srun_argv(*split)

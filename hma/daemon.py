@@ -23,9 +23,11 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Union
 
 from hma import __version__, assembly
+from hma.adapters import logs
 from hma.adapters.notify import Notifier
 from hma.config.files import empty_files
 from hma.config.schema import EX_CONFIG, ConfigError
+from hma.contracts import maintenance
 from hma.contracts.alert import Alert
 from hma.contracts.model import Clears, Finding, ProbeRun, RunStatus, Severity
 from hma.contracts.probe import NodeFacts
@@ -141,14 +143,18 @@ class Daemon:
         config_file: Optional[str] = None,
         notifier: Optional[Notifier] = None,
         clock: Callable[[], float] = time.time,
+        log_level: Optional[str] = None,
     ) -> None:
         self.config_file = config_file
+        # None: logging is left alone (tests); "": [agent] log_level; else --log-level's
+        self.log_level = log_level
         self.notifier = notifier or Notifier()
         self.clock = clock
         self.inputs: queue.Queue[Message] = queue.Queue()
         self.stopping = threading.Event()
         self.setup = assembly.load(config_file)  # ConfigError propagates: exit 78
         agent = self.setup.config.section("agent")
+        self._apply_log_level()
         self._lock = hold_lock(agent["state_dir"])  # AlreadyRunning propagates: exit 75
         # from memory: a full or failing disk never stops detection or remediation
         # (hma.health.store)
@@ -170,6 +176,7 @@ class Daemon:
         self._last_prune = 0.0
         self._status_error = ""
         self._write_failures: dict[str, str] = {}  # path -> error, as last reported
+        self._maintenance_active: Optional[bool] = None  # as last logged
 
     @property
     def model(self) -> HealthModel:
@@ -195,6 +202,10 @@ class Daemon:
             self.notifier.send(STOPPING="1")
             self._teardown()
         return 0
+
+    def _apply_log_level(self) -> None:
+        if self.log_level is not None:
+            logs.set_level(self.log_level or self.setup.config.section("agent")["log_level"])
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
         self.inputs.put(SignalReceived(signum))
@@ -526,6 +537,7 @@ class Daemon:
         else:
             self.setup = self.pipeline.setup = new
             self.model.catalogue = new.catalogue
+            self._apply_log_level()
             self._configure()
             self._decide_now()
             log.info("configuration reloaded")
@@ -537,6 +549,8 @@ class Daemon:
             if req["kind"] == "ack":
                 payload = req["payload"]
                 self._ack(payload.get("code", ""), payload.get("component"), req["who"])
+            elif req["kind"] == maintenance.REQUEST_KIND:  # hma maintenance on|off
+                self._set_maintenance(req["payload"], req["who"])
             elif req["kind"] == "reset" and self.remediator is not None:  # hma reset
                 payload = req["payload"]
                 done = self.remediator.release(
@@ -548,6 +562,34 @@ class Daemon:
             elif req["kind"] == deepcheck_record.REQUEST_KIND:  # hma deep-check results
                 for run in deepcheck_record.from_payload(req["payload"]):
                     self._react(self.pipeline.observe_run(run, self.clock()))
+
+    def _set_maintenance(self, payload: Mapping[str, Any], who: str) -> None:
+        raw = payload.get("window")  # None: maintenance off
+        try:
+            window = maintenance.Maintenance.from_json(raw) if raw is not None else None
+        except (ValueError, AttributeError) as exc:
+            log.error("maintenance request refused: %s", exc)
+            return
+        self.store.set_maintenance(window, who, self.clock())
+        self._watch_maintenance(self.clock())
+        self._write_status()
+
+    def _watch_maintenance(self, now: float) -> Optional[maintenance.Maintenance]:
+        """The maintenance window; its start and end (also by expiry) go to the log."""
+        window = self.store.maintenance()
+        active = window is not None and window.active(now)
+        if active != self._maintenance_active:
+            if active and window is not None:
+                log.warning(
+                    "maintenance on, %s: faults are detected, recorded and alerted; no action "
+                    "is taken on this node",
+                    window.describe(),
+                )
+            elif self._maintenance_active is not None:
+                ended = window.describe(now) if window is not None else "turned off"
+                log.warning("maintenance off (%s): remediation acts again", ended)
+            self._maintenance_active = active
+        return window
 
     def _ack(self, code: str, component: Optional[str], who: str) -> None:
         self._react(self.pipeline.ack(code, component, who, self.clock()))
@@ -661,6 +703,7 @@ class Daemon:
                     "summary": summaries[name],
                 }
             )
+        window = self._watch_maintenance(now)
         faults = [self.model.fault(r) for r in self.model.records()]
         faults.sort(key=lambda f: (not f.active, -f.severity.rank, f.component, f.code))
         remediation: dict[str, Any] = {}
@@ -686,6 +729,7 @@ class Daemon:
             "probes": probes,
             "faults": [f.to_json() for f in faults],
             "remediation": remediation,
+            **({"maintenance": window.to_json(now)} if window is not None else {}),
         }
 
     def topology(self, summaries: Optional[Mapping[str, Any]] = None) -> dict[str, str]:
@@ -779,12 +823,13 @@ def hold_lock(state_dir: str) -> Optional[int]:
     return fd
 
 
-def main(config_file: Optional[str]) -> int:
+def main(config_file: Optional[str], log_level: Optional[str] = None) -> int:
     """``hma run``: exit 78 on an invalid configuration (the unit prevents restarts on it), 75
-    when another daemon holds the state folder."""
-    logging.basicConfig(level=logging.INFO, format="hma: %(levelname)s %(message)s")
+    when another daemon holds the state folder. ``log_level`` (``--log-level``) overrides
+    ``[agent] log_level``."""
+    logs.configure(log_level or "info")
     try:
-        daemon = Daemon(config_file)
+        daemon = Daemon(config_file, log_level=log_level or "")
     except ConfigError as exc:
         for line in exc.errors:
             print(line, file=sys.stderr)

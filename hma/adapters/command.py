@@ -13,8 +13,12 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping, Optional, Sequence
 
+from hma.adapters.logs import debug_logger
+
 if TYPE_CHECKING:  # subprocess, selectors and signal are imported when a command runs
     import subprocess
+
+LOG = "hma.command"  # debug: every command a probe ran (`hma check --debug`)
 
 TOOL_OUTPUT_CAP = 64 << 20
 """Bytes kept per stream of a tool's output (64 MiB: an 8-GPU ``nvidia-smi -q -x`` with MIG and
@@ -76,6 +80,9 @@ class CommandRunner:
                 start_new_session=True,
             )
         except OSError as exc:
+            log = debug_logger(LOG)
+            if log is not None:
+                log.debug("ran %s: cannot start: %s", _argv_text(argv), exc.strerror)
             return CommandResult(
                 tuple(argv),
                 None,
@@ -86,6 +93,16 @@ class CommandRunner:
                 cap=self.output_cap,
             )
         out, err, truncated, timed_out = _collect(proc, stdin, timeout, self.output_cap)
+        log = debug_logger(LOG)
+        if log is not None:
+            log.debug(
+                "ran %s: %s in %.2f s, %d bytes out, %d bytes err",
+                _argv_text(argv),
+                f"timed out after {timeout:g} s" if timed_out else f"exit {proc.returncode}",
+                time.monotonic() - start,
+                len(out),
+                len(err),
+            )
         return CommandResult(
             tuple(argv),
             None if timed_out else proc.returncode,
@@ -96,6 +113,12 @@ class CommandRunner:
             truncated=truncated,
             cap=self.output_cap,
         )
+
+
+def _argv_text(argv: Sequence[str]) -> str:
+    from hma.adapters.text import printable
+
+    return printable(" ".join(argv))
 
 
 def kill_group(proc: subprocess.Popen) -> None:

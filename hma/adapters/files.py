@@ -7,6 +7,7 @@ import stat
 from pathlib import Path
 from typing import Iterable, Optional
 
+from hma.adapters.logs import debug_logger
 from hma.adapters.strict import (
     ASCII_SPACE,
     U64_MAX,
@@ -14,6 +15,9 @@ from hma.adapters.strict import (
     parse_counter,
     parse_uint,
 )
+from hma.adapters.text import printable
+
+LOG = "hma.read"  # debug: every file a probe read (`hma check --debug`)
 
 
 class ReadError(Exception):
@@ -22,6 +26,12 @@ class ReadError(Exception):
 
 class _Absent(ReadError):
     """The path positively does not exist (not even as a dangling symlink)."""
+
+
+def _preview(data: bytes, cap: int = 120) -> str:
+    """What a debug line shows of a file's content: escaped, one line, capped."""
+    text = repr(data[:cap].decode("utf-8", "replace").strip())  # repr escapes control chars
+    return text + (f" ... ({len(data)} bytes)" if len(data) > cap else "")
 
 
 def _read_error(target: str, exc: OSError) -> ReadError:
@@ -68,6 +78,9 @@ class RootReader:
         try:  # non-blocking open: a FIFO in place of an attribute must not hang the probe
             fd = os.open(target, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError as exc:
+            log = debug_logger(LOG)
+            if log is not None:
+                log.debug("read %s: %s", printable(target), exc.strerror or exc)
             raise _read_error(target, exc) from None
         try:  # fstat, read, close and nothing more: probes read hundreds of attributes a run
             if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -85,6 +98,9 @@ class RootReader:
             os.close(fd)
         if len(data) > limit:
             raise ReadError(f"{target}: longer than {limit} bytes (read cut)")
+        log = debug_logger(LOG)
+        if log is not None:
+            log.debug("read %s: %s", printable(target), _preview(data))
         return data
 
     def text_or_none(self, rel: str) -> Optional[str]:

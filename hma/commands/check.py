@@ -96,26 +96,33 @@ def select(setup: Setup, wanted: Sequence[str]) -> tuple[list[str], Optional[str
     return [], "; ".join(problems)
 
 
-def probes_help(config_file: Optional[str]) -> str:
-    """The probes and event sources installed here, for ``hma check --help``."""
+def probes_help(config_file: Optional[str], width: int = 80) -> str:
+    """The probes and event sources installed here, for ``hma check --help`` (lines wrapped to
+    ``width``)."""
+    from hma.commands.term import wrap
     from hma.config.files import early_agent_path
     from hma.contracts.source import GROUP as SOURCE_GROUP
     from hma.contracts.source import EventSource
     from hma.detection import registry
 
+    def table(rows: list[str]) -> list[str]:  # the descriptions wrap under themselves
+        return [out for row in rows for out in wrap(row, width, " " * 15)]
+
     probes, broken = registry.discover()
     sources, _ = registry.discover(SOURCE_GROUP, EventSource)
     folder = early_agent_path(config_file, "probes_dir")[0]
     lines = ["probes installed here (PROBE):"]
-    lines += [f"  {n:<12} {cls.description}" for n, cls in sorted(probes.items())]
-    lines += [f"  {b.name:<12} (failed to load: {b.error})" for b in broken]
+    lines += table([f"  {n:<12} {cls.description}" for n, cls in sorted(probes.items())])
+    lines += table([f"  {b.name:<12} (failed to load: {b.error})" for b in broken])
     executables = sorted(registry.exec_probes(folder))
-    lines.append(
-        f"executable probes in {folder}: {', '.join(executables) or 'none'}"
-        " (each root-owned executable there is a probe named after the file)"
+    lines += wrap(
+        "executable probes (every root-owned executable here, named after its file):", width, "  "
     )
-    lines.append("event sources (followed by `hma run`; `hma check` does not run them):")
-    lines += [f"  {n:<12} {cls.description}" for n, cls in sorted(sources.items())]
+    lines.append(f"  {folder}: {', '.join(executables) or 'none'}")  # a path is never cut
+    lines += wrap(
+        "event sources (followed by `hma run`; `hma check` does not run them):", width, "  "
+    )
+    lines += table([f"  {n:<12} {cls.description}" for n, cls in sorted(sources.items())])
     return "\n".join(lines)
 
 
@@ -126,6 +133,10 @@ def main(config: Optional[str], probes: Sequence[str], as_json: bool) -> int:
     names, error = select(setup, probes)
     if error:
         print(f"hma check: {error}", file=sys.stderr)
+        if as_json:
+            from hma.commands import jsondoc
+
+            jsondoc.dump(jsondoc.problem("check", error, node=setup.node_name))
         return 3
     runs = run_once(setup, names)
     doc = document(setup.node_name, runs, setup.catalogue.resolve_all(setup.load_findings()))

@@ -68,6 +68,11 @@ def main(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         for line in exc.errors:
             print(line, file=sys.stderr)
+        if args.json:
+            from hma.commands import jsondoc
+
+            text = "invalid configuration: " + "; ".join(exc.errors)
+            jsondoc.dump(jsondoc.problem("deep-check", text))
         return EXIT["unknown"]
     if args.words:
         return _run(setup, args)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Optional
 
+from hma.commands.term import columns, fit
 from hma.contracts import catalogue
 
 
@@ -13,8 +14,10 @@ def main(code: Optional[str], list_all: bool) -> int:
     code (with the nearest codes as a hint)."""
     cat = catalogue.load_builtin()
     if list_all:
+        width = columns()  # a terminal: each line cut to it (the summary is free text)
         for entry in cat:
-            print(f"{entry.code:<28} {entry.severity!s:<9} {entry.action!s:<8} {entry.summary}")
+            line = f"{entry.code:<28} {entry.severity!s:<9} {entry.action!s:<8} {entry.summary}"
+            print(fit(line, width))
         return 0
     if not code:
         print(

@@ -16,7 +16,9 @@ from typing import Any, Optional
 from hma.adapters.text import printable
 from hma.cluster.slurm.client import SlurmClient
 from hma.cluster.slurm.parse import SlurmError
+from hma.commands import jsondoc
 from hma.contracts import label as label_mod
+from hma.contracts import maintenance
 from hma.contracts.cluster import OWNED_PREFIX, NodeState
 from hma.detection.setup import Setup
 from hma.remediation import breaker
@@ -40,7 +42,10 @@ def node_row(
     found = label_mod.find(node.field(field))
     history = label_mod.find_history(node.field(field))
     held = breaker.held_by_hma(node, field)
-    if found is None and not node.owned and history is None:
+    maint = maintenance.in_field(node.field(field))
+    if maint is not None and not maint.active(now):
+        maint = None  # ended by itself; the word stays until `hma maintenance off`
+    if found is None and not node.owned and history is None and maint is None:
         return None
     count = history.within(now, window) if history is not None else 0
     human = history.held if history is not None and history.held else None
@@ -62,6 +67,7 @@ def node_row(
         "jobs": list(found.jobs) if found else [],
         "held": (found.held or None) if found else None,
         "partitions": list(node.partitions),
+        "maintenance": {"until": maint.until} if maint is not None else None,
     }
 
 
@@ -117,6 +123,8 @@ def render_text(doc: dict[str, Any]) -> str:
                 note = (note + " " if note else "") + "recovered"
             if r["repeat_offender"]:
                 note = (note + " " if note else "") + "repeat offender: needs hma reset"
+            if r.get("maintenance"):
+                note = (note + " " if note else "") + "maintenance"
             lines.append(
                 f"{printable(r['node']):<14} {printable(r['state']):<10} "
                 f"{printable(r['code'] or '-'):<24} {printable(r['component'] or '-'):<18} "
@@ -148,11 +156,11 @@ def main(setup: Setup, as_json: bool) -> int:
         )
     except SlurmError as exc:
         print(f"hma fleet: {printable(str(exc))}", file=sys.stderr)
+        if as_json:
+            jsondoc.dump(jsondoc.problem("fleet", f"no Slurm: {exc}", generated=time.time()))
         return 3
     if as_json:
-        import json
-
-        print(json.dumps(doc, indent=2, allow_nan=False))
+        jsondoc.dump(doc)
     else:
         print(render_text(doc))
     return 0

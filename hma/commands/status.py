@@ -13,6 +13,7 @@ import time
 from typing import Any, Mapping, Optional
 
 from hma.adapters.text import printable
+from hma.commands.term import columns, fit
 from hma.contracts.severity import Severity, worst
 from hma.reporters import statusfile
 
@@ -149,8 +150,14 @@ def _fault_order(fault: Mapping[str, Any]) -> tuple[int, str, str]:
     return (-_sev(fault.get("severity")).rank, str(fault.get("code")), str(fault.get("component")))
 
 
-def render(doc: Optional[Mapping[str, Any]], problem: str = "", now: Optional[float] = None) -> str:
-    """A readable summary: health, probes, active faults with evidence, remediation and why."""
+def render(
+    doc: Optional[Mapping[str, Any]],
+    problem: str = "",
+    now: Optional[float] = None,
+    terminal: Optional[int] = None,
+) -> str:
+    """A readable summary: health, probes, active faults with evidence, remediation and why.
+    ``terminal``: the terminal's columns, to which each row of the probe table is cut."""
     if doc is None:
         return f"hma status: {_clean(problem or 'no status')}"
     now = time.time() if now is None else now
@@ -171,7 +178,9 @@ def render(doc: Optional[Mapping[str, Any]], problem: str = "", now: Optional[fl
     topo = doc.get("topology")
     if isinstance(topo, Mapping) and topo.get("domain"):
         about.append(f"NVLink domain {_clean(topo['domain'])} ({_clean(topo.get('source'))})")
-    lines += ["  " + ", ".join(about), ""]
+    lines += ["  " + ", ".join(about)]
+    lines += _maintenance_lines(doc.get("maintenance"))
+    lines.append("")
 
     probes = sorted(doc.get("probes") or [], key=lambda p: str(p.get("name")))
     lines.append(f"Probes ({len(probes)}):")
@@ -189,7 +198,7 @@ def render(doc: Optional[Mapping[str, Any]], problem: str = "", now: Optional[fl
             error = _clean(p.get("error") or "", newlines=True).strip()
             if error:
                 row += error.splitlines()[0][:200]
-            lines.append(row.rstrip())
+            lines.append(fit(row.rstrip(), terminal))
     lines.append("")
 
     faults = doc.get("faults") or []
@@ -216,6 +225,22 @@ def render(doc: Optional[Mapping[str, Any]], problem: str = "", now: Optional[fl
     lines.append("")
     lines += _remediation_lines(doc.get("remediation") or {}, now)
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _maintenance_lines(doc: Any) -> list[str]:
+    """The maintenance window while it is open (``hma maintenance on``)."""
+    from hma.contracts.maintenance import Maintenance
+
+    if not isinstance(doc, Mapping) or doc.get("active") is not True:
+        return []
+    try:
+        window = Maintenance.from_json(doc)
+    except ValueError:
+        return ["  MAINTENANCE: on (window unreadable); no action is taken on this node"]
+    return [
+        f"  MAINTENANCE: on, {_clean(window.describe())}",
+        "  hma detects, records and alerts; it takes no action on this node",
+    ]
 
 
 def _remediation_lines(rem: Mapping[str, Any], now: float) -> list[str]:
@@ -290,10 +315,14 @@ def main(config_file: Optional[str], as_json: bool) -> int:
         print(f"hma status: config: {line} (looking in {run_dir})", file=sys.stderr)
     doc, problem = statusfile.read(run_dir, boot_id=boot_id_of(config_file))
     if as_json:
-        if doc is not None:
-            print(json.dumps(doc, indent=2, allow_nan=False))
+        from hma.commands import jsondoc
+
+        if doc is None:
+            jsondoc.dump(jsondoc.problem("status", problem, schema=statusfile.SCHEMA))
+        else:
+            jsondoc.dump({**doc, "problem": problem} if problem else doc)
         if problem:
             print(f"hma status: {_clean(problem)}", file=sys.stderr)
     else:
-        print(render(doc, problem), end="" if doc is not None else "\n")
+        print(render(doc, problem, terminal=columns()), end="" if doc is not None else "\n")
     return exit_code(doc, problem)

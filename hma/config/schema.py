@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Optional, Sequence
 
+from hma.adapters.logs import LEVELS as LOG_LEVELS
 from hma.config.files import (
     PROBES_DIR,
     RUN_DIR,
@@ -46,6 +47,12 @@ CORE_SECTIONS: dict[str, dict[str, Option]] = {
         ),
         "exec_output_cap": Option(
             "int", 65536, "Bytes of output kept from an executable probe.", minimum=256
+        ),
+        "log_level": Option(
+            "choice",
+            "info",
+            "Daemon log level: debug (what each probe read and compared), info, warning, error.",
+            choices=LOG_LEVELS,
         ),
     },
     "paths": {

@@ -22,8 +22,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from hma.adapters.command import kill_group
+from hma.adapters.logs import debug_logger
 from hma.contracts.model import Finding, ProbeRun, RunStatus
 from hma.contracts.probe import Probe, ProbeContext
+
+LOG = "hma.probe"  # debug: each probe's options, result and decisions
 
 if TYPE_CHECKING:  # subprocess: imported when a worker process starts (thread probes need none)
     import subprocess
@@ -82,11 +85,16 @@ class ThreadSlot:
         """Nothing to release: a stuck thread dies with the process."""
 
 
+DEBUG_ENV = "WORKER_DEBUG"
+
+
 def worker_env() -> dict[str, str]:
     """The environment of a worker: this process's import path first, so that the worker imports
     the same hma (the packages' private /usr/lib/hma is on sys.path only through the launcher).
     The caller's PYTHONPATH is kept in ``WORKER_CALLER_PYTHONPATH`` for the worker to restore."""
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    if debug_logger("hma") is not None:  # the worker logs its reads too
+        env[DEBUG_ENV] = "1"
     env["WORKER_CALLER_PYTHONPATH"] = os.environ.get("PYTHONPATH", "")
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     return env
@@ -293,9 +301,48 @@ def run_probe(slot: Any, ctx: ProbeContext, timeout: float, now: float) -> Probe
         code = "HMA_PROBE_HUNG" if collected.hung else "HMA_PROBE_TIMEOUT"
         findings = [Finding(code, comp, f"probe {probe.name}: {error}", {"error": error})]
     duration = time.monotonic() - start
+    log = debug_logger(LOG)
+    if log is not None:
+        _debug_run(log, probe.name, ctx, status, error, findings)
     stamped = tuple(f.with_(probe=f.probe or probe.name, ts=f.ts or now) for f in findings)
     snapshot = collected.snapshot if status is RunStatus.RAN else None
     return ProbeRun(probe.name, status, now, duration, stamped, error, snapshot)
+
+
+def _debug_run(
+    log: Any,
+    name: str,
+    ctx: ProbeContext,
+    status: RunStatus,
+    error: str,
+    findings: Sequence[Finding],
+) -> None:
+    """What ``--debug`` shows of one run: the thresholds in effect (the probe's options), the
+    result, and each finding with its evidence (why it decided); the reads and commands are
+    logged where they happen (hma.adapters.files, hma.adapters.command)."""
+    import json
+
+    from hma.adapters.text import printable
+
+    def text(value: Any) -> str:
+        return printable(json.dumps(value, sort_keys=True, default=str))
+
+    log.debug("probe %s: options %s", name, text(dict(ctx.options)))
+    if ctx.instance_type:
+        log.debug("probe %s: instance type %s", name, printable(ctx.instance_type))
+    log.debug("probe %s: %s%s", name, status, f" ({printable(error)})" if error else "")
+    for f in findings:
+        log.debug(
+            "probe %s: decided %s%s on %s: %s; evidence %s",
+            name,
+            f"{f.severity} " if f.severity else "",  # else the catalogue's (`hma explain`)
+            f.code,
+            printable(f.component),
+            printable(f.message),
+            text(f.details),
+        )
+    if status is RunStatus.RAN and not findings:
+        log.debug("probe %s: no finding: every reading within its threshold", name)
 
 
 def run_once(setup: Setup, names: Sequence[str], boot_id: str = "") -> list[ProbeRun]:

@@ -9,17 +9,22 @@ answers "unsupported" (a probe that does not apply keeps no process).
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 from hma.contracts.model import RunStatus
 from hma.contracts.probe import ProbeContext
 from hma.detection.registry import discover
-from hma.detection.runner import Collected, collect_guarded, encode_answer
+from hma.detection.runner import DEBUG_ENV, Collected, collect_guarded, encode_answer
 
 
 def main(argv: list[str]) -> int:
     """Serve collect requests for the probe named in ``argv[0]``."""
     _restore_pythonpath()
+    if os.environ.pop(DEBUG_ENV, ""):  # its caller logs at debug: reads and commands too
+        from hma.adapters import logs
+
+        logs.configure("debug")
     name = argv[0] if argv else ""
     classes, broken = discover(names=[name])  # this probe's module only, not every probe's
     cls = classes.get(name)
@@ -47,8 +52,6 @@ def main(argv: list[str]) -> int:
 
 def _restore_pythonpath() -> None:
     """Give the probe's own subprocesses the caller's PYTHONPATH, not the one that found hma."""
-    import os
-
     if "WORKER_CALLER_PYTHONPATH" in os.environ:
         caller = os.environ.pop("WORKER_CALLER_PYTHONPATH")
         if caller:

@@ -3,8 +3,9 @@
 Tables: ``faults`` (health-model records), ``occurrences`` (the recent occurrences of counted
 codes, so that a restart forgets no window), ``history`` (findings and transitions, bounded by
 ``[agent] history_days``), ``boots``, ``kv`` (counters, cursors, probe baselines), ``actions``
-(the remediation outbox), ``requests`` (operator requests such as ``hma ack`` for the daemon) and
-``remediations`` (the node's history of remediations: repeat offenders, ``hma reset``).
+(the remediation outbox), ``requests`` (operator requests such as ``hma ack`` for the daemon),
+``remediations`` (the node's history of remediations: repeat offenders, ``hma reset``) and
+``maintenance`` (the window of ``hma maintenance``).
 The schema is versioned with ``PRAGMA user_version`` and migrated forward step by step. A corrupt
 database is moved aside, a fresh one created and ``reset`` set, so that the daemon raises
 ``HMA_STATE_RESET`` and goes on. The database and its -wal/-shm files are 0600.
@@ -34,9 +35,10 @@ import urllib.parse
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Optional
 
+from hma.contracts.maintenance import Maintenance
 from hma.health.model import Occurrence, Record
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # MIGRATIONS[n] takes a database from version n to n + 1.
 MIGRATIONS: list[str] = [
@@ -69,6 +71,10 @@ MIGRATIONS: list[str] = [
     """
     CREATE TABLE occurrences (scope TEXT NOT NULL, code TEXT NOT NULL, data TEXT NOT NULL,
                               PRIMARY KEY (scope, code));
+    """,
+    # 4 -> 5: maintenance mode (hma maintenance): at most one row, the window.
+    """
+    CREATE TABLE maintenance (id INTEGER PRIMARY KEY CHECK (id = 1), data TEXT NOT NULL);
     """,
 ]
 assert len(MIGRATIONS) == SCHEMA_VERSION
@@ -319,6 +325,37 @@ class Store:
                 "INSERT INTO kv (key, value) VALUES (?, ?) "
                 "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                 (key, json.dumps(value)),
+            )
+
+    # --- maintenance mode ------------------------------------------------------------------------
+
+    def maintenance(self) -> Optional[Maintenance]:
+        """The node's maintenance window (open or ended), or None; an unreadable row is None."""
+        with self._lock:
+            row = self._conn.execute("SELECT data FROM maintenance WHERE id = 1").fetchone()
+        try:
+            return Maintenance.from_json(json.loads(row[0])) if row else None
+        except (ValueError, TypeError, AttributeError):
+            return None
+
+    def set_maintenance(self, window: Optional[Maintenance], who: str, now: float) -> None:
+        """Store the window (None: maintenance off), with a history row saying who did it."""
+        with self.transaction() as conn:
+            conn.execute("DELETE FROM maintenance")
+            if window is not None:
+                conn.execute(
+                    "INSERT INTO maintenance (id, data) VALUES (1, ?)",
+                    (json.dumps(window.to_json()),),
+                )
+            conn.execute(
+                "INSERT INTO history (ts, kind, message, details, who) VALUES (?, ?, ?, ?, ?)",
+                (
+                    now,
+                    "maintenance_on" if window is not None else "maintenance_off",
+                    window.describe() if window is not None else "maintenance off",
+                    json.dumps(window.to_json() if window is not None else {}),
+                    who,
+                ),
             )
 
     # --- health records -------------------------------------------------------------------------

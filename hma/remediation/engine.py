@@ -528,8 +528,12 @@ class Remediator:
 
     def _attempt(self, row: Row) -> None:
         self.outbox.attempting(row.id, self.clock())
+        window = self.store.maintenance()  # `hma maintenance on`: decided and alerted, not done
         try:
-            outcome, note = self.applier.apply(row)
+            if window is not None and window.active(self.clock()):
+                outcome, note = "held", f"maintenance: hma maintenance on, {window.describe()}"
+            else:
+                outcome, note = self.applier.apply(row)
         except BackendError as exc:
             outcome, note = "failed", str(exc)
         except Exception as exc:  # noqa: BLE001 - one bad action must not stop the worker

@@ -129,6 +129,16 @@ FAMILIES: tuple[Family, ...] = (
         "1 while remediation holds an action back (breaker, maintenance, limits: hma status).",
     ),
     Family(
+        "hma_maintenance",
+        "gauge",
+        "1 while hma maintenance is on: faults are alerted, no action is taken on the node.",
+    ),
+    Family(
+        "hma_maintenance_until_timestamp_seconds",
+        "gauge",
+        "Unix time the maintenance window ends (no sample: off, or on until turned off).",
+    ),
+    Family(
         "hma_alerts_total",
         "counter",
         "Alerts (state changes) since the agent started, by kind.",
@@ -221,6 +231,11 @@ def samples(status: Mapping[str, Any], tally: Optional[Tally] = None) -> Rows:
     for (kind, state), n in counts.items():
         out["hma_actions"].append(({"kind": kind, "state": state}, float(n)))
     out["hma_remediation_held"].append(({}, 1.0 if remediation.get("held") else 0.0))
+    window = status.get("maintenance") or {}
+    on = isinstance(window, Mapping) and window.get("active") is True
+    out["hma_maintenance"].append(({}, 1.0 if on else 0.0))
+    if on and isinstance(window.get("until"), (int, float)):
+        out["hma_maintenance_until_timestamp_seconds"].append(({}, float(window["until"])))
 
     tally = tally or Tally()
     for kind, n in tally.alerts.items():

@@ -15,7 +15,7 @@
 #                                (label only); default automatic, the agent's own default
 #   HMA_DRY_RUN                  [recovery] dry_run: true = decide and log, change nothing
 #   HMA_INSTANCE_TYPE            [agent] instance_type (else read from DMI product_name)
-#   HMA_EXPECTED_GPUS            [probes.gpu] expected_gpus
+#   HMA_EXPECTED_GPUS            [probes.gpu] and [probes.nvidia_smi] expected_gpus
 #   HMA_EXPECTED_NEURON_DEVICES  [probes.neuron] expected_devices
 #   HMA_EXPECTED_EFA_ADAPTERS    [probes.efa] expected_adapters
 #   HMA_EXTRA_TOML               more TOML appended verbatim (any key of `hma config defaults`)
@@ -27,6 +27,15 @@
 # The settings go to /etc/hma/hma.d/50-lifecycle.toml, so the packaged /etc/hma/hma.toml stays
 # untouched and package upgrades never stop at a conffile question.
 set -euo pipefail
+
+usage() {  # the comment block above, from its second line to the line before `set`
+  echo "Usage: $(basename "$0") [--deep-check STAGES] [PACKAGE]"
+  echo
+  sed -n '2,/^set -euo pipefail$/{/^set /d;s/^# \{0,1\}//;p}' "$0"
+}
+case "${1:-}" in
+  -h | --help) usage; exit 0 ;;
+esac
 
 log() { echo "install_hma: $*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -44,6 +53,7 @@ if [[ "${1:-}" == --deep-check ]]; then
   deep_check=$2
   shift 2
 fi
+[[ "${1:-}" != -* ]] || die "unknown option $1 (--help lists them)"
 package=${1:-${HMA_PACKAGE:-}}
 if [[ -z "$package" ]]; then
   package=$(ls -t "$here"/hma_*.deb "$here"/hma-*.rpm 2>/dev/null | head -1 || true)
@@ -111,7 +121,9 @@ toml_str() { printf '"%s"' "$(printf '%s' "$1" | sed 's/\\/\\\\/g; s/"/\\"/g')";
     printf '\n[agent]\ninstance_type = %s\n' "$(toml_str "$HMA_INSTANCE_TYPE")"
   fi
   if [[ -n "${HMA_EXPECTED_GPUS:-}" ]]; then
-    printf '\n[probes.gpu]\nexpected_gpus = %s\n' "$HMA_EXPECTED_GPUS"
+    for probe in gpu nvidia_smi; do  # one count, both readers of the same GPUs
+      printf '\n[probes.%s]\nexpected_gpus = %s\n' "$probe" "$HMA_EXPECTED_GPUS"
+    done
   fi
   if [[ -n "${HMA_EXPECTED_NEURON_DEVICES:-}" ]]; then
     printf '\n[probes.neuron]\nexpected_devices = %s\n' "$HMA_EXPECTED_NEURON_DEVICES"

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
+from hma.adapters.files import ReadError, RootReader
 from hma.contracts.model import Action, Finding, Severity, gpu_component
 from hma.contracts.options import Option
 from hma.contracts.probe import unknown
@@ -56,7 +57,7 @@ FATAL_ERRORS: Mapping[int, str] = {
     999: "GPU_UNKNOWN_ERROR",  # NVML_ERROR_UNKNOWN
     9: "GPU_DRIVER_NOT_LOADED",  # NVML_ERROR_DRIVER_NOT_LOADED; nvidia-smi 9
     18: "GPU_DRIVER_NOT_LOADED",  # NVML_ERROR_LIB_RM_VERSION_MISMATCH (driver half upgraded)
-    12: "GPU_DRIVER_NOT_LOADED",  # NVML_ERROR_LIBRARY_NOT_FOUND while GPUs are expected
+    12: "GPU_DRIVER_NOT_LOADED",  # NVML_ERROR_LIBRARY_NOT_FOUND: no driver installed
     8: "GPU_INSUFFICIENT_POWER",  # NVML_ERROR_INSUFFICIENT_POWER; nvidia-smi 8: cables
     11: "GPU_IRQ_ISSUE",  # NVML_ERROR_IRQ_ISSUE
     14: "GPU_INFOROM_CORRUPTED",  # NVML_ERROR_CORRUPTED_INFOROM; nvidia-smi 14
@@ -130,6 +131,25 @@ INSTANCE_GPUS: Mapping[str, int] = {
     "g6.24xlarge": 4,
     "g6.48xlarge": 8,
 }
+
+
+def pci_devices(sysfs: RootReader, classes: tuple[str, ...]) -> list[str]:
+    """PCI addresses of NVIDIA devices whose class starts with one of ``classes``, sorted."""
+    found = []
+    try:
+        for dev in sysfs.listdir("bus/pci/devices"):
+            vendor = sysfs.text_or_none(f"bus/pci/devices/{dev}/vendor")
+            klass = sysfs.text_or_none(f"bus/pci/devices/{dev}/class") or ""
+            if vendor == "0x10de" and klass[:6] in classes:
+                found.append(dev)
+    except ReadError:
+        return []
+    return sorted(found)
+
+
+def pci_gpus(sysfs: RootReader) -> list[str]:
+    """PCI addresses of NVIDIA VGA/3D controllers in sysfs (NVML's default order)."""
+    return pci_devices(sysfs, ("0x0300", "0x0302"))
 
 
 def expected_count(opts: Mapping[str, Any], instance_type: Optional[str]) -> Optional[int]:
@@ -249,7 +269,10 @@ def evaluate(
         out.append(_hang_finding(hang, prev, opts, reader))
     init = snap.get("init_error")
     if init:
-        out.append(_error_finding(init, NODE, reader))
+        finding = _error_finding(init, NODE, reader)
+        if int(init.get("code", 0)) == NO_DRIVER and expected_count(opts, instance_type) is None:
+            finding = _unexpected_gpus(finding, snap.get("pci_gpus") or [])
+        out.append(finding)
     if hang or init:
         return out  # nothing else was measured
     out += _eval_node(snap, opts, instance_type)
@@ -296,6 +319,25 @@ def _error_finding(err: Mapping[str, Any], component: str, reader: str) -> Findi
     if fatal:
         return Finding(fatal, component, f"{call}: {text}", details)
     return unknown("GPU_READ_FAILED", component, f"{call}: {text}", **details)
+
+
+NO_DRIVER = 12  # NVML_ERROR_LIBRARY_NOT_FOUND; nvidia-smi that cannot start
+
+
+def _unexpected_gpus(finding: Finding, pci: list[str]) -> Finding:
+    """No driver installed while nothing says this node should have GPUs, yet NVIDIA GPUs are on
+    its PCI bus (why the probe applies): the GPUs cannot be read, so unknown (DESIGN: judged only
+    against a known expectation; a tool that cannot run is unknown). Configured ``expected_gpus``
+    or a known instance type make it critical."""
+    return unknown(
+        finding.code,
+        NODE,
+        f"{len(pci)} NVIDIA GPU(s) on the PCI bus but no driver installed ({finding.message}); "
+        "not judged without an expected GPU count (expected_gpus or instance type)",
+        **finding.details,
+        pci_gpus=list(pci),
+        expected="none",
+    )
 
 
 def _read_failed(record: Mapping[str, Any], component: str) -> Optional[Finding]:

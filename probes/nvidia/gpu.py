@@ -70,10 +70,10 @@ class GpuProbe(Probe):
     }
 
     def applies(self, ctx: ProbeContext) -> Optional[str]:
-        if rules.expected_count(ctx.options, ctx.instance_type):
-            return None  # GPUs are expected: a missing library is a finding, not "unsupported"
+        if rules.expected_count(ctx.options, ctx.instance_type) or rules.pci_gpus(ctx.sysfs):
+            return None  # GPUs expected or present: a missing library is a finding
         if nvml.library_missing(ctx.options.get("library")):
-            return f"{nvml.MISSING} and no GPUs expected"
+            return f"{nvml.MISSING}, no GPUs expected or on the PCI bus"
         return None
 
     def collect(self, ctx: ProbeContext) -> Any:
@@ -176,7 +176,7 @@ def read_all(ctx: ProbeContext, progress: dict[str, Any]) -> dict[str, Any]:
         "init_error": None,
         "hang": None,
         "gpus": [],
-        "pci_gpus": pci_gpus(ctx.sysfs),
+        "pci_gpus": rules.pci_gpus(ctx.sysfs),
         "nvswitch": False,
         "fabric_manager": None,
     }
@@ -206,7 +206,7 @@ def read_all(ctx: ProbeContext, progress: dict[str, Any]) -> dict[str, Any]:
             pass
     # NVSwitch system: a GPU takes part in a fabric (Hopper+), or NVSwitch bridges are on the PCI
     # bus (HGX A100 reports no fabric state through NVML).
-    snap["nvswitch"] = bool(pci_devices(ctx.sysfs, ("0x0680",))) or any(
+    snap["nvswitch"] = bool(rules.pci_devices(ctx.sysfs, ("0x0680",))) or any(
         (g.get("fabric") or {}).get("state") not in (None, 0) for g in snap["gpus"]
     )
     if snap["nvswitch"]:
@@ -408,25 +408,6 @@ def _text(value: Any) -> Optional[str]:
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
     return str(value)
-
-
-def pci_devices(sysfs: RootReader, classes: tuple[str, ...]) -> list[str]:
-    """PCI addresses of NVIDIA devices whose class starts with one of ``classes``, sorted."""
-    found = []
-    try:
-        for dev in sysfs.listdir("bus/pci/devices"):
-            vendor = sysfs.text_or_none(f"bus/pci/devices/{dev}/vendor")
-            klass = sysfs.text_or_none(f"bus/pci/devices/{dev}/class") or ""
-            if vendor == "0x10de" and klass[:6] in classes:
-                found.append(dev)
-    except ReadError:
-        return []
-    return sorted(found)
-
-
-def pci_gpus(sysfs: RootReader) -> list[str]:
-    """PCI addresses of NVIDIA VGA/3D controllers in sysfs (NVML's default order)."""
-    return pci_devices(sysfs, ("0x0300", "0x0302"))
 
 
 def process_running(procfs: RootReader, name: str) -> Optional[bool]:

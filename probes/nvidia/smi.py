@@ -82,9 +82,11 @@ class NvidiaSmiProbe(Probe):
 
     def applies(self, ctx: ProbeContext) -> Optional[str]:
         exe = ctx.options["command"][0]
-        if shutil.which(exe) is None and not rules.expected_count(ctx.options, ctx.instance_type):
-            return f"{exe} not found and no GPUs expected"
-        return None
+        if shutil.which(exe) is not None or rules.expected_count(ctx.options, ctx.instance_type):
+            return None
+        if rules.pci_gpus(ctx.sysfs):
+            return None  # GPUs on the PCI bus: a missing nvidia-smi is a finding
+        return f"{exe} not found, no GPUs expected or on the PCI bus"
 
     def collect(self, ctx: ProbeContext) -> Any:
         return rules.with_baseline(self._read(ctx), ctx.previous)
@@ -106,7 +108,7 @@ class NvidiaSmiProbe(Probe):
             "stdout": result.stdout,
             "stderr": result.stderr[-4000:],
         }
-        return parse_result(raw)
+        return {**parse_result(raw), "pci_gpus": rules.pci_gpus(ctx.sysfs)}
 
     def evaluate(self, snapshot: Any, ctx: ProbeContext) -> list[Finding]:
         elapsed = ctx.clock() - ctx.previous_ts if ctx.previous_ts else 0.0

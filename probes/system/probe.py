@@ -14,7 +14,9 @@ from typing import Any, ClassVar, Mapping, Optional
 import psutil
 
 from hma.adapters.files import ReadError, running_processes
+from hma.adapters.logs import debug_logger
 from hma.adapters.strict import ParseError, parse_uint
+from hma.adapters.text import printable
 from hma.contracts.model import Finding
 from hma.contracts.options import Option
 from hma.contracts.probe import Probe, ProbeContext, unknown
@@ -35,7 +37,9 @@ class SystemProbe(Probe):
     default_timeout = 20.0
     options: ClassVar[Mapping[str, Option]] = {
         "filesystems": Option(
-            "pathlist", ["/", "/tmp"], "Absolute paths that must exist and be writable."
+            "pathlist",
+            ["/", "/tmp"],
+            "Absolute paths that must exist on a filesystem mounted read-write.",
         ),
         "min_free_percent": Option(
             "float", 5.0, "Critical below this % free space.", minimum=0, maximum=100
@@ -174,14 +178,17 @@ def _fs(path: str) -> dict[str, Any]:
     if not os.path.isdir(path):
         return {"exists": False}
     st = os.statvfs(path)
-    return {
+    out = {
         "exists": True,
         "free_percent": round(100.0 - psutil.disk_usage(path).percent, 2),
         "inodes_total": st.f_files,
         "inodes_free_percent": round(100.0 * st.f_favail / st.f_files, 2) if st.f_files else None,
-        "writable": os.access(path, os.W_OK),
-        "mount_readonly": bool(st.f_flag & os.ST_RDONLY),
+        "mount_readonly": bool(st.f_flag & os.ST_RDONLY),  # the flags, not a write permission
     }
+    log = debug_logger("hma.read")
+    if log is not None:
+        log.debug("statvfs %s: %s", printable(path), out)
+    return out
 
 
 def _meminfo(ctx: ProbeContext) -> dict[str, int]:
@@ -259,20 +266,7 @@ def _eval_fs(snap: Mapping[str, Any], opts: Mapping[str, Any]) -> list[Finding]:
         if not fs.get("exists"):
             out.append(Finding("SYS_FS_MISSING", comp, f"{path} does not exist", {"path": path}))
             continue
-        mount = _mount_of(path, mounts) if mounts else None
-        if mount and "ro" in mount[2].split(","):
-            out.append(
-                Finding(
-                    "SYS_FS_READONLY",
-                    comp,
-                    f"{path} is mounted read-only ({mount[0]})",
-                    {"path": path, "mount": mount[0], "fstype": mount[1], "options": mount[2]},
-                )
-            )
-        elif not fs.get("writable") and not (
-            fs.get("mount_readonly") and mount and len(mount) > 3
-        ):  # read-only only at the mount level (the filesystem is rw): the agent's sandbox
-            out.append(Finding("SYS_FS_READONLY", comp, f"{path} is not writable", {"path": path}))
+        out += _eval_readonly(path, fs, _mount_of(path, mounts) if mounts else None)
         if fs["free_percent"] < opts["min_free_percent"]:
             out.append(
                 Finding(
@@ -293,6 +287,36 @@ def _eval_fs(snap: Mapping[str, Any], opts: Mapping[str, Any]) -> list[Finding]:
                 )
             )
     return out
+
+
+def _eval_readonly(path: str, fs: Mapping[str, Any], mount: Optional[list[str]]) -> list[Finding]:
+    """Read-only is a mount flag, never a write permission (a non-root user cannot write ``/``).
+
+    The filesystem's own options decide (``ro`` in mountinfo's superblock options, or in
+    ``mounts`` when only that is readable); the agent's sandbox only sets the per-mount flag.
+    Without a mount table the statvfs flag cannot tell the two apart: unknown."""
+    if mount is not None:
+        if "ro" not in mount[2].split(","):
+            return []
+        return [
+            Finding(
+                "SYS_FS_READONLY",
+                NODE,
+                f"{path} is mounted read-only ({mount[0]})",
+                {"path": path, "mount": mount[0], "fstype": mount[1], "options": mount[2]},
+            )
+        ]
+    if fs.get("mount_readonly"):
+        return [
+            unknown(
+                "SYS_FS_READONLY",
+                NODE,
+                f"{path} is on a read-only mount; without the mount table hma cannot tell "
+                "whether the filesystem itself is read-only",
+                path=path,
+            )
+        ]
+    return []
 
 
 def _eval_memory(mem: Optional[Mapping[str, int]], opts: Mapping[str, Any]) -> list[Finding]:

@@ -229,3 +229,24 @@ def test_udev_event_triggers_probe_run(hma_env: Env, agent_factory, tmp_path: Pa
         assert agent.stop() == 0
     finally:
         subprocess.run(["ip", "netns", "del", ns], timeout=10, check=False)
+
+
+def test_maintenance_reaches_a_running_daemon_and_survives_a_restart(
+    hma_env: Env,
+    agent_factory,  # type: ignore[no-untyped-def]
+) -> None:
+    hma_env.write("[probes.system]\nfilesystems = []\ninterval = 0.5\n")
+    agent = agent_factory()
+    agent.wait_for(lambda: agent.status().get("pid") == agent.proc.pid)
+    res = hma_env.hma("maintenance", "on", "--for", "1h", "--reason", "BIOS update")
+    assert res.returncode == 0 and "notified" in res.stdout, res.stderr
+    agent.wait_for(lambda: (agent.status().get("maintenance") or {}).get("active") is True)
+    assert "MAINTENANCE: on" in hma_env.hma("status").stdout
+    agent.stop(signal.SIGKILL)
+    agent = agent_factory()
+    agent.wait_for(lambda: agent.status().get("pid") == agent.proc.pid)
+    window = agent.status()["maintenance"]
+    assert window["active"] and window["reason"] == "BIOS update"
+    assert hma_env.hma("maintenance", "off").returncode == 0
+    agent.wait_for(lambda: agent.status().get("maintenance") is None)
+    assert agent.stop() == 0

@@ -127,7 +127,7 @@ def test_check_help_lists_the_probes(hma_env: Any, capsys: Any) -> None:
     assert rc == 0 and out.startswith("usage: hma check")
     assert "probes installed here (PROBE):\n  efa " in out
     assert "  system       filesystems, memory" in out
-    assert f"executable probes in {hma_env.probes_d}: site_fans" in out
+    assert f"\n  {hma_env.probes_d}: site_fans\n" in out
     assert "  kernel_log   Kernel messages through the kernel-log rules" in out
 
 
@@ -178,3 +178,26 @@ def test_a_config_folder_that_cannot_be_entered_is_an_error_not_a_traceback(
     assert "Traceback" not in res.stderr, res.stderr
     if command[0] in ("check", "config", "fleet", "logscan"):
         assert res.returncode != 0 and "Permission denied" in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize(
+    "extra, argv",
+    [
+        (
+            '[slurm]\nsinfo = ["/nonexistent/sinfo"]\nscontrol = ["/nonexistent/scontrol"]\n',
+            ["fleet", "--json"],
+        ),
+        ("[probes.nope]\nbogus = 1\n", ["fleet", "--json"]),
+        ("[probes.nope]\nbogus = 1\n", ["check", "--json"]),
+        ("", ["check", "nosuchprobe", "--json"]),
+        ("[probes.nope]\nbogus = 1\n", ["logscan", "--json", "/dev/null"]),
+    ],
+)
+def test_json_commands_print_a_document_that_says_what_is_missing(
+    hma_env: Any, extra: str, argv: list[str]
+) -> None:
+    hma_env.write(extra)
+    res = hma_env.hma(*argv)
+    assert res.returncode == 3, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["command"] == argv[0] and doc["severity"] == "unknown" and doc["problem"]

@@ -207,7 +207,21 @@ def test_cli_status_without_daemon(tmp_path: Path, capsys: pytest.CaptureFixture
     assert capsys.readouterr().out.startswith("hma status: no daemon:")
     assert cli.main(["--config", cfg, "status", "--json"]) == 3
     captured = capsys.readouterr()
-    assert captured.out == "" and "no daemon" in captured.err
+    doc = json.loads(captured.out)  # a JSON consumer gets a document saying what is missing
+    assert doc["severity"] == "unknown" and doc["problem"].startswith("no daemon:")
+    assert "no daemon" in captured.err
+
+
+def test_cli_status_json_of_a_stale_file_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    doc = {**live(sample()), "pid": 2**22 + 1}  # no such process: the daemon is gone
+    (run / "status.json").write_text(json.dumps(doc))
+    assert cli.main(["status", "--json", "--config", _config(tmp_path, run)]) == 3
+    got = json.loads(capsys.readouterr().out)
+    assert got["node"] == doc["node"] and got["problem"].startswith("no daemon:")
 
 
 def test_run_dir_of_ignores_the_rest_of_a_broken_config(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@ the mount level; only the filesystem's own (superblock) read-only flag is a node
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -34,14 +35,12 @@ def context(tmp_path: Path, mountinfo: str) -> ProbeContext:
     )
 
 
-def snapshot(mounts: list, writable: bool, mount_readonly: bool = True) -> dict:
+def snapshot(mounts: list, mount_readonly: bool) -> dict:
     fs = {"exists": True, "free_percent": 50.0, "inodes_free_percent": 50.0}
     return {
         "errors": {},
         "mounts": mounts,
-        "filesystems": {
-            "/": {**fs, "writable": writable, "mount_readonly": mount_readonly and not writable}
-        },
+        "filesystems": {"/": {**fs, "mount_readonly": mount_readonly}},
         "meminfo": None,
         "processes_wanted": [],
         "processes": [],
@@ -50,9 +49,9 @@ def snapshot(mounts: list, writable: bool, mount_readonly: bool = True) -> dict:
     }
 
 
-def fs_codes(mountinfo: str, tmp_path: Path, writable: bool) -> list[str]:
+def fs_codes(mountinfo: str, tmp_path: Path, mount_readonly: bool) -> list[str]:
     ctx = context(tmp_path, mountinfo)
-    findings = SystemProbe().evaluate(snapshot(_mounts(ctx), writable), ctx)
+    findings = SystemProbe().evaluate(snapshot(_mounts(ctx), mount_readonly), ctx)
     return sorted(f.code for f in findings if f.code.startswith("SYS_FS"))
 
 
@@ -63,23 +62,61 @@ def test_mountinfo_rows_carry_filesystem_and_mount_options(tmp_path: Path) -> No
 
 
 @pytest.mark.parametrize(
-    "mountinfo, writable, codes",
+    "mountinfo, mount_readonly, codes",
     [
-        (SANDBOX, False, []),  # the agent's sandbox: not the node's problem
-        (FAILED, False, ["SYS_FS_READONLY"]),  # the disk itself went read-only
-        (FAILED, True, ["SYS_FS_READONLY"]),
+        (SANDBOX, True, []),  # the agent's sandbox: not the node's problem
+        (FAILED, True, ["SYS_FS_READONLY"]),  # the disk itself went read-only
+        ("25 1 259:1 / / rw - ext4 /dev/sda1 rw\n", False, []),
     ],
 )
 def test_only_a_read_only_filesystem_is_a_fault(
-    tmp_path: Path, mountinfo: str, writable: bool, codes: list
+    tmp_path: Path, mountinfo: str, mount_readonly: bool, codes: list
 ) -> None:
-    assert fs_codes(mountinfo, tmp_path, writable) == codes
+    assert fs_codes(mountinfo, tmp_path, mount_readonly) == codes
 
 
-def test_not_writable_on_a_writable_mount_is_still_a_fault(tmp_path: Path) -> None:
-    ctx = context(tmp_path, "25 1 259:1 / / rw - ext4 /dev/sda1 rw\n")
-    findings = SystemProbe().evaluate(snapshot(_mounts(ctx), False, mount_readonly=False), ctx)
-    assert [f.code for f in findings if f.code.startswith("SYS_FS")] == ["SYS_FS_READONLY"]
+def test_a_read_only_mount_without_a_mount_table_is_unknown(tmp_path: Path) -> None:
+    ctx = context(tmp_path, "")
+    findings = SystemProbe().evaluate(snapshot([], mount_readonly=True), ctx)
+    assert [(f.code, str(f.severity)) for f in findings] == [("SYS_FS_READONLY", "unknown")]
+
+
+def _collect_as(uid: int, root: str) -> dict:
+    """The probe's collect run in a child that dropped to ``uid`` (as an NRPE wrapper runs)."""
+    import json
+
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: drop root, collect, send the snapshot, exit without cleanup
+        code = 1
+        try:
+            os.close(rfd)
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+            opts = {k: o.default for k, o in SystemProbe.options.items()}
+            opts["filesystems"], opts["processes"] = [root], []
+            ctx = ProbeContext(opts, RootReader("/sys"), RootReader("/proc"), CommandRunner())
+            os.write(wfd, json.dumps(SystemProbe().collect(ctx)).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(wfd)
+    with os.fdopen(rfd, "rb") as pipe:
+        data = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0 and data
+    return json.loads(data)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="dropping to another uid needs root")
+def test_a_folder_the_user_cannot_write_is_not_a_read_only_filesystem() -> None:
+    snap = _collect_as(65534, "/")  # `hma check system` as nobody: / is root's, rw
+    assert snap["filesystems"]["/"]["exists"] and not snap["filesystems"]["/"]["mount_readonly"]
+    opts = {k: o.default for k, o in SystemProbe.options.items()}
+    ctx = ProbeContext(opts, RootReader("/sys"), RootReader("/proc"), CommandRunner())
+    codes = [f.code for f in SystemProbe().evaluate(snap, ctx) if f.code.startswith("SYS_FS_")]
+    assert "SYS_FS_READONLY" not in codes and "SYS_FS_MISSING" not in codes, codes
 
 
 # A user's FUSE mount (fusermount needs no root) at a folder whose name holds U+2028 (a line
@@ -96,7 +133,7 @@ def test_unicode_line_and_space_separators_do_not_forge_a_mount(tmp_path: Path) 
     ctx = context(tmp_path, FORGED)
     rows = _mounts(ctx)
     assert [row[0] for row in rows] == ["/", FUSE_PATH]
-    snap = snapshot(rows, writable=True)
+    snap = snapshot(rows, mount_readonly=False)
     snap["filesystems"]["/tmp"] = dict(snap["filesystems"]["/"])
     findings = SystemProbe().evaluate(snap, ctx)
     assert [f.code for f in findings] == []

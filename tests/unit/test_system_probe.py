@@ -67,7 +67,6 @@ def test_evaluate_table() -> None:
                 "exists": True,
                 "free_percent": 1.0,
                 "inodes_free_percent": 50.0,
-                "writable": True,
             },
             "/gone": {"exists": False},
         },
