@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Mapping, Optional
 
 from hma.adapters.files import ReadError, RootReader
 from hma.adapters.strict import ParseError, parse_uint, parse_word
+from hma.contracts import counters as shared
 from hma.contracts.model import Finding, Severity
 from hma.contracts.options import Option, pci_ids, rate_limits
 from hma.contracts.probe import Probe, ProbeContext, unknown
@@ -120,9 +121,7 @@ class InfinibandProbe(Probe):
             "Per-second warning limit per counter under ports/N/counters.",
             check=rate_limits,
         ),
-        "critical_factor": Option(
-            "float", 10.0, "A rate at this multiple of its limit is critical.", minimum=1
-        ),
+        "critical_factor": shared.CRITICAL_FACTOR,
         "flap_window_s": Option(
             "float", 3600.0, "Window in which link_downed increments are counted.", minimum=1
         ),
@@ -188,7 +187,7 @@ class InfinibandProbe(Probe):
         try:
             snap = read_ports(ctx.sysfs, self.layout(ctx))
         except ReadError as exc:
-            error = {"path": str(ctx.sysfs.path(IB)), "error": _reason(exc), "port": None}
+            error = ctx.sysfs.failure(IB, exc, port=None)
             snap = {"ports": {}, "excluded": [], "errors": [error], "listed": False}
         finally:
             self._last = None
@@ -210,7 +209,7 @@ class InfinibandProbe(Probe):
         ]
         out += _eval_states(snapshot, opts)
         out += _eval_rate(ports, snapshot.get("best_rate", {}), opts)
-        base, base_ts = _baseline(snapshot, ctx)
+        base, base_ts = shared.baseline(snapshot, ctx, "ports", strict_boot=True)
         dt = float(snapshot.get("ts", 0.0)) - base_ts
         if base is not None and dt > 0:
             out += _eval_counters(ports, base, dt, opts)
@@ -242,15 +241,6 @@ class Layout:
     errors: list[dict[str, Any]]
 
 
-def _reason(exc: Exception) -> str:
-    text = str(exc)
-    return text.rsplit(": ", 1)[-1] if ": " in text else text
-
-
-def _error(sysfs: RootReader, rel: str, exc: Exception, port: Optional[str]) -> dict[str, Any]:
-    return {"path": str(sysfs.path(rel)), "error": _reason(exc), "port": port}
-
-
 def discover(sysfs: RootReader, excluded: tuple[str, ...], wanted: frozenset[str]) -> Layout:
     """Every port of every RDMA device not of an ``excluded`` PCI vendor, with its link layer
     and which of the ``wanted`` counters exist. A device without ``device/vendor`` (no PCI
@@ -280,7 +270,7 @@ def discover(sysfs: RootReader, excluded: tuple[str, ...], wanted: frozenset[str
         except ReadError as exc:
             for key in [k for k in ports if k.startswith(f"{dev}/")]:
                 del ports[key]
-            errors.append(_error(sysfs, base, exc, dev))
+            errors.append(sysfs.failure(base, exc, port=dev))
     return Layout(ports, skipped, errors)
 
 
@@ -318,13 +308,13 @@ def read_ports(sysfs: RootReader, layout: Layout) -> dict[str, Any]:
         try:
             info["state"] = port_state(sysfs, f"{rel}/state")
         except ReadError as exc:
-            errors.append(_error(sysfs, f"{rel}/state", exc, key))
+            errors.append(sysfs.failure(f"{rel}/state", exc, port=key))
         if info["state"] == "ACTIVE":
             try:
                 raw = sysfs.text(f"{rel}/rate")
                 info["rate"], info["rate_gbps"] = raw, parse_rate(raw)
             except (ReadError, ParseError) as exc:
-                errors.append(_error(sysfs, f"{rel}/rate", exc, key))
+                errors.append(sysfs.failure(f"{rel}/rate", exc, port=key))
         elif info["state"] is not None:
             try:
                 info["phys_state"] = sysfs.text(f"{rel}/phys_state")[:40]
@@ -340,7 +330,7 @@ def read_ports(sysfs: RootReader, layout: Layout) -> dict[str, Any]:
                     continue
                 counters[name] = parse_uint(raw, hex_ok=False)
             except (ReadError, ParseError) as exc:
-                errors.append(_error(sysfs, path, exc, key))
+                errors.append(sysfs.failure(path, exc, port=key))
         info["counters"] = counters
         ports[key] = info
     return {"ports": ports, "excluded": layout.excluded, "errors": errors}
@@ -368,7 +358,7 @@ def remember(snap: dict[str, Any], ctx: ProbeContext) -> None:
         kept = [e for e in events if e[0] > horizon]
         if kept:
             flaps[key] = kept
-    base, _ts = _baseline(snap, ctx)
+    base, _ts = shared.baseline(snap, ctx, "ports", strict_boot=True)
     for key, info in ports.items():
         now = info.get("counters", {}).get(FLAP_COUNTER)
         before = ((base or {}).get(key) or {}).get("counters", {}).get(FLAP_COUNTER)
@@ -384,24 +374,8 @@ def remember(snap: dict[str, Any], ctx: ProbeContext) -> None:
 def growth(counter: str, now: Optional[int], before: Optional[int]) -> Optional[int]:
     """Growth of a PMA counter between reads; None when unknown: a value missing, a reset (it
     went down) or a saturated counter (at its maximum it no longer counts)."""
-    if now is None or before is None or now < before:
-        return None
     width = PMA_WIDTHS.get(counter)
-    if width is not None and now >= (1 << width) - 1:
-        return None
-    return now - before
-
-
-def _baseline(
-    snapshot: Mapping[str, Any], ctx: ProbeContext
-) -> tuple[Optional[Mapping[str, Any]], float]:
-    if isinstance(snapshot.get("baseline"), dict):
-        base = snapshot["baseline"]
-        return dict(base.get("ports", {})), float(base.get("ts", 0.0))
-    prev = ctx.previous
-    if not isinstance(prev, dict) or prev.get("boot_id") != snapshot.get("boot_id"):
-        return None, 0.0  # counters restarted at boot; the next run has a baseline again
-    return dict(prev.get("ports", {})), float(prev.get("ts", ctx.previous_ts) or ctx.previous_ts)
+    return shared.growth(now, before, saturates_at=None if width is None else (1 << width) - 1)
 
 
 def _eval_states(snapshot: Mapping[str, Any], opts: Mapping[str, Any]) -> list[Finding]:
@@ -468,31 +442,12 @@ def _eval_rate(
 def _eval_counters(
     ports: Mapping[str, Any], base: Mapping[str, Any], dt: float, opts: Mapping[str, Any]
 ) -> list[Finding]:
-    limits: Mapping[str, float] = opts["rate_limits"]
-    factor = float(opts["critical_factor"])
+    codes = ("IB_COUNTER_RATE_WARN", "IB_COUNTER_RATE_CRIT")
     out = []
     for key, info in sorted(ports.items()):
+        now = info.get("counters", {})
         before = (base.get(key) or {}).get("counters", {})
-        high: dict[str, list[dict[str, Any]]] = {}
-        for counter, limit in sorted(limits.items()):
-            grown = growth(counter, info.get("counters", {}).get(counter), before.get(counter))
-            if grown is None or grown / dt < limit:
-                continue
-            rate = grown / dt
-            code = "IB_COUNTER_RATE_CRIT" if rate >= limit * factor else "IB_COUNTER_RATE_WARN"
-            high.setdefault(code, []).append(
-                {"counter": counter, "rate_per_s": round(rate, 3), "limit_per_s": limit}
-            )
-        for code, items in sorted(high.items()):
-            what = ", ".join(f"{i['counter']} {i['rate_per_s']:g}/s" for i in items)
-            out.append(
-                Finding(
-                    code,
-                    f"ib:{key}",
-                    f"{key}: {what} over the limit",
-                    {"counters": items, "interval_s": round(dt, 3)},
-                )
-            )
+        out += shared.rate_findings(codes, f"ib:{key}", now, before, dt, opts, growth)
     return out
 
 

@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Iterable, Mapping, Optional
 
 from hma.adapters.files import ReadError, RootReader
 from hma.adapters.strict import ASCII_SPACE, ParseError, parse_uint
+from hma.contracts import counters as shared
 from hma.contracts.model import Finding, Severity
 from hma.contracts.options import Option
 from hma.contracts.probe import Probe, ProbeContext, unknown
@@ -231,7 +232,7 @@ def _read(
             return sysfs.integer(rel, hex_ok=False, limit=MAX_CORES)
         return sysfs.text(rel)
     except ReadError as exc:
-        errors.append({"path": str(sysfs.path(rel)), "error": _reason(str(exc)), "device": device})
+        errors.append(sysfs.failure(rel, exc, device=device))
         return None
 
 
@@ -247,13 +248,8 @@ def _listdir(
     try:
         return sysfs.listdir(rel)
     except ReadError as exc:
-        errors.append({"path": str(sysfs.path(rel)), "error": _reason(str(exc)), "device": device})
+        errors.append(sysfs.failure(rel, exc, device=device))
         return None
-
-
-def _reason(message: str) -> str:
-    """The error text without the absolute path prefix (the path is reported separately)."""
-    return message.rsplit(": ", 1)[-1] if ": " in message else message
 
 
 def _read_device(
@@ -402,7 +398,7 @@ def _baseline(
     prev = ctx.previous
     if not isinstance(prev, dict):
         return None, False
-    if prev.get("boot_id") and snapshot.get("boot_id") and prev["boot_id"] != snapshot["boot_id"]:
+    if shared.rebooted(prev, snapshot, strict=False):
         return {}, True  # rebooted: the driver's totals started from zero at this boot
     devices = prev.get("devices", {})
     if not isinstance(devices, dict):
@@ -421,7 +417,7 @@ def _grown(now: Any, before: Mapping[str, Any], key: str, zero: bool) -> int:
     was = before.get(key, 0 if zero else None)
     if not isinstance(now, int) or not isinstance(was, int):
         return 0
-    return now - was if now > was else 0
+    return shared.growth(now, was) or 0
 
 
 def _eval_growth(
