@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -63,6 +64,23 @@ def test_ack_of_a_code_that_clears_at_reboot_says_so(hma_env: Any, capsys: Any) 
         "hma ack: GPU_XID_79 is not acknowledged by an operator: it clears when the node "
         "reboots (a new boot id). Nothing to do.\n"
     )
+
+
+@pytest.mark.parametrize(
+    "argv", [["ack", "HMA_STATE_RESET"], ["reset", "--all", "--reason", "new GPU"]]
+)
+def test_ack_and_reset_say_when_the_state_store_cannot_be_opened(
+    hma_env: Any, capsys: Any, tmp_path: Path, argv: list[str]
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("ack and reset check root first")
+    blocker = tmp_path / "file"
+    blocker.write_text("")  # a state folder below a file: the store cannot be opened
+    hma_env.state = blocker / "state"
+    hma_env.write("[reporters.journald]\nenabled = false\n")
+    rc, out, err = run(capsys, *argv, "--config", str(hma_env.config))
+    assert (rc, out) == (73, "")
+    assert err.startswith(f"hma {argv[0]}: cannot open the state store: "), err
 
 
 AS_NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable]
