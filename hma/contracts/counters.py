@@ -1,12 +1,14 @@
 """Event counters read twice: their growth between the reads, and its rate against limits.
 
 Shared by the check families that judge hardware counters (infiniband, efa, neuron), which may
-not import each other. Pure: no I/O. What a family's counters do at their maximum (saturate,
-wrap) and what a changed boot id means are parameters, never guessed.
+not import each other. What a family's counters do at their maximum (saturate, wrap) and what a
+changed boot id means are parameters, never guessed. Only ``sampled`` reads (through the probe's
+own reader); the rest is pure.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable, Mapping, Optional
 
 from hma.contracts.model import Finding
@@ -19,6 +21,26 @@ Growth = Callable[[str, Optional[int], Optional[int]], Optional[int]]
 CRITICAL_FACTOR = Option(
     "float", 10.0, "A rate at this multiple of its limit is critical.", minimum=1
 )
+ONESHOT_SAMPLE = Option(
+    "float",
+    1.0,
+    "Under `hma check`: seconds between the two samples for rates (0: not evaluated).",
+    minimum=0,
+)
+
+
+def sampled(ctx: ProbeContext, read: Callable[[], dict[str, Any]], key: str) -> dict[str, Any]:
+    """A snapshot from ``read`` (it sets ``ts``). Under `hma check`, where no previous run left
+    one, a second snapshot taken ``oneshot_sample_s`` later (0: none) with the first one's
+    ``key`` and ``ts`` as its ``baseline``."""
+    snap = read()
+    interval = float(ctx.options["oneshot_sample_s"])
+    if ctx.previous is None and ctx.oneshot and interval > 0:
+        time.sleep(interval)
+        second = read()
+        second["baseline"] = {"ts": snap["ts"], key: snap[key]}
+        return second
+    return snap
 
 
 def growth(

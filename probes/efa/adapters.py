@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import stat
-import time
 from dataclasses import dataclass
 from typing import Any, ClassVar, Collection, Mapping, Optional
 
@@ -123,12 +122,7 @@ class EfaProbe(Probe):
             check=rate_limits,
         ),
         "critical_factor": shared.CRITICAL_FACTOR,
-        "oneshot_sample_s": Option(
-            "float",
-            1.0,
-            "Under `hma check`: seconds between the two samples for rates (0: not evaluated).",
-            minimum=0,
-        ),
+        "oneshot_sample_s": shared.ONESHOT_SAMPLE,
     }
 
     def __init__(self) -> None:
@@ -181,14 +175,7 @@ class EfaProbe(Probe):
         return "no EFA adapters"
 
     def collect(self, ctx: ProbeContext) -> Any:
-        snap = self._read(ctx)
-        interval = float(ctx.options["oneshot_sample_s"])
-        if ctx.previous is None and ctx.oneshot and interval > 0:
-            time.sleep(interval)
-            second = self._read(ctx)
-            second["baseline"] = {"ts": snap["ts"], "adapters": snap["adapters"]}
-            return second
-        return snap
+        return shared.sampled(ctx, lambda: self._read(ctx), "adapters")
 
     def _read(self, ctx: ProbeContext) -> dict[str, Any]:
         try:

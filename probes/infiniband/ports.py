@@ -15,7 +15,6 @@ is ``IB_READ_FAILED`` (unknown), never a down port or growth. docs/infiniband.md
 from __future__ import annotations
 
 import re
-import time
 from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping, Optional
 
@@ -128,12 +127,7 @@ class InfinibandProbe(Probe):
         "flap_limit": Option(
             "int", 3, "Link-down events in the window that make a port flapping.", minimum=1
         ),
-        "oneshot_sample_s": Option(
-            "float",
-            1.0,
-            "Under `hma check`: seconds between the two samples for rates (0: not evaluated).",
-            minimum=0,
-        ),
+        "oneshot_sample_s": shared.ONESHOT_SAMPLE,
     }
 
     def __init__(self) -> None:
@@ -173,13 +167,7 @@ class InfinibandProbe(Probe):
         return "no InfiniBand/RoCE ports"
 
     def collect(self, ctx: ProbeContext) -> Any:
-        snap = self._read(ctx)
-        interval = float(ctx.options["oneshot_sample_s"])
-        if ctx.previous is None and ctx.oneshot and interval > 0:
-            time.sleep(interval)
-            second = self._read(ctx)
-            second["baseline"] = {"ts": snap["ts"], "ports": snap["ports"]}
-            snap = second
+        snap = shared.sampled(ctx, lambda: self._read(ctx), "ports")
         remember(snap, ctx)
         return snap
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from typing import Any, ClassVar, Iterable, Mapping, Optional
 
 from hma.adapters.files import ReadError, RootReader
@@ -152,18 +151,13 @@ class NeuronProbe(Probe):
 
     def collect(self, ctx: ProbeContext) -> Any:
         counters = list(ctx.options["status_counters"])
-        snap = read_tree(ctx.sysfs, counters)
-        snap["boot_id"] = ctx.boot_id
-        snap["ts"] = ctx.clock()
-        interval = float(ctx.options["oneshot_sample_s"])
-        if ctx.previous is None and ctx.oneshot and interval > 0:
-            time.sleep(interval)
-            second = read_tree(ctx.sysfs, counters)
-            second["boot_id"] = ctx.boot_id
-            second["ts"] = ctx.clock()
-            second["baseline"] = {"ts": snap["ts"], "devices": snap["devices"]}
-            return second
-        return snap
+
+        def read() -> dict[str, Any]:
+            snap = read_tree(ctx.sysfs, counters)
+            snap["boot_id"], snap["ts"] = ctx.boot_id, ctx.clock()
+            return snap
+
+        return shared.sampled(ctx, read, "devices")
 
     def evaluate(self, snapshot: Any, ctx: ProbeContext) -> list[Finding]:
         opts = ctx.options

@@ -8,7 +8,7 @@ from typing import Any, Optional
 import pytest
 
 from hma.adapters.files import ReadError, RootReader, reason
-from hma.contracts.counters import baseline, growth, rate_findings, rebooted
+from hma.contracts.counters import baseline, growth, rate_findings, rebooted, sampled
 from hma.contracts.probe import ProbeContext
 
 U64 = 1 << 64
@@ -93,9 +93,44 @@ def test_rebooted(was: Optional[str], now: Optional[str], strict: bool, want: bo
     assert rebooted({"boot_id": was}, {"boot_id": now}, strict=strict) is want
 
 
-def _ctx(previous: Any, previous_ts: float = 0.0) -> ProbeContext:
+def _ctx(
+    previous: Any, previous_ts: float = 0.0, oneshot: bool = False, interval: float = 0.0
+) -> ProbeContext:
     reader = RootReader("/nonexistent")
-    return ProbeContext({}, reader, reader, None, previous=previous, previous_ts=previous_ts)  # type: ignore[arg-type]
+    opts = {"oneshot_sample_s": interval}
+    return ProbeContext(
+        opts,
+        reader,
+        reader,
+        None,  # type: ignore[arg-type]  # no commands here
+        previous=previous,
+        previous_ts=previous_ts,
+        oneshot=oneshot,
+    )
+
+
+@pytest.mark.parametrize(
+    "previous, oneshot, interval, reads",
+    [
+        (None, True, 0.01, 2),  # `hma check`: a second sample, the first as its baseline
+        (None, True, 0.0, 1),  # sampling turned off
+        (None, False, 0.01, 1),  # the daemon: the previous run is the baseline
+        ({"ts": 1.0}, True, 0.01, 1),
+    ],
+)
+def test_sampled(previous: Any, oneshot: bool, interval: float, reads: int) -> None:
+    taken: list[dict[str, Any]] = []
+
+    def read() -> dict[str, Any]:
+        taken.append({"ts": float(len(taken)), "ports": {"p": len(taken)}})
+        return taken[-1]
+
+    snap = sampled(_ctx(previous, oneshot=oneshot, interval=interval), read, "ports")
+    assert len(taken) == reads and snap is taken[-1]
+    if reads == 2:
+        assert snap["baseline"] == {"ts": 0.0, "ports": {"p": 0}}
+    else:
+        assert "baseline" not in snap
 
 
 def test_baseline_sources() -> None:
