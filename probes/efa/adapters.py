@@ -30,7 +30,7 @@ from hma.adapters.strict import ParseError, parse_word
 from hma.contracts import counters as shared
 from hma.contracts.model import Finding, Severity
 from hma.contracts.options import Option, pci_ids, rate_limits
-from hma.contracts.probe import Probe, ProbeContext, unknown
+from hma.contracts.probe import Discovery, Probe, ProbeContext, unknown
 
 IB = "class/infiniband"
 NET = "class/net"
@@ -126,8 +126,7 @@ class EfaProbe(Probe):
     }
 
     def __init__(self) -> None:
-        self._cache: Optional[tuple[tuple[Any, ...], Layout]] = None
-        self._last: Optional[tuple[ProbeContext, Layout]] = None
+        self._layout: Discovery[Layout] = Discovery(IB)
         self._ena: Optional[tuple[tuple[str, ...], dict[str, str]]] = None
 
     def ena(self, ctx: ProbeContext) -> dict[str, str]:
@@ -139,29 +138,16 @@ class EfaProbe(Probe):
         return self._ena[1]
 
     def layout(self, ctx: ProbeContext) -> Layout:
-        """Discovery, cached while the sysfs root, the boot, the device events seen and the list
-        of RDMA devices stay the same (one directory read a run); a layout with read errors is
-        not cached. ``applies`` and ``collect`` of one run share one discovery."""
-        if self._last is not None and self._last[0] is ctx:
-            return self._last[1]
+        """What ``discover_adapters`` finds, kept (``Discovery``) while the sysfs root, the boot,
+        the device events and the list of RDMA devices stay the same, unless it has errors."""
         vendor_ids = list(ctx.options["vendor_ids"])
         wanted = wanted_counters(ctx.options)
-        key = (
-            str(ctx.sysfs.root),
-            ctx.boot_id,
-            ctx.device_events,
-            tuple(ctx.sysfs.listdir(IB)),
-            tuple(vendor_ids),
-            wanted,
+        return self._layout.get(
+            ctx,
+            (tuple(vendor_ids), wanted),
+            lambda: discover_adapters(ctx.sysfs, vendor_ids, wanted),
+            lambda layout: not layout.unresolved and layout.pci_error is None,
         )
-        if self._cache is not None and self._cache[0] == key:
-            layout = self._cache[1]
-        else:
-            layout = discover_adapters(ctx.sysfs, vendor_ids, wanted)
-            cacheable = not layout.unresolved and layout.pci_error is None
-            self._cache = (key, layout) if cacheable else None
-        self._last = (ctx, layout)
-        return layout
 
     def applies(self, ctx: ProbeContext) -> Optional[str]:
         try:
@@ -188,7 +174,7 @@ class EfaProbe(Probe):
             error = ctx.sysfs.failure(IB, exc, adapter=None)
             snap = {"adapters": {}, "ignored": [], "errors": [error], "listed": False}
         finally:
-            self._last = None
+            self._layout.done()
         if ena_error is not None:
             snap["errors"].append(ena_error)
         snap["ts"], snap["boot_id"] = ctx.clock(), ctx.boot_id

@@ -23,7 +23,7 @@ from hma.adapters.strict import ParseError, parse_uint, parse_word
 from hma.contracts import counters as shared
 from hma.contracts.model import Finding, Severity
 from hma.contracts.options import Option, pci_ids, rate_limits
-from hma.contracts.probe import Probe, ProbeContext, unknown
+from hma.contracts.probe import Discovery, Probe, ProbeContext, unknown
 
 IB = "class/infiniband"
 NODE = "node"
@@ -131,31 +131,19 @@ class InfinibandProbe(Probe):
     }
 
     def __init__(self) -> None:
-        self._cache: Optional[tuple[tuple[Any, ...], Layout]] = None
-        self._last: Optional[tuple[ProbeContext, Layout]] = None
+        self._layout: Discovery[Layout] = Discovery(IB)
 
     def layout(self, ctx: ProbeContext) -> Layout:
-        """Discovery, cached while the sysfs root, the boot, the device events and the listing of
-        ``class/infiniband`` stay the same; shared by ``applies`` and ``collect`` of one run."""
-        if self._last is not None and self._last[0] is ctx:
-            return self._last[1]
+        """What ``discover`` finds, kept (``Discovery``) while the sysfs root, the boot, the device
+        events and the listing of ``class/infiniband`` stay the same, unless it has errors."""
         excluded = tuple(ctx.options["exclude_vendor_ids"])
         wanted = frozenset(ctx.options["rate_limits"]) | {FLAP_COUNTER}
-        key = (
-            str(ctx.sysfs.root),
-            ctx.boot_id,
-            ctx.device_events,
-            tuple(ctx.sysfs.listdir(IB)),
-            excluded,
-            wanted,
+        return self._layout.get(
+            ctx,
+            (excluded, wanted),
+            lambda: discover(ctx.sysfs, excluded, wanted),
+            lambda layout: not layout.errors,
         )
-        if self._cache is not None and self._cache[0] == key:
-            layout = self._cache[1]
-        else:
-            layout = discover(ctx.sysfs, excluded, wanted)
-            self._cache = None if layout.errors else (key, layout)
-        self._last = (ctx, layout)
-        return layout
 
     def applies(self, ctx: ProbeContext) -> Optional[str]:
         try:
@@ -178,7 +166,7 @@ class InfinibandProbe(Probe):
             error = ctx.sysfs.failure(IB, exc, port=None)
             snap = {"ports": {}, "excluded": [], "errors": [error], "listed": False}
         finally:
-            self._last = None
+            self._layout.done()
         snap["ts"], snap["boot_id"] = ctx.clock(), ctx.boot_id
         return snap
 
