@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, ClassVar, Generic, Mapping, Optional, TypeVar
+from typing import Any, Callable, ClassVar, Generic, Iterable, Mapping, Optional, TypeVar
 
 from hma.adapters.command import CommandRunner
 from hma.adapters.files import RootReader
@@ -178,3 +178,20 @@ class Probe:
 def unknown(code: str, component: str, message: str, **details: Any) -> Finding:
     """A finding that says "could not measure": severity unknown whatever the catalogue says."""
     return Finding(code, component, message, details, severity=Severity.UNKNOWN)
+
+
+def read_failures(
+    code: str, errors: Iterable[Mapping[str, Any]], component: Callable[[Mapping[str, Any]], str]
+) -> list[Finding]:
+    """An ``unknown`` finding ``code`` for each read error a snapshot recorded
+    (``RootReader.failure``), on the component ``component`` names from the record."""
+    return [
+        unknown(
+            code,
+            component(e),
+            f"cannot read {e['path']}: {e['error']}",
+            path=e["path"],
+            error=e["error"],
+        )
+        for e in errors
+    ]

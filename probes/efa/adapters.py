@@ -30,7 +30,7 @@ from hma.adapters.strict import ParseError, parse_word
 from hma.contracts import counters as shared
 from hma.contracts.model import Finding, Severity
 from hma.contracts.options import Option, pci_ids, rate_limits
-from hma.contracts.probe import Discovery, Probe, ProbeContext, unknown
+from hma.contracts.probe import Discovery, Probe, ProbeContext, read_failures
 
 IB = "class/infiniband"
 NET = "class/net"
@@ -183,16 +183,7 @@ class EfaProbe(Probe):
     def evaluate(self, snapshot: Any, ctx: ProbeContext) -> list[Finding]:
         opts = ctx.options
         adapters: dict[str, Any] = snapshot.get("adapters", {})
-        out = [
-            unknown(
-                "EFA_READ_FAILED",
-                _error_component(e),
-                f"cannot read {e['path']}: {e['error']}",
-                path=e["path"],
-                error=e["error"],
-            )
-            for e in snapshot.get("errors", [])
-        ]
+        out = read_failures("EFA_READ_FAILED", snapshot.get("errors", []), _error_component)
         if snapshot.get("listed", True):
             unresolved = len(snapshot.get("unresolved", []))
             out += _eval_count(adapters, unresolved, opts, ctx.instance_type)

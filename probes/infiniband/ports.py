@@ -23,7 +23,7 @@ from hma.adapters.strict import ParseError, parse_uint, parse_word
 from hma.contracts import counters as shared
 from hma.contracts.model import Finding, Severity
 from hma.contracts.options import Option, pci_ids, rate_limits
-from hma.contracts.probe import Discovery, Probe, ProbeContext, unknown
+from hma.contracts.probe import Discovery, Probe, ProbeContext, read_failures
 
 IB = "class/infiniband"
 NODE = "node"
@@ -173,16 +173,11 @@ class InfinibandProbe(Probe):
     def evaluate(self, snapshot: Any, ctx: ProbeContext) -> list[Finding]:
         opts = ctx.options
         ports: dict[str, Any] = snapshot.get("ports", {})
-        out = [
-            unknown(
-                "IB_READ_FAILED",
-                f"ib:{e['port']}" if e.get("port") else NODE,
-                f"cannot read {e['path']}: {e['error']}",
-                path=e["path"],
-                error=e["error"],
-            )
-            for e in snapshot.get("errors", [])
-        ]
+        out = read_failures(
+            "IB_READ_FAILED",
+            snapshot.get("errors", []),
+            lambda e: f"ib:{e['port']}" if e.get("port") else NODE,
+        )
         out += _eval_states(snapshot, opts)
         out += _eval_rate(ports, snapshot.get("best_rate", {}), opts)
         base, base_ts = shared.baseline(snapshot, ctx, "ports", strict_boot=True)

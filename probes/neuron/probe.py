@@ -22,7 +22,7 @@ from hma.adapters.strict import ASCII_SPACE, ParseError, parse_uint
 from hma.contracts import counters as shared
 from hma.contracts.model import Finding, Severity
 from hma.contracts.options import Option
-from hma.contracts.probe import Probe, ProbeContext, unknown
+from hma.contracts.probe import Probe, ProbeContext, read_failures
 
 BASE = "devices/virtual/neuron_device"
 MAX_DEVICES = 1024  # a connected_devices entry above this is not a device number
@@ -162,18 +162,11 @@ class NeuronProbe(Probe):
     def evaluate(self, snapshot: Any, ctx: ProbeContext) -> list[Finding]:
         opts = ctx.options
         devices: dict[str, Any] = snapshot.get("devices", {})
-        out: list[Finding] = []
-        for err in snapshot.get("errors", []):
-            comp = f"neuron:{err['device']}" if err.get("device") is not None else NODE
-            out.append(
-                unknown(
-                    "NEURON_READ_FAILED",
-                    comp,
-                    f"cannot read {err['path']}: {err['error']}",
-                    path=err["path"],
-                    error=err["error"],
-                )
-            )
+        out = read_failures(
+            "NEURON_READ_FAILED",
+            snapshot.get("errors", []),
+            lambda e: f"neuron:{e['device']}" if e.get("device") is not None else NODE,
+        )
         if snapshot.get("listed", True):  # "missing" only when the folder lists without it
             out += _eval_count(devices, opts, ctx.instance_type)
         out += _eval_cores(devices, opts)

@@ -9,7 +9,8 @@ import pytest
 
 from hma.adapters.files import ReadError, RootReader, reason
 from hma.contracts.counters import baseline, growth, rate_findings, rebooted, sampled
-from hma.contracts.probe import ProbeContext
+from hma.contracts.model import Severity
+from hma.contracts.probe import ProbeContext, read_failures
 
 U64 = 1 << 64
 OPTS = {"rate_limits": {"a": 1.0, "b": 10.0}, "critical_factor": 10.0}
@@ -163,3 +164,13 @@ def test_read_failure_record() -> None:
         "error": "'junk'",
         "port": "x/1",
     }
+    (finding,) = read_failures(
+        "X_READ_FAILED", [reader.failure("class/x/state", exc, port="x/1")], lambda e: e["port"]
+    )
+    assert (finding.code, finding.component, finding.severity) == (
+        "X_READ_FAILED",
+        "x/1",
+        Severity.UNKNOWN,
+    )
+    assert finding.message == "cannot read /sys/class/x/state: 'junk'"
+    assert finding.details == {"path": "/sys/class/x/state", "error": "'junk'"}
