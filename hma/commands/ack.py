@@ -29,6 +29,18 @@ def operator() -> str:
     return os.environ.get("SUDO_USER") or getpass.getuser()
 
 
+def needs_root(command: str) -> bool:
+    """True, once "<command>: needs root ..." is on stderr, when this process is not root's (the
+    command exits ``EX_NOPERM``): it changes the agent's state store."""
+    if os.geteuid() == 0:
+        return False
+    print(
+        f"{command}: needs root (it changes the agent's state store); run it with sudo",
+        file=sys.stderr,
+    )
+    return True
+
+
 def opened_store(setup: Setup, command: str) -> Optional[Store]:
     """The state store; None, once "<command>: cannot open the state store: <why>" is on stderr,
     when it cannot be opened (the command exits ``EX_CANTCREAT``)."""
