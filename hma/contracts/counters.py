@@ -67,41 +67,47 @@ def growth(
 
 def rate_findings(
     codes: tuple[str, str],
-    component: str,
-    now: Mapping[str, int],
-    before: Mapping[str, int],
+    family: str,
+    units: Mapping[str, Any],
+    base: Mapping[str, Any],
     dt: float,
     opts: Mapping[str, Any],
+    *,
+    counters: Callable[[Mapping[str, Any]], Mapping[str, int]],
     grow: Growth,
 ) -> list[Finding]:
-    """The counters of one port or adapter (``component`` "<family>:<name>") whose growth
-    (``grow``) over ``dt`` seconds reaches their per-second limit in ``opts["rate_limits"]``:
+    """The counters of each port or adapter of ``units`` (name -> readings; ``counters`` picks
+    its counter values, from its ``base`` readings too) whose growth (``grow``) over ``dt`` seconds reaches
+    their per-second limit in ``opts["rate_limits"]``: per unit (component "<family>:<name>"),
     one finding per code of ``codes`` (warning, critical: from ``opts["critical_factor"]``
     times the limit) listing its counters."""
     limits: Mapping[str, float] = opts["rate_limits"]
     factor = float(opts["critical_factor"])
     warn, crit = codes
-    high: dict[str, list[dict[str, Any]]] = {}
-    for counter, limit in sorted(limits.items()):
-        grown = grow(counter, now.get(counter), before.get(counter))
-        if grown is None or grown / dt < limit:
-            continue
-        rate = grown / dt
-        high.setdefault(crit if rate >= limit * factor else warn, []).append(
-            {"counter": counter, "rate_per_s": round(rate, 3), "limit_per_s": limit}
-        )
-    name = component.partition(":")[2]
     out = []
-    for code, items in sorted(high.items()):
-        what = ", ".join(f"{i['counter']} {i['rate_per_s']:g}/s" for i in items)
-        out.append(
-            Finding(
-                code,
-                component,
-                f"{name}: {what} over the limit",
-                {"counters": items, "interval_s": round(dt, 3)},
+    for name, info in sorted(units.items()):
+        if not base.get(name):
+            continue  # new since the baseline: no growth known
+        now, before = counters(info), counters(base[name])
+        high: dict[str, list[dict[str, Any]]] = {}
+        for counter, limit in sorted(limits.items()):
+            grown = grow(counter, now.get(counter), before.get(counter))
+            if grown is None or grown / dt < limit:
+                continue
+            rate = grown / dt
+            high.setdefault(crit if rate >= limit * factor else warn, []).append(
+                {"counter": counter, "rate_per_s": round(rate, 3), "limit_per_s": limit}
             )
-        )
+        for code, items in sorted(high.items()):
+            what = ", ".join(f"{i['counter']} {i['rate_per_s']:g}/s" for i in items)
+            out.append(
+                Finding(
+                    code,
+                    f"{family}:{name}",
+                    f"{name}: {what} over the limit",
+                    {"counters": items, "interval_s": round(dt, 3)},
+                )
+            )
     return out
 
 

@@ -194,7 +194,10 @@ class EfaProbe(Probe):
         if base is not None:
             dt = float(snapshot.get("ts", 0.0)) - base_ts
             if dt > 0:
-                out += _eval_rates(adapters, base, dt, opts)
+                codes = ("EFA_COUNTER_RATE_WARN", "EFA_COUNTER_RATE_CRIT")
+                out += shared.rate_findings(
+                    codes, "efa", adapters, base, dt, opts, counters=_flat, grow=_delta
+                )
             out += _eval_growth(adapters, base)
         return out
 
@@ -499,19 +502,6 @@ def _flat(info: Mapping[str, Any]) -> dict[str, int]:
             out.setdefault(key, value)
     for key, value in info.get("counters", {}).items():
         out.setdefault(key, value)
-    return out
-
-
-def _eval_rates(
-    adapters: Mapping[str, Any], base: Mapping[str, Any], dt: float, opts: Mapping[str, Any]
-) -> list[Finding]:
-    codes = ("EFA_COUNTER_RATE_WARN", "EFA_COUNTER_RATE_CRIT")
-    out = []
-    for name, info in sorted(adapters.items()):
-        before = base.get(name)
-        if before:
-            now_c, before_c = _flat(info), _flat(before)
-            out += shared.rate_findings(codes, f"efa:{name}", now_c, before_c, dt, opts, _delta)
     return out
 
 

@@ -183,7 +183,10 @@ class InfinibandProbe(Probe):
         base, base_ts = shared.baseline(snapshot, ctx, "ports", strict_boot=True)
         dt = float(snapshot.get("ts", 0.0)) - base_ts
         if base is not None and dt > 0:
-            out += _eval_counters(ports, base, dt, opts)
+            codes = ("IB_COUNTER_RATE_WARN", "IB_COUNTER_RATE_CRIT")
+            out += shared.rate_findings(
+                codes, "ib", ports, base, dt, opts, counters=_counters, grow=growth
+            )
         out += _eval_flaps(snapshot, opts)
         return out
 
@@ -349,6 +352,10 @@ def growth(counter: str, now: Optional[int], before: Optional[int]) -> Optional[
     return shared.growth(now, before, saturates_at=None if width is None else (1 << width) - 1)
 
 
+def _counters(info: Mapping[str, Any]) -> Mapping[str, int]:
+    return info.get("counters", {})
+
+
 def _eval_states(snapshot: Mapping[str, Any], opts: Mapping[str, Any]) -> list[Finding]:
     ports: Mapping[str, Any] = snapshot.get("ports", {})
     configured = set(opts["expected_ports"])
@@ -407,18 +414,6 @@ def _eval_rate(
                 severity=None if expected is not None else Severity.WARNING,
             )
         )
-    return out
-
-
-def _eval_counters(
-    ports: Mapping[str, Any], base: Mapping[str, Any], dt: float, opts: Mapping[str, Any]
-) -> list[Finding]:
-    codes = ("IB_COUNTER_RATE_WARN", "IB_COUNTER_RATE_CRIT")
-    out = []
-    for key, info in sorted(ports.items()):
-        now = info.get("counters", {})
-        before = (base.get(key) or {}).get("counters", {})
-        out += shared.rate_findings(codes, f"ib:{key}", now, before, dt, opts, growth)
     return out
 
 

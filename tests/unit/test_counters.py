@@ -41,9 +41,16 @@ def _grow(_counter: str, now: Optional[int], before: Optional[int]) -> Optional[
     return growth(now, before)
 
 
+def _rates(now: dict[str, int], before: dict[str, int], grow: Any = _grow) -> list[Any]:
+    """Findings of one unit "dev0/1" whose readings are ``{"c": counters}``, over 20 s."""
+    units, base = {"dev0/1": {"c": now}}, {"dev0/1": {"c": before}}
+    return rate_findings(
+        CODES, "x", units, base, 20.0, OPTS, counters=lambda info: info["c"], grow=grow
+    )
+
+
 def test_rates_split_by_severity_one_finding_per_code() -> None:
-    now, before = {"a": 70, "b": 2000, "c": 9999}, {"a": 10, "b": 0, "c": 0}
-    found = rate_findings(CODES, "x:dev0/1", now, before, 20.0, OPTS, _grow)
+    found = _rates({"a": 70, "b": 2000, "c": 9999}, {"a": 10, "b": 0, "c": 0})
     assert [f.code for f in found] == ["X_CRIT", "X_WARN"]
     crit, warn = found
     assert crit.details == {
@@ -66,7 +73,13 @@ def test_rates_split_by_severity_one_finding_per_code() -> None:
 def test_no_rate_without_known_growth_over_the_limit(
     now: dict[str, int], before: dict[str, int]
 ) -> None:
-    assert rate_findings(CODES, "x:d", now, before, 20.0, OPTS, _grow) == []
+    assert _rates(now, before) == []
+
+
+def test_a_unit_the_baseline_lacks_has_no_rate() -> None:
+    units = {"new": {"c": {"a": 10**6}}}
+    found = rate_findings(CODES, "x", units, {}, 1.0, OPTS, counters=lambda i: i["c"], grow=_grow)
+    assert found == []
 
 
 def test_rate_uses_the_family_growth() -> None:
@@ -75,8 +88,8 @@ def test_rate_uses_the_family_growth() -> None:
     def saturating(_counter: str, now: Optional[int], before: Optional[int]) -> Optional[int]:
         return growth(now, before, saturates_at=255)
 
-    assert rate_findings(CODES, "x:d", {"a": 255}, {"a": 0}, 1.0, OPTS, saturating) == []
-    assert [f.code for f in rate_findings(CODES, "x:d", {"a": 254}, {"a": 0}, 1.0, OPTS, _grow)]
+    assert _rates({"a": 255}, {"a": 0}, saturating) == []
+    assert [f.code for f in _rates({"a": 254}, {"a": 0}, saturating)] == ["X_CRIT"]
 
 
 @pytest.mark.parametrize(
