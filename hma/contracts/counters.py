@@ -77,10 +77,11 @@ def rate_findings(
     grow: Growth,
 ) -> list[Finding]:
     """The counters of each port or adapter of ``units`` (name -> readings; ``counters`` picks
-    its counter values, from its ``base`` readings too) whose growth (``grow``) over ``dt`` seconds reaches
-    their per-second limit in ``opts["rate_limits"]``: per unit (component "<family>:<name>"),
-    one finding per code of ``codes`` (warning, critical: from ``opts["critical_factor"]``
-    times the limit) listing its counters."""
+    its counter values, from its ``base`` readings too) whose growth (``grow``) over ``dt``
+    seconds reaches their per-second limit in ``opts["rate_limits"]``: per unit (component
+    "<family>:<name>"), one finding per code of ``codes`` (warning, critical: from
+    ``opts["critical_factor"]`` times the limit) listing its counters. A unit ``base`` lacks
+    has no rate."""
     limits: Mapping[str, float] = opts["rate_limits"]
     factor = float(opts["critical_factor"])
     warn, crit = codes
