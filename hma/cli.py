@@ -108,11 +108,7 @@ def cmd_ack(args: argparse.Namespace) -> int:
     """Acknowledge a fault that clears by operator."""
     from hma.commands import ack
 
-    if os.geteuid() != 0:
-        print(
-            "hma ack: needs root (it changes the agent's state store); run it with sudo",
-            file=sys.stderr,
-        )
+    if ack.needs_root("hma ack"):
         return ack.EX_NOPERM
     try:
         setup = _load(args)
@@ -134,14 +130,10 @@ def cmd_maintenance(args: argparse.Namespace) -> int:
 
 def cmd_reset(args: argparse.Namespace) -> int:
     """A human says the node was repaired: clear its remediation history and hold."""
-    from hma.commands import reset
+    from hma.commands import ack, reset
 
-    if os.geteuid() != 0:
-        print(
-            "hma reset: needs root (it changes the agent's state store); run it with sudo",
-            file=sys.stderr,
-        )
-        return 77
+    if ack.needs_root("hma reset"):
+        return ack.EX_NOPERM
     if args.all == (args.code is not None):
         print("hma reset: give either --all or CODE [COMPONENT]", file=sys.stderr)
         return 2

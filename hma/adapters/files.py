@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Any, Iterable, Optional
 
 from hma.adapters.logs import debug_logger
 from hma.adapters.strict import (
@@ -22,6 +22,13 @@ LOG = "hma.read"  # debug: every file a probe read (`hma check --debug`)
 
 class ReadError(Exception):
     """A file under the root is missing, unreadable or malformed; the message names the path."""
+
+
+def reason(exc: Exception) -> str:
+    """A read error's message without the path in front ("<path>: <why>" -> "<why>"), for a
+    record that names the path apart."""
+    text = str(exc)
+    return text.rsplit(": ", 1)[-1] if ": " in text else text
 
 
 class _Absent(ReadError):
@@ -53,6 +60,11 @@ class RootReader:
     def path(self, rel: str) -> Path:
         """Absolute path of ``rel`` under the root."""
         return self.root / rel.lstrip("/")
+
+    def failure(self, rel: str, exc: Exception, **where: Any) -> dict[str, Any]:
+        """A read error of ``rel`` as a probe records it in its snapshot: the path, the
+        ``reason`` and ``where`` it belongs (``port=``, ``adapter=``, ``device=``)."""
+        return {"path": str(self.path(rel)), "error": reason(exc), **where}
 
     def text(self, rel: str, limit: int = 65536) -> str:
         """File content stripped of surrounding ASCII whitespace (a missing newline is fine).

@@ -15,7 +15,7 @@ import time
 from typing import Any, Optional
 
 from hma.adapters.text import printable
-from hma.commands.ack import EX_CANTCREAT, EX_NOPERM, operator
+from hma.commands.ack import EX_CANTCREAT, EX_NOPERM, needs_root, operator
 from hma.contracts import label
 from hma.contracts.cluster import BackendError
 from hma.contracts.maintenance import (
@@ -87,11 +87,7 @@ def main(setup: Setup, action: str, duration: Optional[str], reason: str, as_jso
     elif duration is not None or reason:
         print(f"hma maintenance {action}: --for and --reason go with `on`", file=sys.stderr)
         return EX_USAGE
-    if action != "status" and os.geteuid() != 0:
-        print(
-            "hma maintenance: needs root (it changes the agent's state store); run it with sudo",
-            file=sys.stderr,
-        )
+    if action != "status" and needs_root("hma maintenance"):
         return EX_NOPERM
     if action == "status" and os.geteuid() != 0:  # the store is root's: the daemon's status
         return _status_from_file(setup, now, as_json)

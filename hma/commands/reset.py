@@ -17,12 +17,11 @@ import time
 from typing import Optional
 
 from hma.adapters.text import printable
-from hma.commands.ack import EX_CANTCREAT, operator
+from hma.commands.ack import EX_CANTCREAT, opened_store, operator
 from hma.contracts.catalogue import suggest
 from hma.contracts.cluster import BackendError
 from hma.detection.setup import Setup
-from hma.health.pipeline import open_store, reporter_alerts, request_daemon
-from hma.health.store import StateError
+from hma.health.pipeline import reporter_alerts, request_daemon
 from hma.remediation.engine import Remediator, reset_alert
 
 REQUEST_KIND = "reset"
@@ -53,10 +52,8 @@ def main(setup: Setup, code: Optional[str], component: Optional[str], reason: st
     if why:
         print(f"hma reset: {why}", file=sys.stderr)
         return 2
-    try:
-        store = open_store(setup)
-    except StateError as exc:
-        print(f"hma reset: cannot open the state store: {exc}", file=sys.stderr)
+    store = opened_store(setup, "hma reset")
+    if store is None:
         return EX_CANTCREAT
     what = f"{code}" + (f" on {component}" if component else "") if code else "everything"
     try:

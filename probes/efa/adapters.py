@@ -22,15 +22,15 @@ from __future__ import annotations
 
 import os
 import stat
-import time
 from dataclasses import dataclass
 from typing import Any, ClassVar, Collection, Mapping, Optional
 
-from hma.adapters.files import ReadError, RootReader
+from hma.adapters.files import ReadError, RootReader, reason
 from hma.adapters.strict import ParseError, parse_word
+from hma.contracts import counters as shared
 from hma.contracts.model import Finding, Severity
 from hma.contracts.options import Option, pci_ids, rate_limits
-from hma.contracts.probe import Probe, ProbeContext, unknown
+from hma.contracts.probe import Discovery, Probe, ProbeContext, read_failures
 
 IB = "class/infiniband"
 NET = "class/net"
@@ -121,20 +121,12 @@ class EfaProbe(Probe):
             "Per-second warning limit per hw counter (port or device level).",
             check=rate_limits,
         ),
-        "critical_factor": Option(
-            "float", 10.0, "A rate at this multiple of its limit is critical.", minimum=1
-        ),
-        "oneshot_sample_s": Option(
-            "float",
-            1.0,
-            "Under `hma check`: seconds between the two samples for rates (0: not evaluated).",
-            minimum=0,
-        ),
+        "critical_factor": shared.CRITICAL_FACTOR,
+        "oneshot_sample_s": shared.ONESHOT_SAMPLE,
     }
 
     def __init__(self) -> None:
-        self._cache: Optional[tuple[tuple[Any, ...], Layout]] = None
-        self._last: Optional[tuple[ProbeContext, Layout]] = None
+        self._layout: Discovery[Layout] = Discovery(IB)
         self._ena: Optional[tuple[tuple[str, ...], dict[str, str]]] = None
 
     def ena(self, ctx: ProbeContext) -> dict[str, str]:
@@ -146,29 +138,16 @@ class EfaProbe(Probe):
         return self._ena[1]
 
     def layout(self, ctx: ProbeContext) -> Layout:
-        """Discovery, cached while the sysfs root, the boot, the device events seen and the list
-        of RDMA devices stay the same (one directory read a run); a layout with read errors is
-        not cached. ``applies`` and ``collect`` of one run share one discovery."""
-        if self._last is not None and self._last[0] is ctx:
-            return self._last[1]
+        """What ``discover_adapters`` finds, kept (``Discovery``) while the sysfs root, the boot,
+        the device events and the list of RDMA devices stay the same, unless it has errors."""
         vendor_ids = list(ctx.options["vendor_ids"])
         wanted = wanted_counters(ctx.options)
-        key = (
-            str(ctx.sysfs.root),
-            ctx.boot_id,
-            ctx.device_events,
-            tuple(ctx.sysfs.listdir(IB)),
-            tuple(vendor_ids),
-            wanted,
+        return self._layout.get(
+            ctx,
+            (tuple(vendor_ids), wanted),
+            lambda: discover_adapters(ctx.sysfs, vendor_ids, wanted),
+            lambda layout: not layout.unresolved and layout.pci_error is None,
         )
-        if self._cache is not None and self._cache[0] == key:
-            layout = self._cache[1]
-        else:
-            layout = discover_adapters(ctx.sysfs, vendor_ids, wanted)
-            cacheable = not layout.unresolved and layout.pci_error is None
-            self._cache = (key, layout) if cacheable else None
-        self._last = (ctx, layout)
-        return layout
 
     def applies(self, ctx: ProbeContext) -> Optional[str]:
         try:
@@ -182,27 +161,20 @@ class EfaProbe(Probe):
         return "no EFA adapters"
 
     def collect(self, ctx: ProbeContext) -> Any:
-        snap = self._read(ctx)
-        interval = float(ctx.options["oneshot_sample_s"])
-        if ctx.previous is None and ctx.oneshot and interval > 0:
-            time.sleep(interval)
-            second = self._read(ctx)
-            second["baseline"] = {"ts": snap["ts"], "adapters": snap["adapters"]}
-            return second
-        return snap
+        return shared.sampled(ctx, lambda: self._read(ctx), "adapters")
 
     def _read(self, ctx: ProbeContext) -> dict[str, Any]:
         try:
             ena, ena_error = self.ena(ctx), None
         except ReadError as exc:
-            ena, ena_error = {}, _error(ctx.sysfs, NET, exc, None)
+            ena, ena_error = {}, ctx.sysfs.failure(NET, exc, adapter=None)
         try:
             snap = read_adapters(ctx.sysfs, self.layout(ctx), ena)
         except ReadError as exc:
-            error = _error(ctx.sysfs, IB, exc, None)
+            error = ctx.sysfs.failure(IB, exc, adapter=None)
             snap = {"adapters": {}, "ignored": [], "errors": [error], "listed": False}
         finally:
-            self._last = None
+            self._layout.done()
         if ena_error is not None:
             snap["errors"].append(ena_error)
         snap["ts"], snap["boot_id"] = ctx.clock(), ctx.boot_id
@@ -211,27 +183,21 @@ class EfaProbe(Probe):
     def evaluate(self, snapshot: Any, ctx: ProbeContext) -> list[Finding]:
         opts = ctx.options
         adapters: dict[str, Any] = snapshot.get("adapters", {})
-        out = [
-            unknown(
-                "EFA_READ_FAILED",
-                _error_component(e),
-                f"cannot read {e['path']}: {e['error']}",
-                path=e["path"],
-                error=e["error"],
-            )
-            for e in snapshot.get("errors", [])
-        ]
+        out = read_failures("EFA_READ_FAILED", snapshot.get("errors", []), _error_component)
         if snapshot.get("listed", True):
             unresolved = len(snapshot.get("unresolved", []))
             out += _eval_count(adapters, unresolved, opts, ctx.instance_type)
             if not unresolved and snapshot.get("functions") is not None:
                 out += _eval_unbound(adapters, snapshot["functions"])
         out += _eval_ena(snapshot.get("ena", {}), adapters)
-        base, base_ts = _baseline(snapshot, ctx)
+        base, base_ts = shared.baseline(snapshot, ctx, "adapters", strict_boot=False)
         if base is not None:
             dt = float(snapshot.get("ts", 0.0)) - base_ts
             if dt > 0:
-                out += _eval_rates(adapters, base, dt, opts)
+                codes = ("EFA_COUNTER_RATE_WARN", "EFA_COUNTER_RATE_CRIT")
+                out += shared.rate_findings(
+                    codes, "efa", adapters, base, dt, opts, counters=_flat, grow=_delta
+                )
             out += _eval_growth(adapters, base)
         return out
 
@@ -272,10 +238,6 @@ class Layout:
     pci_error: Optional[dict[str, Any]] = None
 
 
-def _error(sysfs: RootReader, rel: str, exc: Exception, adapter: Optional[str]) -> dict[str, Any]:
-    return {"path": str(sysfs.path(rel)), "error": _reason(exc), "adapter": adapter}
-
-
 def discover_adapters(
     sysfs: RootReader, vendor_ids: list[str], wanted: Collection[str] = ()
 ) -> Layout:
@@ -312,11 +274,11 @@ def discover_adapters(
             }
         except ReadError as exc:
             found.pop(name, None)
-            unresolved.append(_error(sysfs, link, exc, name))
+            unresolved.append(sysfs.failure(link, exc, adapter=name))
     try:
         return Layout(found, ignored, unresolved, ports, counters, efa_functions(sysfs, vendors))
     except ReadError as exc:
-        error = _error(sysfs, PCI, exc, None)
+        error = sysfs.failure(PCI, exc, adapter=None)
         return Layout(found, ignored, unresolved, ports, counters, None, error)
 
 
@@ -363,11 +325,6 @@ def _has_pci_function(sysfs: RootReader, rel: str) -> bool:
         return False
     except OSError as exc:
         raise ReadError(f"{sysfs.path(rel)}: {exc.strerror or exc}") from None
-
-
-def _reason(exc: Exception) -> str:
-    text = str(exc)
-    return text.rsplit(": ", 1)[-1] if ": " in text else text
 
 
 def wanted_counters(opts: Mapping[str, Any]) -> frozenset[str]:
@@ -420,7 +377,7 @@ def read_link(sysfs: RootReader, ifname: str, pci: str, errors: list[dict[str, A
             except ParseError:
                 info["operstate"] = None  # it only explains the carrier
     except ReadError as exc:
-        errors.append({"path": _path_of(str(exc)), "error": _reason(exc), "net": ifname})
+        errors.append({"path": _path_of(str(exc)), "error": reason(exc), "net": ifname})
     return info
 
 
@@ -440,7 +397,7 @@ def _counters(
         try:
             out[name] = sysfs.counter(f"{rel}/{name}")
         except ReadError as exc:
-            errors.append(_error(sysfs, f"{rel}/{name}", exc, adapter))
+            errors.append(sysfs.failure(f"{rel}/{name}", exc, adapter=adapter))
     return out
 
 
@@ -532,29 +489,9 @@ def _eval_ena(ena: Mapping[str, Any], adapters: Mapping[str, Any]) -> list[Findi
     return out
 
 
-def _baseline(
-    snapshot: Mapping[str, Any], ctx: ProbeContext
-) -> tuple[Optional[Mapping[str, Any]], float]:
-    if isinstance(snapshot.get("baseline"), dict):
-        base = snapshot["baseline"]
-        return dict(base.get("adapters", {})), float(base.get("ts", 0.0))
-    prev = ctx.previous
-    if not isinstance(prev, dict):
-        return None, 0.0
-    if prev.get("boot_id") and snapshot.get("boot_id") and prev["boot_id"] != snapshot["boot_id"]:
-        return None, 0.0  # counters restarted at boot; the next run has a baseline again
-    return dict(prev.get("adapters", {})), float(prev.get("ts", ctx.previous_ts) or ctx.previous_ts)
-
-
-def delta(now: int, before: Optional[int]) -> Optional[int]:
+def delta(now: Optional[int], before: Optional[int]) -> Optional[int]:
     """Growth of a counter between reads: None when it was reset (went down, no wrap)."""
-    if before is None:
-        return None
-    if now >= before:
-        return now - before
-    if before >= U64 // 2:  # a u64 counter wrapped
-        return U64 - before + now
-    return None
+    return shared.growth(now, before, wraps_at=U64)
 
 
 def _flat(info: Mapping[str, Any]) -> dict[str, int]:
@@ -568,43 +505,8 @@ def _flat(info: Mapping[str, Any]) -> dict[str, int]:
     return out
 
 
-def _eval_rates(
-    adapters: Mapping[str, Any], base: Mapping[str, Any], dt: float, opts: Mapping[str, Any]
-) -> list[Finding]:
-    limits: Mapping[str, float] = opts["rate_limits"]
-    factor = float(opts["critical_factor"])
-    out = []
-    for name, info in sorted(adapters.items()):
-        before = base.get(name)
-        if not before:
-            continue
-        now_c, before_c = _flat(info), _flat(before)
-        high: dict[str, list[dict[str, Any]]] = {}
-        for counter, limit in sorted(limits.items()):
-            if counter not in now_c:
-                continue
-            grown = delta(now_c[counter], before_c.get(counter))
-            if grown is None:
-                continue
-            rate = grown / dt
-            if rate >= limit:
-                code = (
-                    "EFA_COUNTER_RATE_CRIT" if rate >= limit * factor else "EFA_COUNTER_RATE_WARN"
-                )
-                high.setdefault(code, []).append(
-                    {"counter": counter, "rate_per_s": round(rate, 3), "limit_per_s": limit}
-                )
-        for code, items in sorted(high.items()):
-            what = ", ".join(f"{i['counter']} {i['rate_per_s']:g}/s" for i in items)
-            out.append(
-                Finding(
-                    code,
-                    f"efa:{name}",
-                    f"{name}: {what} over the limit",
-                    {"counters": items, "interval_s": round(dt, 3)},
-                )
-            )
-    return out
+def _delta(_counter: str, now: Optional[int], before: Optional[int]) -> Optional[int]:
+    return delta(now, before)
 
 
 def _eval_growth(adapters: Mapping[str, Any], base: Mapping[str, Any]) -> list[Finding]:

@@ -15,15 +15,15 @@ is ``IB_READ_FAILED`` (unknown), never a down port or growth. docs/infiniband.md
 from __future__ import annotations
 
 import re
-import time
 from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping, Optional
 
 from hma.adapters.files import ReadError, RootReader
 from hma.adapters.strict import ParseError, parse_uint, parse_word
+from hma.contracts import counters as shared
 from hma.contracts.model import Finding, Severity
 from hma.contracts.options import Option, pci_ids, rate_limits
-from hma.contracts.probe import Probe, ProbeContext, unknown
+from hma.contracts.probe import Discovery, Probe, ProbeContext, read_failures
 
 IB = "class/infiniband"
 NODE = "node"
@@ -120,49 +120,30 @@ class InfinibandProbe(Probe):
             "Per-second warning limit per counter under ports/N/counters.",
             check=rate_limits,
         ),
-        "critical_factor": Option(
-            "float", 10.0, "A rate at this multiple of its limit is critical.", minimum=1
-        ),
+        "critical_factor": shared.CRITICAL_FACTOR,
         "flap_window_s": Option(
             "float", 3600.0, "Window in which link_downed increments are counted.", minimum=1
         ),
         "flap_limit": Option(
             "int", 3, "Link-down events in the window that make a port flapping.", minimum=1
         ),
-        "oneshot_sample_s": Option(
-            "float",
-            1.0,
-            "Under `hma check`: seconds between the two samples for rates (0: not evaluated).",
-            minimum=0,
-        ),
+        "oneshot_sample_s": shared.ONESHOT_SAMPLE,
     }
 
     def __init__(self) -> None:
-        self._cache: Optional[tuple[tuple[Any, ...], Layout]] = None
-        self._last: Optional[tuple[ProbeContext, Layout]] = None
+        self._layout: Discovery[Layout] = Discovery(IB)
 
     def layout(self, ctx: ProbeContext) -> Layout:
-        """Discovery, cached while the sysfs root, the boot, the device events and the listing of
-        ``class/infiniband`` stay the same; shared by ``applies`` and ``collect`` of one run."""
-        if self._last is not None and self._last[0] is ctx:
-            return self._last[1]
+        """What ``discover`` finds, kept (``Discovery``) while the sysfs root, the boot, the device
+        events and the listing of ``class/infiniband`` stay the same, unless it has errors."""
         excluded = tuple(ctx.options["exclude_vendor_ids"])
         wanted = frozenset(ctx.options["rate_limits"]) | {FLAP_COUNTER}
-        key = (
-            str(ctx.sysfs.root),
-            ctx.boot_id,
-            ctx.device_events,
-            tuple(ctx.sysfs.listdir(IB)),
-            excluded,
-            wanted,
+        return self._layout.get(
+            ctx,
+            (excluded, wanted),
+            lambda: discover(ctx.sysfs, excluded, wanted),
+            lambda layout: not layout.errors,
         )
-        if self._cache is not None and self._cache[0] == key:
-            layout = self._cache[1]
-        else:
-            layout = discover(ctx.sysfs, excluded, wanted)
-            self._cache = None if layout.errors else (key, layout)
-        self._last = (ctx, layout)
-        return layout
 
     def applies(self, ctx: ProbeContext) -> Optional[str]:
         try:
@@ -174,13 +155,7 @@ class InfinibandProbe(Probe):
         return "no InfiniBand/RoCE ports"
 
     def collect(self, ctx: ProbeContext) -> Any:
-        snap = self._read(ctx)
-        interval = float(ctx.options["oneshot_sample_s"])
-        if ctx.previous is None and ctx.oneshot and interval > 0:
-            time.sleep(interval)
-            second = self._read(ctx)
-            second["baseline"] = {"ts": snap["ts"], "ports": snap["ports"]}
-            snap = second
+        snap = shared.sampled(ctx, lambda: self._read(ctx), "ports")
         remember(snap, ctx)
         return snap
 
@@ -188,32 +163,30 @@ class InfinibandProbe(Probe):
         try:
             snap = read_ports(ctx.sysfs, self.layout(ctx))
         except ReadError as exc:
-            error = {"path": str(ctx.sysfs.path(IB)), "error": _reason(exc), "port": None}
+            error = ctx.sysfs.failure(IB, exc, port=None)
             snap = {"ports": {}, "excluded": [], "errors": [error], "listed": False}
         finally:
-            self._last = None
+            self._layout.done()
         snap["ts"], snap["boot_id"] = ctx.clock(), ctx.boot_id
         return snap
 
     def evaluate(self, snapshot: Any, ctx: ProbeContext) -> list[Finding]:
         opts = ctx.options
         ports: dict[str, Any] = snapshot.get("ports", {})
-        out = [
-            unknown(
-                "IB_READ_FAILED",
-                f"ib:{e['port']}" if e.get("port") else NODE,
-                f"cannot read {e['path']}: {e['error']}",
-                path=e["path"],
-                error=e["error"],
-            )
-            for e in snapshot.get("errors", [])
-        ]
+        out = read_failures(
+            "IB_READ_FAILED",
+            snapshot.get("errors", []),
+            lambda e: f"ib:{e['port']}" if e.get("port") else NODE,
+        )
         out += _eval_states(snapshot, opts)
         out += _eval_rate(ports, snapshot.get("best_rate", {}), opts)
-        base, base_ts = _baseline(snapshot, ctx)
+        base, base_ts = shared.baseline(snapshot, ctx, "ports", strict_boot=True)
         dt = float(snapshot.get("ts", 0.0)) - base_ts
         if base is not None and dt > 0:
-            out += _eval_counters(ports, base, dt, opts)
+            codes = ("IB_COUNTER_RATE_WARN", "IB_COUNTER_RATE_CRIT")
+            out += shared.rate_findings(
+                codes, "ib", ports, base, dt, opts, counters=_counters, grow=growth
+            )
         out += _eval_flaps(snapshot, opts)
         return out
 
@@ -240,15 +213,6 @@ class Layout:
     ports: dict[str, dict[str, Any]]
     excluded: list[str]
     errors: list[dict[str, Any]]
-
-
-def _reason(exc: Exception) -> str:
-    text = str(exc)
-    return text.rsplit(": ", 1)[-1] if ": " in text else text
-
-
-def _error(sysfs: RootReader, rel: str, exc: Exception, port: Optional[str]) -> dict[str, Any]:
-    return {"path": str(sysfs.path(rel)), "error": _reason(exc), "port": port}
 
 
 def discover(sysfs: RootReader, excluded: tuple[str, ...], wanted: frozenset[str]) -> Layout:
@@ -280,7 +244,7 @@ def discover(sysfs: RootReader, excluded: tuple[str, ...], wanted: frozenset[str
         except ReadError as exc:
             for key in [k for k in ports if k.startswith(f"{dev}/")]:
                 del ports[key]
-            errors.append(_error(sysfs, base, exc, dev))
+            errors.append(sysfs.failure(base, exc, port=dev))
     return Layout(ports, skipped, errors)
 
 
@@ -318,13 +282,13 @@ def read_ports(sysfs: RootReader, layout: Layout) -> dict[str, Any]:
         try:
             info["state"] = port_state(sysfs, f"{rel}/state")
         except ReadError as exc:
-            errors.append(_error(sysfs, f"{rel}/state", exc, key))
+            errors.append(sysfs.failure(f"{rel}/state", exc, port=key))
         if info["state"] == "ACTIVE":
             try:
                 raw = sysfs.text(f"{rel}/rate")
                 info["rate"], info["rate_gbps"] = raw, parse_rate(raw)
             except (ReadError, ParseError) as exc:
-                errors.append(_error(sysfs, f"{rel}/rate", exc, key))
+                errors.append(sysfs.failure(f"{rel}/rate", exc, port=key))
         elif info["state"] is not None:
             try:
                 info["phys_state"] = sysfs.text(f"{rel}/phys_state")[:40]
@@ -340,7 +304,7 @@ def read_ports(sysfs: RootReader, layout: Layout) -> dict[str, Any]:
                     continue
                 counters[name] = parse_uint(raw, hex_ok=False)
             except (ReadError, ParseError) as exc:
-                errors.append(_error(sysfs, path, exc, key))
+                errors.append(sysfs.failure(path, exc, port=key))
         info["counters"] = counters
         ports[key] = info
     return {"ports": ports, "excluded": layout.excluded, "errors": errors}
@@ -368,7 +332,7 @@ def remember(snap: dict[str, Any], ctx: ProbeContext) -> None:
         kept = [e for e in events if e[0] > horizon]
         if kept:
             flaps[key] = kept
-    base, _ts = _baseline(snap, ctx)
+    base, _ts = shared.baseline(snap, ctx, "ports", strict_boot=True)
     for key, info in ports.items():
         now = info.get("counters", {}).get(FLAP_COUNTER)
         before = ((base or {}).get(key) or {}).get("counters", {}).get(FLAP_COUNTER)
@@ -384,24 +348,12 @@ def remember(snap: dict[str, Any], ctx: ProbeContext) -> None:
 def growth(counter: str, now: Optional[int], before: Optional[int]) -> Optional[int]:
     """Growth of a PMA counter between reads; None when unknown: a value missing, a reset (it
     went down) or a saturated counter (at its maximum it no longer counts)."""
-    if now is None or before is None or now < before:
-        return None
     width = PMA_WIDTHS.get(counter)
-    if width is not None and now >= (1 << width) - 1:
-        return None
-    return now - before
+    return shared.growth(now, before, saturates_at=None if width is None else (1 << width) - 1)
 
 
-def _baseline(
-    snapshot: Mapping[str, Any], ctx: ProbeContext
-) -> tuple[Optional[Mapping[str, Any]], float]:
-    if isinstance(snapshot.get("baseline"), dict):
-        base = snapshot["baseline"]
-        return dict(base.get("ports", {})), float(base.get("ts", 0.0))
-    prev = ctx.previous
-    if not isinstance(prev, dict) or prev.get("boot_id") != snapshot.get("boot_id"):
-        return None, 0.0  # counters restarted at boot; the next run has a baseline again
-    return dict(prev.get("ports", {})), float(prev.get("ts", ctx.previous_ts) or ctx.previous_ts)
+def _counters(info: Mapping[str, Any]) -> Mapping[str, int]:
+    return info.get("counters", {})
 
 
 def _eval_states(snapshot: Mapping[str, Any], opts: Mapping[str, Any]) -> list[Finding]:
@@ -462,37 +414,6 @@ def _eval_rate(
                 severity=None if expected is not None else Severity.WARNING,
             )
         )
-    return out
-
-
-def _eval_counters(
-    ports: Mapping[str, Any], base: Mapping[str, Any], dt: float, opts: Mapping[str, Any]
-) -> list[Finding]:
-    limits: Mapping[str, float] = opts["rate_limits"]
-    factor = float(opts["critical_factor"])
-    out = []
-    for key, info in sorted(ports.items()):
-        before = (base.get(key) or {}).get("counters", {})
-        high: dict[str, list[dict[str, Any]]] = {}
-        for counter, limit in sorted(limits.items()):
-            grown = growth(counter, info.get("counters", {}).get(counter), before.get(counter))
-            if grown is None or grown / dt < limit:
-                continue
-            rate = grown / dt
-            code = "IB_COUNTER_RATE_CRIT" if rate >= limit * factor else "IB_COUNTER_RATE_WARN"
-            high.setdefault(code, []).append(
-                {"counter": counter, "rate_per_s": round(rate, 3), "limit_per_s": limit}
-            )
-        for code, items in sorted(high.items()):
-            what = ", ".join(f"{i['counter']} {i['rate_per_s']:g}/s" for i in items)
-            out.append(
-                Finding(
-                    code,
-                    f"ib:{key}",
-                    f"{key}: {what} over the limit",
-                    {"counters": items, "interval_s": round(dt, 3)},
-                )
-            )
     return out
 
 

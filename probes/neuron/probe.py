@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from typing import Any, ClassVar, Iterable, Mapping, Optional
 
 from hma.adapters.files import ReadError, RootReader
 from hma.adapters.strict import ASCII_SPACE, ParseError, parse_uint
+from hma.contracts import counters as shared
 from hma.contracts.model import Finding, Severity
 from hma.contracts.options import Option
-from hma.contracts.probe import Probe, ProbeContext, unknown
+from hma.contracts.probe import Probe, ProbeContext, read_failures
 
 BASE = "devices/virtual/neuron_device"
 MAX_DEVICES = 1024  # a connected_devices entry above this is not a device number
@@ -151,34 +151,22 @@ class NeuronProbe(Probe):
 
     def collect(self, ctx: ProbeContext) -> Any:
         counters = list(ctx.options["status_counters"])
-        snap = read_tree(ctx.sysfs, counters)
-        snap["boot_id"] = ctx.boot_id
-        snap["ts"] = ctx.clock()
-        interval = float(ctx.options["oneshot_sample_s"])
-        if ctx.previous is None and ctx.oneshot and interval > 0:
-            time.sleep(interval)
-            second = read_tree(ctx.sysfs, counters)
-            second["boot_id"] = ctx.boot_id
-            second["ts"] = ctx.clock()
-            second["baseline"] = {"ts": snap["ts"], "devices": snap["devices"]}
-            return second
-        return snap
+
+        def read() -> dict[str, Any]:
+            snap = read_tree(ctx.sysfs, counters)
+            snap["boot_id"], snap["ts"] = ctx.boot_id, ctx.clock()
+            return snap
+
+        return shared.sampled(ctx, read, "devices")
 
     def evaluate(self, snapshot: Any, ctx: ProbeContext) -> list[Finding]:
         opts = ctx.options
         devices: dict[str, Any] = snapshot.get("devices", {})
-        out: list[Finding] = []
-        for err in snapshot.get("errors", []):
-            comp = f"neuron:{err['device']}" if err.get("device") is not None else NODE
-            out.append(
-                unknown(
-                    "NEURON_READ_FAILED",
-                    comp,
-                    f"cannot read {err['path']}: {err['error']}",
-                    path=err["path"],
-                    error=err["error"],
-                )
-            )
+        out = read_failures(
+            "NEURON_READ_FAILED",
+            snapshot.get("errors", []),
+            lambda e: f"neuron:{e['device']}" if e.get("device") is not None else NODE,
+        )
         if snapshot.get("listed", True):  # "missing" only when the folder lists without it
             out += _eval_count(devices, opts, ctx.instance_type)
         out += _eval_cores(devices, opts)
@@ -231,7 +219,7 @@ def _read(
             return sysfs.integer(rel, hex_ok=False, limit=MAX_CORES)
         return sysfs.text(rel)
     except ReadError as exc:
-        errors.append({"path": str(sysfs.path(rel)), "error": _reason(str(exc)), "device": device})
+        errors.append(sysfs.failure(rel, exc, device=device))
         return None
 
 
@@ -247,13 +235,8 @@ def _listdir(
     try:
         return sysfs.listdir(rel)
     except ReadError as exc:
-        errors.append({"path": str(sysfs.path(rel)), "error": _reason(str(exc)), "device": device})
+        errors.append(sysfs.failure(rel, exc, device=device))
         return None
-
-
-def _reason(message: str) -> str:
-    """The error text without the absolute path prefix (the path is reported separately)."""
-    return message.rsplit(": ", 1)[-1] if ": " in message else message
 
 
 def _read_device(
@@ -402,7 +385,7 @@ def _baseline(
     prev = ctx.previous
     if not isinstance(prev, dict):
         return None, False
-    if prev.get("boot_id") and snapshot.get("boot_id") and prev["boot_id"] != snapshot["boot_id"]:
+    if shared.rebooted(prev, snapshot, strict=False):
         return {}, True  # rebooted: the driver's totals started from zero at this boot
     devices = prev.get("devices", {})
     if not isinstance(devices, dict):
@@ -421,7 +404,7 @@ def _grown(now: Any, before: Mapping[str, Any], key: str, zero: bool) -> int:
     was = before.get(key, 0 if zero else None)
     if not isinstance(now, int) or not isinstance(was, int):
         return 0
-    return now - was if now > was else 0
+    return shared.growth(now, was) or 0
 
 
 def _eval_growth(

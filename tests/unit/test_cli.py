@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -65,6 +66,23 @@ def test_ack_of_a_code_that_clears_at_reboot_says_so(hma_env: Any, capsys: Any) 
     )
 
 
+@pytest.mark.parametrize(
+    "argv", [["ack", "HMA_STATE_RESET"], ["reset", "--all", "--reason", "new GPU"]]
+)
+def test_ack_and_reset_say_when_the_state_store_cannot_be_opened(
+    hma_env: Any, capsys: Any, tmp_path: Path, argv: list[str]
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("ack and reset check root first")
+    blocker = tmp_path / "file"
+    blocker.write_text("")  # a state folder below a file: the store cannot be opened
+    hma_env.state = blocker / "state"
+    hma_env.write("[reporters.journald]\nenabled = false\n")
+    rc, out, err = run(capsys, *argv, "--config", str(hma_env.config))
+    assert (rc, out) == (73, "")
+    assert err.startswith(f"hma {argv[0]}: cannot open the state store: "), err
+
+
 AS_NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable]
 
 
@@ -83,13 +101,22 @@ def as_nobody(*args: str) -> subprocess.CompletedProcess:
 @pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv"
 )
-def test_ack_as_an_ordinary_user_needs_root() -> None:
+@pytest.mark.parametrize(
+    "argv",
+    [["ack", "HMA_STATE_RESET"], ["reset", "--all", "--reason", "x"], ["maintenance", "on"]],
+)
+def test_commands_that_change_the_store_as_an_ordinary_user_need_root(
+    argv: list[str], trusted_dir: Path
+) -> None:
     if as_nobody("-c", "import hma").returncode != 0:
         pytest.skip("this interpreter cannot run as an ordinary user (a folder under /root?)")
-    res = as_nobody("-m", "hma", "ack", "HMA_STATE_RESET")
+    config = trusted_dir / "hma.toml"  # maintenance reads it first (its status needs no root)
+    config.write_text(f'[agent]\nstate_dir = "{trusted_dir}/state"\n')
+    config.chmod(0o644)
+    res = as_nobody("-m", "hma", *argv, "--config", str(config))
     assert res.returncode == 77, res.stderr
-    assert (
-        res.stderr == "hma ack: needs root (it changes the agent's state store); run it with sudo\n"
+    assert res.stderr == (
+        f"hma {argv[0]}: needs root (it changes the agent's state store); run it with sudo\n"
     )
 
 
