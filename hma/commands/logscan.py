@@ -88,6 +88,7 @@ def _line_before(block: bytes, start: int) -> int:
     return block.rfind(b"\n", 0, start - 1) + 1
 
 
+Key = tuple[str, str, Optional[Severity]]  # a fault: (component, code, severity)
 Each = Callable[[str, int, Finding], None]  # (file, line number, finding) of every matched line
 
 
@@ -99,7 +100,7 @@ class _Scan:
         self,
         path: str,
         rules: RuleSet,
-        hits: dict[tuple[str, str, str], Hit],
+        hits: dict[Key, Hit],
         not_kept: Optional[list[int]] = None,
         each: Optional[Each] = None,
     ) -> None:
@@ -169,24 +170,25 @@ class _Scan:
         if self.history:
             self.matcher.lazy_context(lambda: self._context(block, start))
         evidence = {"file": self.path, "lineno": lineno, "format": fmt}
-        found = self.matcher.feed(message, 0.0, evidence, lambda: line_time(line), needles)
-        if found is None:
+        match = self.matcher.match(message, 0.0, evidence, lambda: line_time(line), needles)
+        if match is None:
             return
         if self.each is not None:
-            self.each(self.path, lineno, found)
-        if found.severity is Severity.OK:
-            self._cleared(found, line, lineno)
+            self.each(self.path, lineno, match.finding())
+        if match.severity is Severity.OK:
+            self._cleared(match.finding(), line, lineno)
             return
-        key = (found.component, found.code, str(found.severity))
+        key = (match.component, match.code, match.severity)
         hit = self.hits.get(key)
-        if hit is None:
+        if hit is None:  # a new fault: only now is its finding built
             if len(self.hits) >= MAX_FINDINGS:
                 if self._codes is None:
                     self._codes = {k[1] for k in self.hits}
-                if found.code in self._codes:  # one fault per code is kept past the cap, so the
+                if match.code in self._codes:  # one fault per code is kept past the cap, so the
                     self.not_kept[0] += 1  # worst severity (the exit code) counts every code
                     return
-                self._codes.add(found.code)
+                self._codes.add(match.code)
+            found = match.finding()
             self.hits[key] = Hit(found.with_(details={**found.details, "raw": line[:1000]}))
         else:
             hit.count += 1
@@ -197,10 +199,10 @@ class _Scan:
         become one cleared hit (severity ok, the clearing line beside it); a later fault of the
         same kind is a new hit."""
         for key in [k for k in self.hits if k[:2] == (found.component, found.code)]:
-            if key[2] == str(Severity.OK):
+            if key[2] is Severity.OK:
                 continue
             hit = self.hits.pop(key)
-            done = (found.component, found.code, str(Severity.OK))
+            done = (found.component, found.code, Severity.OK)
             before = self.hits.get(done)
             details = {**hit.finding.details, "cleared_line": line[:1000]}
             details["cleared_at"] = f"{self.path}:{lineno}"
@@ -229,7 +231,7 @@ def scan(
     """Hits over every file (in order of first sight, at most ``MAX_FINDINGS``) and one error line
     per unreadable file; ``not_kept[0]`` counts the matching lines of faults beyond the cap;
     ``each`` sees the finding of every matching line."""
-    hits: dict[tuple[str, str, str], Hit] = {}
+    hits: dict[Key, Hit] = {}
     errors: list[str] = []
     for path in paths:
         try:

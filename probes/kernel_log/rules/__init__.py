@@ -340,6 +340,22 @@ class RuleSet:
         return Matcher(self, source)
 
 
+class Match:
+    """What the first matching rule makes of one message: the fault (``code``, ``component``,
+    ``severity``, as its finding carries them) and ``finding()``, which builds the finding only
+    when asked (``hma logscan`` counts repeats of a fault it holds without building one)."""
+
+    __slots__ = ("code", "component", "severity", "finding")
+
+    def __init__(
+        self, code: str, component: str, severity: Optional[Severity], finding: Callable[[], Finding]
+    ) -> None:
+        self.code = code
+        self.component = component
+        self.severity = severity
+        self.finding = finding
+
+
 class _Groups(dict[str, str]):
     def __missing__(self, key: str) -> str:
         return "?"
@@ -354,6 +370,10 @@ class Matcher:
         self._all_needles = ruleset.all_needles
         self._by_needle = ruleset.by_needle
         self._always = ruleset.always
+        # each rule's component templates with the fields they need (not parsed per line)
+        self._components = [
+            tuple((t, frozenset(_fields(t))) for t in rule.component) for rule in self.rules
+        ]
         self.source = source
         self._recent: collections.deque[str] = collections.deque(maxlen=max(ruleset.history, 1))
         self._pending: Optional[Callable[[], Sequence[str]]] = None
@@ -368,7 +388,19 @@ class Matcher:
         at: Union[None, float, Callable[[], Optional[float]]] = None,
         needles: Optional[Sequence[str]] = None,
     ) -> Optional[Finding]:
-        """The finding of the first rule that matches ``message``, or None.
+        """The finding of the first rule that matches ``message``, or None (:meth:`match`)."""
+        match = self.match(message, ts, evidence, at, needles)
+        return None if match is None else match.finding()
+
+    def match(
+        self,
+        message: str,
+        ts: float = 0.0,
+        evidence: Optional[Mapping[str, Any]] = None,
+        at: Union[None, float, Callable[[], Optional[float]]] = None,
+        needles: Optional[Sequence[str]] = None,
+    ) -> Optional[Match]:
+        """The fault that the first rule matching ``message`` raises, or None.
 
         ``needles``: the rules' needles the caller already found in the line the message comes
         from (``hma logscan`` finds them in whole blocks), which saves looking for them again;
@@ -378,14 +410,12 @@ class Matcher:
         saved line carries; or a function that returns it, called only when a storm rule
         matches), which storm rules (``count`` in ``window_s``) count by; None where the line
         has none: then ``count`` matches make a storm whatever their spacing. A clearing rule's
-        finding has severity ``ok``."""
+        finding has severity ``ok``. ``evidence`` goes into the finding's details (the caller
+        leaves it unchanged)."""
         if len(message) > MAX_MESSAGE:
             message = message[:MAX_MESSAGE]
         try:
-            if needles is None:
-                found = [n for n in self._all_needles if n in message]
-            else:
-                found = list(needles)
+            found = [n for n in self._all_needles if n in message] if needles is None else needles
             if not found and not self._always:
                 return None  # the common case: literal checks only, no regular expression
             if len(found) == 1 and not self._always:
@@ -418,7 +448,7 @@ class Matcher:
         evidence: Mapping[str, Any],
         at: Union[None, float, Callable[[], Optional[float]]],
         candidates: Sequence[int],
-    ) -> Optional[Finding]:
+    ) -> Optional[Match]:
         """The first of the ``candidates`` rules (positions, in rule order) that matches."""
         for i in candidates:
             rule = self.rules[i]
@@ -426,38 +456,58 @@ class Matcher:
                 line = xid.parse_xid_line(message)
                 if line is None:
                     continue
-                details = {"line": message[:1000], "rule": rule.name, **evidence}
-                finding = xid.line_finding(line, details, self.source, ts)
-                return _override(finding, rule)
+                severity = rule.severity or xid.line_verdict(line)[0]  # as _override decides
+                build = functools.partial(self._xid_finding, rule, line, message, evidence, ts)
+                return Match(xid.xid_code(line.xid), xid.component_of(line.pci), severity, build)
             m = rule.pattern.search(message)
             if m is None:
                 continue
-            details = {"line": message[:1000], "rule": rule.name, **evidence}
-            groups = {k: v for k, v in m.groupdict().items() if v is not None}
-            if rule.before is not None:
-                missing = set(rule.before.groupindex) - set(groups)
-                if missing:
-                    groups.update(self._look_back(rule))
+            groups = m.groupdict()
+            if None in groups.values():
+                groups = {k: v for k, v in groups.items() if v is not None}
+            if rule.before is not None and not groups.keys() >= rule.before.groupindex.keys():
+                groups.update(self._look_back(rule))
             if "pci" in groups:
                 groups["gpu"] = xid.component_of(groups["pci"])
-            component = _component(rule.component, groups)
+            component = _component(self._components[i], groups)
             if rule.count > 1 and not self._storm(rule, component, at):
                 return None  # one more match counted; not (yet) a storm
-            message_text = rule.message.format_map(_Groups(groups)) if rule.message else message
-            details.update({k: v for k, v in groups.items() if k != "gpu"})
-            if rule.count > 1:
-                details.update(storm_count=rule.count, storm_window_s=rule.window_s)
-            return Finding(
-                rule.code,
-                component,
-                message_text[:400],
-                details,
-                Severity.OK if rule.clears else rule.severity,
-                Action.NONE if rule.clears else rule.action,
-                probe=self.source,
-                ts=ts,
+            build = functools.partial(
+                self._finding, rule, message, evidence, groups, component, ts
             )
+            return Match(rule.code, component, Severity.OK if rule.clears else rule.severity, build)
         return None
+
+    def _xid_finding(
+        self, rule: Rule, line: xid.XidLine, message: str, evidence: Mapping[str, Any], ts: float
+    ) -> Finding:
+        details = {"line": message[:1000], "rule": rule.name, **evidence}
+        return _override(xid.line_finding(line, details, self.source, ts), rule)
+
+    def _finding(
+        self,
+        rule: Rule,
+        message: str,
+        evidence: Mapping[str, Any],
+        groups: dict[str, str],
+        component: str,
+        ts: float,
+    ) -> Finding:
+        details = {"line": message[:1000], "rule": rule.name, **evidence, **groups}
+        details.pop("gpu", None)  # derived from pci, not evidence
+        if rule.count > 1:
+            details.update(storm_count=rule.count, storm_window_s=rule.window_s)
+        message_text = rule.message.format_map(_Groups(groups)) if rule.message else message
+        return Finding(
+            rule.code,
+            component,
+            message_text[:400],
+            details,
+            Severity.OK if rule.clears else rule.severity,
+            Action.NONE if rule.clears else rule.action,
+            probe=self.source,
+            ts=ts,
+        )
 
     def _storm(
         self, rule: Rule, component: str, at: Union[None, float, Callable[[], Optional[float]]]
@@ -501,8 +551,9 @@ def _override(finding: Finding, rule: Rule) -> Finding:
     )
 
 
-def _component(templates: Sequence[str], groups: Mapping[str, str]) -> str:
-    for template in templates:
-        if all(f in groups for f in _fields(template)):
+def _component(templates: Sequence[tuple[str, frozenset[str]]], groups: dict[str, str]) -> str:
+    """The first component template (with its fields) whose fields all matched, filled in."""
+    for template, fields in templates:
+        if fields <= groups.keys():
             return template.format_map(groups)
     return "node"
