@@ -36,7 +36,13 @@ class Hit:
     finding: Finding
     count: int = 1
     last: str = ""
-    last_where: str = ""
+    last_file: str = ""
+    last_lineno: int = 0
+
+    @property
+    def last_where(self) -> str:
+        """``file:line`` of the last matching line."""
+        return f"{self.last_file}:{self.last_lineno}"
 
 
 BLOCK = 1 << 20  # bytes read at a time
@@ -121,25 +127,25 @@ class _Scan:
     def block(self, block: bytes) -> None:
         """Match the candidate lines of one block (of :func:`blocks`)."""
         found: dict[int, Optional[list[str]]] = {}  # line start -> the needles it holds
+        find, rfind = block.find, block.rfind  # (bound once: a storm has a candidate per line)
         if self.needles is None:
             found = dict.fromkeys(_all_starts(block))
         else:
             for needle, text in self.needles:
-                pos = block.find(needle)
+                pos = find(needle)
                 while pos >= 0:  # every block ends with a newline: the next search is further on
-                    start = block.rfind(b"\n", 0, pos) + 1
+                    start = rfind(b"\n", 0, pos) + 1
                     held = found.get(start)
                     if held is None:
                         found[start] = [text]
                     else:
                         held.append(text)
-                    pos = block.find(needle, block.find(b"\n", pos) + 1)
-        counted, lineno = 0, self.lineno
+                    pos = find(needle, find(b"\n", pos) + 1)
+        counted, lineno, count, line = 0, self.lineno, block.count, self._line
         for start in sorted(found):
-            lineno += block.count(b"\n", counted, start)
+            lineno += count(b"\n", counted, start)
             counted = start
-            end = block.find(b"\n", start)
-            self._line(block, start, end, lineno + 1, found[start])
+            line(block, start, find(b"\n", start), lineno + 1, found[start])
         self.lineno += block.count(b"\n")
         if self.history:
             self.tail = (self.tail + self._before(block, len(block), self.history))[-self.history :]
@@ -192,7 +198,7 @@ class _Scan:
             self.hits[key] = Hit(found.with_(details={**found.details, "raw": line[:1000]}))
         else:
             hit.count += 1
-            hit.last, hit.last_where = line[:1000], f"{self.path}:{lineno}"
+            hit.last, hit.last_file, hit.last_lineno = line[:1000], self.path, lineno
 
     def _cleared(self, found: Finding, line: str, lineno: int) -> None:
         """A line saying a fault is over (NFS server OK): the open hits of its (component, code)
@@ -213,7 +219,8 @@ class _Scan:
                 hit.finding.with_(severity=Severity.OK, details=details),
                 hit.count,
                 hit.last,
-                hit.last_where,
+                hit.last_file,
+                hit.last_lineno,
             )
 
 

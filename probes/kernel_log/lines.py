@@ -72,16 +72,15 @@ _HOST_THEN_IDENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]* \S+?\[\d+\]: ")
 # `sshd[1]: ...`: a user-space syslog tag (the kernel's `comm[pid]: segfault` lines look alike;
 # no rule is about them).
 _USER_TAG = re.compile(r"^[A-Za-z0-9_.@/-]+\[\d+\]: ")
-# a dmesg time stamp and, after it, the kernel's identifier (journalctl short-monotonic) or a
-# user-space one (with a host, or a bare tag), in one match: ``lastgroup`` is ``kernel``, ``user``
-# or None (a dmesg line)
-_DMESG_LINE = re.compile(
-    _DMESG_TS.pattern
-    + r"(?:(?P<kernel>(?:\S+ )?kernel: )|(?P<user>"
+# after `[ts] `: the kernel's identifier (journalctl short-monotonic), or a user-space one (with a
+# host, or a bare tag); one match for the three (dmesg lines match none, and hold neither
+# `kernel: ` nor `]: `, which every match does: a cheap test before the expression)
+_IDENT_AFTER_TS = re.compile(
+    r"(?P<kernel>(?:\S+ )?kernel: )|(?P<user>"
     + _HOST_THEN_IDENT.pattern
     + "|"
     + _USER_TAG.pattern[1:]
-    + "))?"
+    + ")"
 )
 _KMSG = re.compile(r"^(?P<pri>\d{1,4}),(?P<seq>\d{1,20}),(?P<ts>\d{1,20}),[^;]*;(?P<msg>.*)$")
 # journald `-o short` without a host (seen in some exports): `kernel: message`.
@@ -157,13 +156,16 @@ def saved_line(line: str) -> tuple[str, Optional[str]]:
             line = line[m.end() :]
             if not _DMESG_TS.match(line) and not _ISO_DMESG.match(line):
                 return "dmesg", line  # `dmesg -x -t`
-    m = _DMESG_LINE.match(line)
+    m = _DMESG_TS.match(line)
     if m:
-        ident = m.lastgroup
+        rest = line[m.end() :]
+        ident = None
+        if "kernel: " in rest or "]: " in rest:
+            ident = _IDENT_AFTER_TS.match(rest)
         if ident is None:
-            return "dmesg", line[m.end() :]
-        if ident == "kernel":
-            return "monotonic", _DMESG_TS.sub("", line[m.end() :], count=1)
+            return "dmesg", rest
+        if ident.lastgroup == "kernel":
+            return "monotonic", _DMESG_TS.sub("", rest[ident.end() :], count=1)
         return "monotonic", None
     m = _CTIME.match(line) or _ISO_DMESG.match(line)
     if m:

@@ -66,6 +66,21 @@ def parse_xid_line(message: str) -> Optional[XidLine]:
     return XidLine(int(number), pci, rest[pm.end() :], pid.strip("'"), name.strip())
 
 
+def parse_xid_fault(message: str) -> Optional[tuple[int, str, Optional[Severity]]]:
+    """(Xid number, PCI id, the severity its text decides (:func:`line_verdict`)) of the Xid line
+    inside ``message``, or None: the fault without the rest of :func:`parse_xid_line` (a storm
+    repeats a few faults, each line needs only this)."""
+    m = XID_RE.search(message)
+    if m is None:
+        return None
+    number, pci = m.group("xid", "pci")
+    xid = int(number)
+    if xid in NVLINK5_XIDS or xid == RECOVERY_XID:
+        line = parse_xid_line(message)
+        return xid, pci, line_verdict(line)[0] if line is not None else None
+    return xid, pci, None
+
+
 @functools.lru_cache(maxsize=1)
 def _catalogued() -> Mapping[int, str]:
     """Xid number -> catalogue summary, read once from the built-in catalogue."""
@@ -84,6 +99,7 @@ def catalogued_xids() -> frozenset[int]:
     return frozenset(_catalogued())
 
 
+@functools.lru_cache(maxsize=1024)
 def xid_code(xid: int) -> str:
     """``GPU_XID_<n>`` for a catalogued Xid, else ``GPU_XID_OTHER``."""
     return f"{PREFIX}{xid}" if xid in _catalogued() else OTHER

@@ -61,6 +61,7 @@ _RULE_KEYS = {
     "clears",
 }
 MAX_STORM_KEYS = 4096  # (rule, component) pairs whose recent matches are remembered
+MAX_NEEDLE_SETS = 1024  # sets of needles found together whose candidate rules are remembered
 
 
 class RulesError(ValueError):
@@ -370,6 +371,8 @@ class Matcher:
         self._all_needles = ruleset.all_needles
         self._by_needle = ruleset.by_needle
         self._always = ruleset.always
+        # the needles found in a message -> the rules (positions, in order) to try
+        self._candidates: dict[tuple[str, ...], tuple[int, ...]] = {}
         # each rule's component templates with the fields they need (not parsed per line)
         self._components = [
             tuple((t, frozenset(_fields(t))) for t in rule.component) for rule in self.rules
@@ -418,11 +421,13 @@ class Matcher:
             found = [n for n in self._all_needles if n in message] if needles is None else needles
             if not found and not self._always:
                 return None  # the common case: literal checks only, no regular expression
-            if len(found) == 1 and not self._always:
-                candidates: Sequence[int] = self._by_needle[found[0]]
-            else:
-                candidates = sorted(
-                    {*self._always, *(i for n in found for i in self._by_needle[n])}
+            key = tuple(found)
+            candidates = self._candidates.get(key)
+            if candidates is None:
+                if len(self._candidates) >= MAX_NEEDLE_SETS:
+                    self._candidates.clear()
+                candidates = self._candidates[key] = tuple(
+                    sorted({*self._always, *(i for n in found for i in self._by_needle[n])})
                 )
             return self._match(message, ts, evidence or {}, at, candidates)
         finally:
@@ -453,12 +458,13 @@ class Matcher:
         for i in candidates:
             rule = self.rules[i]
             if rule.kind == "xid":  # its pattern is the Xid parser's: parse once
-                line = xid.parse_xid_line(message)
-                if line is None:
+                fault = xid.parse_xid_fault(message)
+                if fault is None:
                     continue
-                severity = rule.severity or xid.line_verdict(line)[0]  # as _override decides
-                build = functools.partial(self._xid_finding, rule, line, message, evidence, ts)
-                return Match(xid.xid_code(line.xid), xid.component_of(line.pci), severity, build)
+                number, pci, severity = fault
+                build = functools.partial(self._xid_finding, rule, message, evidence, ts)
+                severity = rule.severity or severity  # as _override decides
+                return Match(xid.xid_code(number), xid.component_of(pci), severity, build)
             m = rule.pattern.search(message)
             if m is None:
                 continue
@@ -479,8 +485,10 @@ class Matcher:
         return None
 
     def _xid_finding(
-        self, rule: Rule, line: xid.XidLine, message: str, evidence: Mapping[str, Any], ts: float
+        self, rule: Rule, message: str, evidence: Mapping[str, Any], ts: float
     ) -> Finding:
+        line = xid.parse_xid_line(message)
+        assert line is not None  # parse_xid_fault found it
         details = {"line": message[:1000], "rule": rule.name, **evidence}
         return _override(xid.line_finding(line, details, self.source, ts), rule)
 
