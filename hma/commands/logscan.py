@@ -119,6 +119,7 @@ class _Scan:
             [(n.encode(), n) for n in rules.needles] if rules.needles is not None else None
         )
         self.history = rules.history
+        self.look_back = rules.look_back
         self.hits = hits
         self.lineno = 0  # lines before the current block
         self.tail: list[bytes] = []  # the last ``history`` lines before the current block
@@ -126,26 +127,27 @@ class _Scan:
 
     def block(self, block: bytes) -> None:
         """Match the candidate lines of one block (of :func:`blocks`)."""
-        found: dict[int, Optional[list[str]]] = {}  # line start -> the needles it holds
-        find, rfind = block.find, block.rfind  # (bound once: a storm has a candidate per line)
+        found: dict[int, Optional[list[str]]] = {}  # line end (newline) -> the needles it holds
+        find = block.find  # (bound once: in a storm every line is a candidate)
         if self.needles is None:
-            found = dict.fromkeys(_all_starts(block))
+            found = dict.fromkeys(m.start() for m in re.finditer(b"\n", block))
         else:
             for needle, text in self.needles:
                 pos = find(needle)
                 while pos >= 0:  # every block ends with a newline: the next search is further on
-                    start = rfind(b"\n", 0, pos) + 1
-                    held = found.get(start)
+                    end = find(b"\n", pos)
+                    held = found.get(end)
                     if held is None:
-                        found[start] = [text]
+                        found[end] = [text]
                     else:
                         held.append(text)
-                    pos = find(needle, find(b"\n", pos) + 1)
-        counted, lineno, count, line = 0, self.lineno, block.count, self._line
-        for start in sorted(found):
+                    pos = find(needle, end + 1)
+        counted, lineno, count, rfind, line = 0, self.lineno, block.count, block.rfind, self._line
+        for end in sorted(found):
+            start = rfind(b"\n", 0, end) + 1
             lineno += count(b"\n", counted, start)
             counted = start
-            line(block, start, find(b"\n", start), lineno + 1, found[start])
+            line(block, start, end, lineno + 1, found[end])
         self.lineno += block.count(b"\n")
         if self.history:
             self.tail = (self.tail + self._before(block, len(block), self.history))[-self.history :]
@@ -173,16 +175,18 @@ class _Scan:
         if message is None:  # written by user space: no kernel message
             self.export = self.export or fmt == "export"
             return
-        if self.history:
+        if self.history and (
+            needles is None or self.look_back is None or not self.look_back.isdisjoint(needles)
+        ):
             self.matcher.lazy_context(lambda: self._context(block, start))
-        evidence = {"file": self.path, "lineno": lineno, "format": fmt}
-        match = self.matcher.match(message, 0.0, evidence, lambda: line_time(line), needles)
+        match = self.matcher.match(message, lambda: line_time(line), needles)
         if match is None:
             return
+        evidence = {"file": self.path, "lineno": lineno, "format": fmt}
         if self.each is not None:
-            self.each(self.path, lineno, match.finding())
+            self.each(self.path, lineno, match.finding(evidence))
         if match.severity is Severity.OK:
-            self._cleared(match.finding(), line, lineno)
+            self._cleared(match.finding(evidence), line, lineno)
             return
         key = (match.component, match.code, match.severity)
         hit = self.hits.get(key)
@@ -194,7 +198,7 @@ class _Scan:
                     self.not_kept[0] += 1  # worst severity (the exit code) counts every code
                     return
                 self._codes.add(match.code)
-            found = match.finding()
+            found = match.finding(evidence)
             self.hits[key] = Hit(found.with_(details={**found.details, "raw": line[:1000]}))
         else:
             hit.count += 1
@@ -222,11 +226,6 @@ class _Scan:
                 hit.last_file,
                 hit.last_lineno,
             )
-
-
-def _all_starts(block: bytes) -> list[int]:
-    """Where every line of ``block`` starts (no prefilter: every line is matched)."""
-    return [0, *(m.end() for m in re.finditer(b"\n", block))][:-1]
 
 
 def scan(

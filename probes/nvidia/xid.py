@@ -131,7 +131,8 @@ def xid_finding(
     reader (``kernel_log``, ``nvml``) and becomes the finding's probe. Severity and action stay
     None (catalogue values) unless the line itself decides them (NVLink5 Nonfatal, Xid 154).
     """
-    return _finding(xid, pci, {"xid": xid, "pci": pci, **(evidence or {})}, source, ts, severity, action, text)
+    details = {"xid": xid, "pci": pci, **(evidence or {})}
+    return _finding(xid, pci, details, source, ts, severity, action, text)
 
 
 def line_finding(line: XidLine, evidence: Mapping[str, Any], source: str, ts: float) -> Finding:

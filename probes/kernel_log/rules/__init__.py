@@ -300,6 +300,15 @@ class RuleSet:
         if dupes:
             raise RulesError([f"rule name(s) used twice: {', '.join(dupes)}"])
         self.history = max((r.before_lines for r in self.rules), default=0)
+        # the needles of the rules that look back (``before``): a caller that skips lines sets
+        # the context (Matcher.lazy_context) only for a message holding one of them (None: such
+        # a rule has no needle, any message may need it)
+        looking_back = [r for r in self.rules if r.before is not None]
+        self.look_back: Optional[frozenset[str]] = frozenset(
+            n for r in looking_back for n in r.needles
+        )
+        if not all(r.needles for r in looking_back):
+            self.look_back = None
         # the literal prefilter: a message without any of these matches no rule (None: a rule
         # without a literal, every message goes through the regular expressions)
         self.needles: Optional[tuple[str, ...]] = None
@@ -343,18 +352,28 @@ class RuleSet:
 
 class Match:
     """What the first matching rule makes of one message: the fault (``code``, ``component``,
-    ``severity``, as its finding carries them) and ``finding()``, which builds the finding only
-    when asked (``hma logscan`` counts repeats of a fault it holds without building one)."""
+    ``severity``, as its finding carries them), and :meth:`finding`, which builds the finding
+    only when asked (``hma logscan`` counts repeats of a fault it holds without building one)."""
 
-    __slots__ = ("code", "component", "severity", "finding")
+    __slots__ = ("code", "component", "severity", "_build", "_args")
 
     def __init__(
-        self, code: str, component: str, severity: Optional[Severity], finding: Callable[[], Finding]
+        self,
+        code: str,
+        component: str,
+        severity: Optional[Severity],
+        build: Callable[..., Finding],
+        args: tuple[Any, ...],
     ) -> None:
         self.code = code
         self.component = component
         self.severity = severity
-        self.finding = finding
+        self._build = build  # build(*args, evidence, ts)
+        self._args = args
+
+    def finding(self, evidence: Optional[Mapping[str, Any]] = None, ts: float = 0.0) -> Finding:
+        """The finding, ``evidence`` in its details (after the line and the rule's name)."""
+        return self._build(*self._args, evidence or {}, ts)
 
 
 class _Groups(dict[str, str]):
@@ -391,15 +410,14 @@ class Matcher:
         at: Union[None, float, Callable[[], Optional[float]]] = None,
         needles: Optional[Sequence[str]] = None,
     ) -> Optional[Finding]:
-        """The finding of the first rule that matches ``message``, or None (:meth:`match`)."""
-        match = self.match(message, ts, evidence, at, needles)
-        return None if match is None else match.finding()
+        """The finding of the first rule that matches ``message``, or None (:meth:`match`);
+        ``evidence`` goes into its details."""
+        match = self.match(message, at, needles)
+        return None if match is None else match.finding(evidence, ts)
 
     def match(
         self,
         message: str,
-        ts: float = 0.0,
-        evidence: Optional[Mapping[str, Any]] = None,
         at: Union[None, float, Callable[[], Optional[float]]] = None,
         needles: Optional[Sequence[str]] = None,
     ) -> Optional[Match]:
@@ -413,8 +431,7 @@ class Matcher:
         saved line carries; or a function that returns it, called only when a storm rule
         matches), which storm rules (``count`` in ``window_s``) count by; None where the line
         has none: then ``count`` matches make a storm whatever their spacing. A clearing rule's
-        finding has severity ``ok``. ``evidence`` goes into the finding's details (the caller
-        leaves it unchanged)."""
+        finding has severity ``ok``."""
         if len(message) > MAX_MESSAGE:
             message = message[:MAX_MESSAGE]
         try:
@@ -429,7 +446,7 @@ class Matcher:
                 candidates = self._candidates[key] = tuple(
                     sorted({*self._always, *(i for n in found for i in self._by_needle[n])})
                 )
-            return self._match(message, ts, evidence or {}, at, candidates)
+            return self._match(message, at, candidates)
         finally:
             if self._pending is not None:  # not needed: the lines before are unknown here
                 self._pending = None
@@ -449,8 +466,6 @@ class Matcher:
     def _match(
         self,
         message: str,
-        ts: float,
-        evidence: Mapping[str, Any],
         at: Union[None, float, Callable[[], Optional[float]]],
         candidates: Sequence[int],
     ) -> Optional[Match]:
@@ -462,9 +477,9 @@ class Matcher:
                 if fault is None:
                     continue
                 number, pci, severity = fault
-                build = functools.partial(self._xid_finding, rule, message, evidence, ts)
                 severity = rule.severity or severity  # as _override decides
-                return Match(xid.xid_code(number), xid.component_of(pci), severity, build)
+                code, component = xid.xid_code(number), xid.component_of(pci)
+                return Match(code, component, severity, self._xid_finding, (rule, message))
             m = rule.pattern.search(message)
             if m is None:
                 continue
@@ -478,10 +493,9 @@ class Matcher:
             component = _component(self._components[i], groups)
             if rule.count > 1 and not self._storm(rule, component, at):
                 return None  # one more match counted; not (yet) a storm
-            build = functools.partial(
-                self._finding, rule, message, evidence, groups, component, ts
-            )
-            return Match(rule.code, component, Severity.OK if rule.clears else rule.severity, build)
+            severity = Severity.OK if rule.clears else rule.severity
+            args = (rule, message, groups, component)
+            return Match(rule.code, component, severity, self._finding, args)
         return None
 
     def _xid_finding(
@@ -496,9 +510,9 @@ class Matcher:
         self,
         rule: Rule,
         message: str,
-        evidence: Mapping[str, Any],
         groups: dict[str, str],
         component: str,
+        evidence: Mapping[str, Any],
         ts: float,
     ) -> Finding:
         details = {"line": message[:1000], "rule": rule.name, **evidence, **groups}
