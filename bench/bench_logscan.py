@@ -130,7 +130,8 @@ def main() -> int:
         folder = Path(tmp)
         config = folder / "hma.toml"
         config.write_text("")  # defaults: the built-in rules
-        results = {}
+        results: dict[str, float] = {}  # lines per second (wall)
+        per_cpu: dict[str, float] = {}  # lines per CPU second
         for name, mixed in (("noise", False), ("mixed", True)):
             path = folder / f"{name}.log"
             count = generate(path, args.lines, mixed)
@@ -140,7 +141,7 @@ def main() -> int:
                 assert {h.finding.code for h in hits} >= {"GPU_XID_79", "GPU_FALLEN_OFF_BUS"}
                 assert all(h.finding.component != "gpu:0000:01:00" for h in hits)  # user lines
             median = timed(lambda p=path: scan([str(p)], rules), args.runs, name)  # type: ignore[misc]
-            results[name] = count / median
+            results[name], per_cpu[name] = count / median, count / CPU[name]
             size = path.stat().st_size / 1e6
             print(
                 f"{name:>8}: {count:,} lines ({size:.0f} MB) in {median:.3f} s (median of"
@@ -173,6 +174,7 @@ def main() -> int:
             f" per CPU second: {args.lines // 4 / CPU['matching']:,.0f} lines/s"
         )
         results["matching"] = args.lines // 4 / median
+        per_cpu["matching"] = args.lines // 4 / CPU["matching"]
         matching_new = folder / "matching-new.log"
         with open(matching_new, "w", encoding="utf-8") as out:
             for i in range(args.lines // 4):
@@ -187,6 +189,7 @@ def main() -> int:
             f" per CPU second: {args.lines // 4 / CPU['matching-new']:,.0f} lines/s"
         )
         results["matching-new"] = args.lines // 4 / median
+        per_cpu["matching-new"] = args.lines // 4 / CPU["matching-new"]
         messages = []
         with open(folder / "noise.log", encoding="utf-8") as src:
             for _i, line in zip(range(200_000), src):
@@ -206,8 +209,11 @@ def main() -> int:
         )
         print(f"rules: {len(rules.rules)} built-in")
         for name, target in (("noise", 500_000), ("matching", 200_000), ("matching-new", 200_000)):
-            verdict = "meets" if results[name] >= target else "MISSES"
-            print(f"{name} {results[name]:,.0f} lines/s {verdict} the {target:,} lines/s target")
+            verdicts = [
+                f"{rate:,.0f} lines/s {label}{'meets' if rate >= target else 'MISSES'}"
+                for label, rate in (("", results[name]), ("per CPU second ", per_cpu[name]))
+            ]
+            print(f"{name}: {' and '.join(verdicts)} the {target:,} lines/s target")
     return 0
 
 

@@ -36,7 +36,13 @@ class Hit:
     finding: Finding
     count: int = 1
     last: str = ""
-    last_where: str = ""
+    last_file: str = ""
+    last_lineno: int = 0
+
+    @property
+    def last_where(self) -> str:
+        """``file:line`` of the last matching line."""
+        return f"{self.last_file}:{self.last_lineno}"
 
 
 BLOCK = 1 << 20  # bytes read at a time
@@ -88,6 +94,7 @@ def _line_before(block: bytes, start: int) -> int:
     return block.rfind(b"\n", 0, start - 1) + 1
 
 
+Key = tuple[str, str, Optional[Severity]]  # a fault: (component, code, severity)
 Each = Callable[[str, int, Finding], None]  # (file, line number, finding) of every matched line
 
 
@@ -99,7 +106,7 @@ class _Scan:
         self,
         path: str,
         rules: RuleSet,
-        hits: dict[tuple[str, str, str], Hit],
+        hits: dict[Key, Hit],
         not_kept: Optional[list[int]] = None,
         each: Optional[Each] = None,
     ) -> None:
@@ -112,6 +119,7 @@ class _Scan:
             [(n.encode(), n) for n in rules.needles] if rules.needles is not None else None
         )
         self.history = rules.history
+        self.look_back = rules.look_back
         self.hits = hits
         self.lineno = 0  # lines before the current block
         self.tail: list[bytes] = []  # the last ``history`` lines before the current block
@@ -119,26 +127,27 @@ class _Scan:
 
     def block(self, block: bytes) -> None:
         """Match the candidate lines of one block (of :func:`blocks`)."""
-        found: dict[int, Optional[list[str]]] = {}  # line start -> the needles it holds
+        found: dict[int, Optional[list[str]]] = {}  # line end (newline) -> the needles it holds
+        find = block.find  # (bound once: in a storm every line is a candidate)
         if self.needles is None:
-            found = dict.fromkeys(_all_starts(block))
+            found = dict.fromkeys(m.start() for m in re.finditer(b"\n", block))
         else:
             for needle, text in self.needles:
-                pos = block.find(needle)
+                pos = find(needle)
                 while pos >= 0:  # every block ends with a newline: the next search is further on
-                    start = block.rfind(b"\n", 0, pos) + 1
-                    held = found.get(start)
+                    end = find(b"\n", pos)
+                    held = found.get(end)
                     if held is None:
-                        found[start] = [text]
+                        found[end] = [text]
                     else:
                         held.append(text)
-                    pos = block.find(needle, block.find(b"\n", pos) + 1)
-        counted, lineno = 0, self.lineno
-        for start in sorted(found):
-            lineno += block.count(b"\n", counted, start)
+                    pos = find(needle, end + 1)
+        counted, lineno, count, rfind, line = 0, self.lineno, block.count, block.rfind, self._line
+        for end in sorted(found):
+            start = rfind(b"\n", 0, end) + 1
+            lineno += count(b"\n", counted, start)
             counted = start
-            end = block.find(b"\n", start)
-            self._line(block, start, end, lineno + 1, found[start])
+            line(block, start, end, lineno + 1, found[end])
         self.lineno += block.count(b"\n")
         if self.history:
             self.tail = (self.tail + self._before(block, len(block), self.history))[-self.history :]
@@ -166,41 +175,44 @@ class _Scan:
         if message is None:  # written by user space: no kernel message
             self.export = self.export or fmt == "export"
             return
-        if self.history:
+        if self.history and (
+            needles is None or self.look_back is None or not self.look_back.isdisjoint(needles)
+        ):
             self.matcher.lazy_context(lambda: self._context(block, start))
+        match = self.matcher.match(message, lambda: line_time(line), needles)
+        if match is None:
+            return
         evidence = {"file": self.path, "lineno": lineno, "format": fmt}
-        found = self.matcher.feed(message, 0.0, evidence, lambda: line_time(line), needles)
-        if found is None:
-            return
         if self.each is not None:
-            self.each(self.path, lineno, found)
-        if found.severity is Severity.OK:
-            self._cleared(found, line, lineno)
+            self.each(self.path, lineno, match.finding(evidence))
+        if match.severity is Severity.OK:
+            self._cleared(match.finding(evidence), line, lineno)
             return
-        key = (found.component, found.code, str(found.severity))
+        key = (match.component, match.code, match.severity)
         hit = self.hits.get(key)
-        if hit is None:
+        if hit is None:  # a new fault: only now is its finding built
             if len(self.hits) >= MAX_FINDINGS:
                 if self._codes is None:
                     self._codes = {k[1] for k in self.hits}
-                if found.code in self._codes:  # one fault per code is kept past the cap, so the
+                if match.code in self._codes:  # one fault per code is kept past the cap, so the
                     self.not_kept[0] += 1  # worst severity (the exit code) counts every code
                     return
-                self._codes.add(found.code)
+                self._codes.add(match.code)
+            found = match.finding(evidence)
             self.hits[key] = Hit(found.with_(details={**found.details, "raw": line[:1000]}))
         else:
             hit.count += 1
-            hit.last, hit.last_where = line[:1000], f"{self.path}:{lineno}"
+            hit.last, hit.last_file, hit.last_lineno = line[:1000], self.path, lineno
 
     def _cleared(self, found: Finding, line: str, lineno: int) -> None:
         """A line saying a fault is over (NFS server OK): the open hits of its (component, code)
         become one cleared hit (severity ok, the clearing line beside it); a later fault of the
         same kind is a new hit."""
         for key in [k for k in self.hits if k[:2] == (found.component, found.code)]:
-            if key[2] == str(Severity.OK):
+            if key[2] is Severity.OK:
                 continue
             hit = self.hits.pop(key)
-            done = (found.component, found.code, str(Severity.OK))
+            done = (found.component, found.code, Severity.OK)
             before = self.hits.get(done)
             details = {**hit.finding.details, "cleared_line": line[:1000]}
             details["cleared_at"] = f"{self.path}:{lineno}"
@@ -211,13 +223,9 @@ class _Scan:
                 hit.finding.with_(severity=Severity.OK, details=details),
                 hit.count,
                 hit.last,
-                hit.last_where,
+                hit.last_file,
+                hit.last_lineno,
             )
-
-
-def _all_starts(block: bytes) -> list[int]:
-    """Where every line of ``block`` starts (no prefilter: every line is matched)."""
-    return [0, *(m.end() for m in re.finditer(b"\n", block))][:-1]
 
 
 def scan(
@@ -229,7 +237,7 @@ def scan(
     """Hits over every file (in order of first sight, at most ``MAX_FINDINGS``) and one error line
     per unreadable file; ``not_kept[0]`` counts the matching lines of faults beyond the cap;
     ``each`` sees the finding of every matching line."""
-    hits: dict[tuple[str, str, str], Hit] = {}
+    hits: dict[Key, Hit] = {}
     errors: list[str] = []
     for path in paths:
         try:

@@ -73,7 +73,8 @@ _HOST_THEN_IDENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]* \S+?\[\d+\]: ")
 # no rule is about them).
 _USER_TAG = re.compile(r"^[A-Za-z0-9_.@/-]+\[\d+\]: ")
 # after `[ts] `: the kernel's identifier (journalctl short-monotonic), or a user-space one (with a
-# host, or a bare tag); one match for the three (dmesg lines match none)
+# host, or a bare tag); one match for the three (dmesg lines match none, and hold neither
+# `kernel: ` nor `]: `, which every match does: a cheap test before the expression)
 _IDENT_AFTER_TS = re.compile(
     r"(?P<kernel>(?:\S+ )?kernel: )|(?P<user>"
     + _HOST_THEN_IDENT.pattern
@@ -142,22 +143,25 @@ def saved_line(line: str) -> tuple[str, Optional[str]]:
     except a user-space tag (``ident[pid]: ...``) and a continuation line (leading blank).
     """
     line = line.rstrip("\r\n")
-    m = None if line[:1] == "[" else _KMSG.match(line)  # dmesg lines first: the common case
-    if m:
-        return "kmsg", m.group("msg")
-    if line.startswith(('{"', '\x1e{"')):
-        return "json", _journal_json(line.lstrip("\x1e"))
-    if _EXPORT.match(line):
-        return "export", None
-    m = _DECODED.match(line)
-    if m:
-        line = line[m.end() :]
-        if not _DMESG_TS.match(line) and not _ISO_DMESG.match(line):
-            return "dmesg", line  # `dmesg -x -t`
+    if line[:1] != "[":  # dmesg lines skip these: the common case
+        m = _KMSG.match(line)
+        if m:
+            return "kmsg", m.group("msg")
+        if line.startswith(('{"', '\x1e{"')):
+            return "json", _journal_json(line.lstrip("\x1e"))
+        if _EXPORT.match(line):
+            return "export", None
+        m = _DECODED.match(line)
+        if m:
+            line = line[m.end() :]
+            if not _DMESG_TS.match(line) and not _ISO_DMESG.match(line):
+                return "dmesg", line  # `dmesg -x -t`
     m = _DMESG_TS.match(line)
     if m:
         rest = line[m.end() :]
-        ident = _IDENT_AFTER_TS.match(rest)
+        ident = None
+        if "kernel: " in rest or "]: " in rest:
+            ident = _IDENT_AFTER_TS.match(rest)
         if ident is None:
             return "dmesg", rest
         if ident.lastgroup == "kernel":

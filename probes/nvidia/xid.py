@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, NamedTuple, Optional
 
 from hma.contracts.model import Action, Finding, Severity, gpu_component
 
@@ -43,9 +42,8 @@ _RECOVERY_TO_RE = re.compile(r"\bto 0x(?P<to>[0-9a-fA-F]+)")
 _RECOVERY_NO_DRAIN = {0, 5}
 
 
-@dataclass(frozen=True)
-class XidLine:
-    """The parts of one NVRM Xid kernel line."""
+class XidLine(NamedTuple):
+    """The parts of one NVRM Xid kernel line (a tuple: made for every line of an Xid storm)."""
 
     xid: int
     pci: str  # as printed, without the `PCI:` prefix (e.g. 0000:8a:00)
@@ -59,14 +57,28 @@ def parse_xid_line(message: str) -> Optional[XidLine]:
     m = XID_RE.search(message)
     if m is None:
         return None
-    rest = m.group("rest").strip()
-    pid = name = None
-    pm = _PID_NAME_RE.match(rest)
-    if pm:
-        pid = pm.group("pid").strip("'")
-        name = pm.group("name").strip()
-        rest = rest[pm.end() :]
-    return XidLine(int(m.group("xid")), m.group("pci"), rest, pid, name)
+    number, pci, rest = m.group("xid", "pci", "rest")
+    rest = rest.strip()
+    pm = _PID_NAME_RE.match(rest) if rest.startswith("pid=") else None
+    if pm is None:
+        return XidLine(int(number), pci, rest)
+    pid, name = pm.group("pid", "name")
+    return XidLine(int(number), pci, rest[pm.end() :], pid.strip("'"), name.strip())
+
+
+def parse_xid_fault(message: str) -> Optional[tuple[int, str, Optional[Severity]]]:
+    """(Xid number, PCI id, the severity its text decides (:func:`line_verdict`)) of the Xid line
+    inside ``message``, or None: the fault without the rest of :func:`parse_xid_line` (a storm
+    repeats a few faults, each line needs only this)."""
+    m = XID_RE.search(message)
+    if m is None:
+        return None
+    number, pci = m.group("xid", "pci")
+    xid = int(number)
+    if xid in NVLINK5_XIDS or xid == RECOVERY_XID:
+        line = parse_xid_line(message)
+        return xid, pci, line_verdict(line)[0] if line is not None else None
+    return xid, pci, None
 
 
 @functools.lru_cache(maxsize=1)
@@ -87,6 +99,7 @@ def catalogued_xids() -> frozenset[int]:
     return frozenset(_catalogued())
 
 
+@functools.lru_cache(maxsize=1024)
 def xid_code(xid: int) -> str:
     """``GPU_XID_<n>`` for a catalogued Xid, else ``GPU_XID_OTHER``."""
     return f"{PREFIX}{xid}" if xid in _catalogued() else OTHER
@@ -118,46 +131,67 @@ def xid_finding(
     reader (``kernel_log``, ``nvml``) and becomes the finding's probe. Severity and action stay
     None (catalogue values) unless the line itself decides them (NVLink5 Nonfatal, Xid 154).
     """
-    code = xid_code(xid)
+    details = {"xid": xid, "pci": pci, **(evidence or {})}
+    return _finding(xid, pci, details, source, ts, severity, action, text)
+
+
+def line_finding(line: XidLine, evidence: Mapping[str, Any], source: str, ts: float) -> Finding:
+    """``xid_finding`` for a parsed kernel line, decoding what the line adds to the number."""
+    details: dict[str, Any] = {"xid": line.xid, "pci": line.pci, **evidence}
+    if line.pid is not None:
+        details["pid"] = line.pid
+    if line.name is not None:
+        details["process"] = line.name
+    severity, action, decoded = line_verdict(line)
+    details.update(decoded)
+    return _finding(line.xid, line.pci, details, source, ts, severity, action, line.text[:300])
+
+
+def line_verdict(
+    line: XidLine,
+) -> tuple[Optional[Severity], Optional[Action], dict[str, Any]]:
+    """(severity, action, details) that the line's text decides beyond its Xid number (NVLink5
+    Nonfatal, Xid 154's recovery action); None, None (catalogue values) for the others."""
+    if line.xid in NVLINK5_XIDS:
+        m = _NVLINK5_RE.match(line.text)
+        if m:
+            details = {
+                "nvlink_unit": m.group("unit"),
+                "nvlink_fatal": m.group("fatal") == "Fatal",
+                "nvlink_link": int(m.group("link")),
+            }
+            if m.group("fatal") == "Nonfatal":
+                return Severity.WARNING, Action.NONE, details
+            return None, None, details
+    elif line.xid == RECOVERY_XID:
+        m = _RECOVERY_TO_RE.search(line.text)
+        if m:
+            to = int(m.group("to"), 16)
+            if to not in _RECOVERY_NO_DRAIN:
+                return Severity.CRITICAL, Action.REBOOT, {"recovery_action": to}
+            return None, None, {"recovery_action": to}
+    return None, None, {}
+
+
+def _finding(
+    xid: int,
+    pci: str,
+    details: dict[str, Any],
+    source: str,
+    ts: float,
+    severity: Optional[Severity],
+    action: Optional[Action],
+    text: str,
+) -> Finding:
+    """The finding of :func:`xid_finding`, its details (xid, pci, evidence) made by the caller."""
     component = component_of(pci)
-    details: dict[str, Any] = {"xid": xid, "pci": pci}
-    details.update(evidence or {})
     if source:
         details["source"] = source
     where = component if component != "node" else f"PCI {pci}"
     label = text or _catalogued().get(xid, "not in the Xid catalogue")
     message = f"Xid {xid} on {where}: {label}"
-    return Finding(code, component, message[:400], details, severity, action, probe=source, ts=ts)
-
-
-def line_finding(line: XidLine, evidence: Mapping[str, Any], source: str, ts: float) -> Finding:
-    """``xid_finding`` for a parsed kernel line, decoding what the line adds to the number."""
-    details: dict[str, Any] = dict(evidence)
-    if line.pid is not None:
-        details["pid"] = line.pid
-    if line.name is not None:
-        details["process"] = line.name
-    severity: Optional[Severity] = None
-    action: Optional[Action] = None
-    if line.xid in NVLINK5_XIDS:
-        m = _NVLINK5_RE.match(line.text)
-        if m:
-            details.update(
-                nvlink_unit=m.group("unit"),
-                nvlink_fatal=m.group("fatal") == "Fatal",
-                nvlink_link=int(m.group("link")),
-            )
-            if m.group("fatal") == "Nonfatal":
-                severity, action = Severity.WARNING, Action.NONE
-    elif line.xid == RECOVERY_XID:
-        m = _RECOVERY_TO_RE.search(line.text)
-        if m:
-            to = int(m.group("to"), 16)
-            details["recovery_action"] = to
-            if to not in _RECOVERY_NO_DRAIN:
-                severity, action = Severity.CRITICAL, Action.REBOOT
-    return xid_finding(
-        line.xid, line.pci, details, source, ts, severity, action, text=line.text[:300]
+    return Finding(
+        xid_code(xid), component, message[:400], details, severity, action, probe=source, ts=ts
     )
 
 

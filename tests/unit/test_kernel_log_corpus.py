@@ -96,3 +96,25 @@ def test_a_cleared_fault_is_reported_cleared() -> None:
     assert doc["severity"] == "warning"
     text = logscan.render_text(doc)
     assert "cleared at " in text and "nfs: server 10.66.16.116 OK" in text
+
+
+@pytest.mark.parametrize("path", FAULTS, ids=lambda p: p.name)
+def test_the_fault_a_match_names_is_its_findings(path: Path) -> None:
+    # `hma logscan` counts a repeat by the match's (code, component, severity) without building
+    # its finding: they must be the finding's own
+    matcher = RULES.matcher("t")
+    matched = 0
+    for line in path.read_text(encoding="utf-8").splitlines():
+        message = saved_line(line)[1]
+        match = matcher.match(message) if message is not None else None
+        if match is None:
+            continue
+        finding = match.finding({"file": "f"})
+        assert (match.code, match.component, match.severity) == (
+            finding.code,
+            finding.component,
+            finding.severity,
+        )
+        assert finding.details["file"] == "f"
+        matched += 1
+    assert matched >= len(EXPECTED.get(path.name, {}))

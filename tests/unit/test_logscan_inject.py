@@ -297,3 +297,20 @@ def test_inject_cli_parses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     argv = ["inject", "xid", "--gpu", "0000:3b:00.0", "--xid", "13", "--kmsg", str(target)]
     assert cli.main(argv) == 2  # no confirmation flag
     assert cli.main([*argv, "--yes-really-drain"]) == (0 if os.geteuid() == 0 else 2)
+
+
+def test_a_look_back_rule_sees_the_lines_before_it_past_other_candidates(tmp_path: Path) -> None:
+    # the Xid line in between is matched without its context (no rule of it looks back); the
+    # fallen-off-the-bus line still finds its GPU two lines up
+    log = tmp_path / "kern.log"
+    log.write_text(
+        "[ 1.000000] NVRM: The NVIDIA GPU 0000:b3:00.0\n"
+        "[ 1.000001] NVRM: Xid (PCI:0000:01:00): 13, pid=1, name=x, Graphics Exception\n"
+        "[ 1.000002] NVRM: fallen off the bus and is not responding to commands.\n"
+    )
+    hits, errors = logscan_mod.scan([str(log)], RuleSet.load(None))
+    got = {(h.finding.code, h.finding.component) for h in hits}
+    assert errors == [] and got == {
+        ("GPU_XID_13", "gpu:0000:01:00"),
+        ("GPU_FALLEN_OFF_BUS", "gpu:0000:b3:00"),
+    }

@@ -61,6 +61,7 @@ _RULE_KEYS = {
     "clears",
 }
 MAX_STORM_KEYS = 4096  # (rule, component) pairs whose recent matches are remembered
+MAX_NEEDLE_SETS = 1024  # sets of needles found together whose candidate rules are remembered
 
 
 class RulesError(ValueError):
@@ -299,6 +300,15 @@ class RuleSet:
         if dupes:
             raise RulesError([f"rule name(s) used twice: {', '.join(dupes)}"])
         self.history = max((r.before_lines for r in self.rules), default=0)
+        # the needles of the rules that look back (``before``): a caller that skips lines sets
+        # the context (Matcher.lazy_context) only for a message holding one of them (None: such
+        # a rule has no needle, any message may need it)
+        looking_back = [r for r in self.rules if r.before is not None]
+        self.look_back: Optional[frozenset[str]] = frozenset(
+            n for r in looking_back for n in r.needles
+        )
+        if not all(r.needles for r in looking_back):
+            self.look_back = None
         # the literal prefilter: a message without any of these matches no rule (None: a rule
         # without a literal, every message goes through the regular expressions)
         self.needles: Optional[tuple[str, ...]] = None
@@ -340,6 +350,32 @@ class RuleSet:
         return Matcher(self, source)
 
 
+class Match:
+    """What the first matching rule makes of one message: the fault (``code``, ``component``,
+    ``severity``, as its finding carries them), and :meth:`finding`, which builds the finding
+    only when asked (``hma logscan`` counts repeats of a fault it holds without building one)."""
+
+    __slots__ = ("code", "component", "severity", "_build", "_args")
+
+    def __init__(
+        self,
+        code: str,
+        component: str,
+        severity: Optional[Severity],
+        build: Callable[..., Finding],
+        args: tuple[Any, ...],
+    ) -> None:
+        self.code = code
+        self.component = component
+        self.severity = severity
+        self._build = build  # build(*args, evidence, ts)
+        self._args = args
+
+    def finding(self, evidence: Optional[Mapping[str, Any]] = None, ts: float = 0.0) -> Finding:
+        """The finding, ``evidence`` in its details (after the line and the rule's name)."""
+        return self._build(*self._args, evidence or {}, ts)
+
+
 class _Groups(dict[str, str]):
     def __missing__(self, key: str) -> str:
         return "?"
@@ -354,6 +390,12 @@ class Matcher:
         self._all_needles = ruleset.all_needles
         self._by_needle = ruleset.by_needle
         self._always = ruleset.always
+        # the needles found in a message -> the rules (positions, in order) to try
+        self._candidates: dict[tuple[str, ...], tuple[int, ...]] = {}
+        # each rule's component templates with the fields they need (not parsed per line)
+        self._components = [
+            tuple((t, frozenset(_fields(t))) for t in rule.component) for rule in self.rules
+        ]
         self.source = source
         self._recent: collections.deque[str] = collections.deque(maxlen=max(ruleset.history, 1))
         self._pending: Optional[Callable[[], Sequence[str]]] = None
@@ -368,7 +410,18 @@ class Matcher:
         at: Union[None, float, Callable[[], Optional[float]]] = None,
         needles: Optional[Sequence[str]] = None,
     ) -> Optional[Finding]:
-        """The finding of the first rule that matches ``message``, or None.
+        """The finding of the first rule that matches ``message``, or None (:meth:`match`);
+        ``evidence`` goes into its details."""
+        match = self.match(message, at, needles)
+        return None if match is None else match.finding(evidence, ts)
+
+    def match(
+        self,
+        message: str,
+        at: Union[None, float, Callable[[], Optional[float]]] = None,
+        needles: Optional[Sequence[str]] = None,
+    ) -> Optional[Match]:
+        """The fault that the first rule matching ``message`` raises, or None.
 
         ``needles``: the rules' needles the caller already found in the line the message comes
         from (``hma logscan`` finds them in whole blocks), which saves looking for them again;
@@ -382,19 +435,18 @@ class Matcher:
         if len(message) > MAX_MESSAGE:
             message = message[:MAX_MESSAGE]
         try:
-            if needles is None:
-                found = [n for n in self._all_needles if n in message]
-            else:
-                found = list(needles)
+            found = [n for n in self._all_needles if n in message] if needles is None else needles
             if not found and not self._always:
                 return None  # the common case: literal checks only, no regular expression
-            if len(found) == 1 and not self._always:
-                candidates: Sequence[int] = self._by_needle[found[0]]
-            else:
-                candidates = sorted(
-                    {*self._always, *(i for n in found for i in self._by_needle[n])}
+            key = tuple(found)
+            candidates = self._candidates.get(key)
+            if candidates is None:
+                if len(self._candidates) >= MAX_NEEDLE_SETS:
+                    self._candidates.clear()
+                candidates = self._candidates[key] = tuple(
+                    sorted({*self._always, *(i for n in found for i in self._by_needle[n])})
                 )
-            return self._match(message, ts, evidence or {}, at, candidates)
+            return self._match(message, at, candidates)
         finally:
             if self._pending is not None:  # not needed: the lines before are unknown here
                 self._pending = None
@@ -414,50 +466,70 @@ class Matcher:
     def _match(
         self,
         message: str,
-        ts: float,
-        evidence: Mapping[str, Any],
         at: Union[None, float, Callable[[], Optional[float]]],
         candidates: Sequence[int],
-    ) -> Optional[Finding]:
+    ) -> Optional[Match]:
         """The first of the ``candidates`` rules (positions, in rule order) that matches."""
         for i in candidates:
             rule = self.rules[i]
             if rule.kind == "xid":  # its pattern is the Xid parser's: parse once
-                line = xid.parse_xid_line(message)
-                if line is None:
+                fault = xid.parse_xid_fault(message)
+                if fault is None:
                     continue
-                details = {"line": message[:1000], "rule": rule.name, **evidence}
-                finding = xid.line_finding(line, details, self.source, ts)
-                return _override(finding, rule)
+                number, pci, severity = fault
+                severity = rule.severity or severity  # as _override decides
+                code, component = xid.xid_code(number), xid.component_of(pci)
+                return Match(code, component, severity, self._xid_finding, (rule, message))
             m = rule.pattern.search(message)
             if m is None:
                 continue
-            details = {"line": message[:1000], "rule": rule.name, **evidence}
-            groups = {k: v for k, v in m.groupdict().items() if v is not None}
-            if rule.before is not None:
-                missing = set(rule.before.groupindex) - set(groups)
-                if missing:
-                    groups.update(self._look_back(rule))
+            groups = m.groupdict()
+            if None in groups.values():
+                groups = {k: v for k, v in groups.items() if v is not None}
+            if rule.before is not None and not groups.keys() >= rule.before.groupindex.keys():
+                groups.update(self._look_back(rule))
             if "pci" in groups:
                 groups["gpu"] = xid.component_of(groups["pci"])
-            component = _component(rule.component, groups)
+            component = _component(self._components[i], groups)
             if rule.count > 1 and not self._storm(rule, component, at):
                 return None  # one more match counted; not (yet) a storm
-            message_text = rule.message.format_map(_Groups(groups)) if rule.message else message
-            details.update({k: v for k, v in groups.items() if k != "gpu"})
-            if rule.count > 1:
-                details.update(storm_count=rule.count, storm_window_s=rule.window_s)
-            return Finding(
-                rule.code,
-                component,
-                message_text[:400],
-                details,
-                Severity.OK if rule.clears else rule.severity,
-                Action.NONE if rule.clears else rule.action,
-                probe=self.source,
-                ts=ts,
-            )
+            severity = Severity.OK if rule.clears else rule.severity
+            args = (rule, message, groups, component)
+            return Match(rule.code, component, severity, self._finding, args)
         return None
+
+    def _xid_finding(
+        self, rule: Rule, message: str, evidence: Mapping[str, Any], ts: float
+    ) -> Finding:
+        line = xid.parse_xid_line(message)
+        assert line is not None  # parse_xid_fault found it
+        details = {"line": message[:1000], "rule": rule.name, **evidence}
+        return _override(xid.line_finding(line, details, self.source, ts), rule)
+
+    def _finding(
+        self,
+        rule: Rule,
+        message: str,
+        groups: dict[str, str],
+        component: str,
+        evidence: Mapping[str, Any],
+        ts: float,
+    ) -> Finding:
+        details = {"line": message[:1000], "rule": rule.name, **evidence, **groups}
+        details.pop("gpu", None)  # derived from pci, not evidence
+        if rule.count > 1:
+            details.update(storm_count=rule.count, storm_window_s=rule.window_s)
+        message_text = rule.message.format_map(_Groups(groups)) if rule.message else message
+        return Finding(
+            rule.code,
+            component,
+            message_text[:400],
+            details,
+            Severity.OK if rule.clears else rule.severity,
+            Action.NONE if rule.clears else rule.action,
+            probe=self.source,
+            ts=ts,
+        )
 
     def _storm(
         self, rule: Rule, component: str, at: Union[None, float, Callable[[], Optional[float]]]
@@ -501,8 +573,9 @@ def _override(finding: Finding, rule: Rule) -> Finding:
     )
 
 
-def _component(templates: Sequence[str], groups: Mapping[str, str]) -> str:
-    for template in templates:
-        if all(f in groups for f in _fields(template)):
+def _component(templates: Sequence[tuple[str, frozenset[str]]], groups: dict[str, str]) -> str:
+    """The first component template (with its fields) whose fields all matched, filled in."""
+    for template, fields in templates:
+        if fields <= groups.keys():
             return template.format_map(groups)
     return "node"
