@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -85,6 +86,26 @@ def free_ports(count: int) -> list[int]:
         for s in socks:
             s.close()
     return ports
+
+
+def free_port_block(count: int) -> int:
+    """The first of ``count`` consecutive ports free on 127.0.0.1, below the kernel's ephemeral
+    range (net.ipv4.ip_local_port_range), so no client connection can be holding one of them."""
+    low, _ = (int(v) for v in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    for base in random.sample(range(20000, low - count), 200):
+        socks = []
+        try:
+            for port in range(base, base + count):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError(f"no {count} consecutive free ports below {low}")
 
 
 def _cmdline(pid: int) -> str:

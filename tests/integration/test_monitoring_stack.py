@@ -17,7 +17,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,7 +28,7 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from tests.integration.remediation_helpers import write_config
-from tests.slurmcluster import SlurmCluster, available
+from tests.slurmcluster import SlurmCluster, available, free_ports
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -121,13 +120,6 @@ def test_dashboard_shape() -> None:
 # --- the live stack ----------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    """A loopback TCP port free now (the server that takes it is checked to have started)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def get(url: str) -> Any:
     with urllib.request.urlopen(url, timeout=10) as resp:  # noqa: S310 - loopback only
         body = resp.read().decode()
@@ -160,8 +152,8 @@ class Stack:
     def __init__(self, base: Path) -> None:
         self.base = base
         self.procs: list[subprocess.Popen] = []
-        self.instance = f"127.0.0.1:{free_port()}"
-        self.url = f"http://127.0.0.1:{free_port()}"
+        self.instance = f"127.0.0.1:{free_ports(1)[0]}"
+        self.url = f"http://127.0.0.1:{free_ports(1)[0]}"
 
     def run(self, textfile_dir: Path, rules: Path) -> None:
         """Start node_exporter over ``textfile_dir`` and Prometheus with ``rules``; wait until

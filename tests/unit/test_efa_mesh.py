@@ -25,6 +25,7 @@ from hma.probes.efa.mesh import (
     screen_index,
     tournament_rounds,
 )
+from tests.slurmcluster import free_port_block
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -215,13 +216,13 @@ def test_real_fi_pingpong_on_loopback(tmp_path: Path) -> None:
         iterations=5,
         size=64,
         pair_timeout=10.0,
-        base_port=47900,
+        base_port=free_port_block(3),
         full_interval=0.0,
         lock_file=str(tmp_path / "lock"),
     )
     assert PROBE.applies(ctx) is None
     snap = PROBE.collect(ctx)
-    assert [p["status"] for p in snap["tournament"]] == ["ok"] * 3, snap
+    assert [p["status"] for p in snap["tournament"]] == ["ok"] * 3, snap["tournament"]
     assert all(p["latency_us"] > 0 for p in snap["tournament"])
     assert PROBE.evaluate(snap, ctx) == []
     # a second run while the lock is held reports it instead of overlapping
