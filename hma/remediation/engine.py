@@ -528,8 +528,8 @@ class Remediator:
 
     def _attempt(self, row: Row) -> None:
         self.outbox.attempting(row.id, self.clock())
-        window = self.store.maintenance()  # `hma maintenance on`: decided and alerted, not done
         try:
+            window = self.store.maintenance()  # `hma maintenance on`: decided and alerted, not done
             if window is not None and window.active(self.clock()):
                 outcome, note = "held", f"maintenance: hma maintenance on, {window.describe()}"
             else:
