@@ -26,6 +26,7 @@ from hma.contracts.model import Action, Severity
 from hma.contracts.probe import NodeFacts
 from hma.detection.registry import discover
 from hma.detection.setup import Setup
+from hma.health import history, maintenance_mode
 from hma.health.model import Verdict
 from hma.health.store import Store
 from hma.remediation import options as options_mod
@@ -273,8 +274,16 @@ class Remediator:
                     "note": why,
                 }
             )
-            self.store.add_history(
-                now, "reset", code or "", component or "", "ok", note, {"reason": why}, who
+            history.add(
+                self.store,
+                now,
+                "reset",
+                code or "",
+                component or "",
+                "ok",
+                note,
+                {"reason": why},
+                who,
             )
         self._wake.set()
         return {
@@ -529,7 +538,8 @@ class Remediator:
     def _attempt(self, row: Row) -> None:
         self.outbox.attempting(row.id, self.clock())
         try:
-            window = self.store.maintenance()  # `hma maintenance on`: decided and alerted, not done
+            # `hma maintenance on`: decided and alerted, not done
+            window = maintenance_mode.load(self.store)
             if window is not None and window.active(self.clock()):
                 outcome, note = "held", f"maintenance: hma maintenance on, {window.describe()}"
             else:
