@@ -86,6 +86,11 @@ def reset_codes(setup: Setup) -> frozenset[str]:
     return frozenset(e.code for e in setup.catalogue if e.reset_gpu)
 
 
+def scheduler_codes(setup: Setup) -> frozenset[str]:
+    """The catalogue's codes of drains the scheduler made itself (``scheduler = true``)."""
+    return frozenset(e.code for e in setup.catalogue if e.scheduler)
+
+
 @dataclass(frozen=True)
 class Known:
     """What the engine knows of its node at one moment. Replaced whole under the engine's lock,
@@ -137,8 +142,8 @@ class Remediator:
         self.procfs = str(setup.config.section("paths")["procfs"])
         self.store = store
         self.clock = clock
-        self.rec = options_mod.Recovery.of(section)
-        self.policy = Policy.of(section, reset_codes(setup))
+        self.rec = options_mod.Recovery.of(section, scheduler_codes(setup))
+        self.policy = Policy.of(section, reset_codes(setup), scheduler_codes(setup))
         self.backend = backend or make_backend(setup.config)
         self.enabled = self.backend.enabled
         self._lock = threading.Lock()  # taken to replace ``_known`` and to queue alerts

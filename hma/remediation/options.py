@@ -133,7 +133,8 @@ RECOVERY: dict[str, Option] = {
 @dataclass(frozen=True)
 class Recovery:
     """The ``[recovery]`` keys the engine, the actions and the breaker read, typed (``RECOVERY``
-    declares and documents them; the planner's are ``planner.Policy``)."""
+    declares and documents them; the planner's are ``planner.Policy``); ``scheduler_codes``: the
+    catalogue's codes of drains the scheduler made itself (``scheduler = true``)."""
 
     policy: str
     dry_run: bool
@@ -155,9 +156,12 @@ class Recovery:
     gpu_reset_timeout: float
     max_remediations: int
     remediation_window: float
+    scheduler_codes: frozenset[str] = frozenset()
 
     @classmethod
-    def of(cls, section: Mapping[str, Any]) -> Recovery:
+    def of(
+        cls, section: Mapping[str, Any], scheduler_codes: frozenset[str] = frozenset()
+    ) -> Recovery:
         """From the section's (validated) values."""
         max_nodes = section["max_drained_nodes"]
         return cls(
@@ -181,6 +185,7 @@ class Recovery:
             gpu_reset_timeout=float(section["gpu_reset_timeout"]),
             max_remediations=int(section["max_remediations"]),
             remediation_window=float(section["remediation_window"]),
+            scheduler_codes=scheduler_codes,
         )
 
     def mode(self, kind: str) -> str:
