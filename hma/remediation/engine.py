@@ -332,7 +332,7 @@ class Remediator:
                 "enabled": self.enabled,
                 "node": known.node_name,
                 "state": node.label_text if node is not None else "unknown",
-                "slurm": {
+                self.backend.name: {
                     "reachable": known.facts_ok,
                     "error": known.facts_error,
                     "state": node.label_text if node is not None else None,
@@ -629,11 +629,7 @@ class Remediator:
             log.warning("cannot publish the domain of %s: %s", node.name, exc)
             return
         if new is not None:
-            written = (
-                replace(node, comment=new)
-                if self.backend.label_field == "comment"
-                else replace(node, extra=new)
-            )
+            written = node.with_field(self.backend.label_field, new)
             with self._lock:
                 if self._known.node is node:
                     self._known = replace(self._known, node=written)
