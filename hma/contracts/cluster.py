@@ -168,7 +168,7 @@ class NodeState:
         return text
 
     def field(self, name: str) -> str:
-        """The label field's text (``extra`` or ``comment``)."""
+        """The label field's text (``extra`` or ``comment``; ``extra`` when unnamed)."""
         return self.comment if name == "comment" else self.extra
 
     def with_field(self, name: str, text: str) -> NodeState:
