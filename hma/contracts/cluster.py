@@ -221,6 +221,7 @@ class Backend(abc.ABC):
     # carry the label), ``reboot_mode`` and ``replace_mode`` (its modes besides ``command``,
     # the hook, and ``drain_only``); remediation reads their values
     recovery: ClassVar[Mapping[str, Option]] = {}
+    no_node: ClassVar[str] = "this host matches no node of the cluster"  # find_node_name: None
 
     def __init__(self, options: Mapping[str, Any], label_field: str) -> None:
         self.config = options

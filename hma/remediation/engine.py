@@ -643,7 +643,7 @@ class Remediator:
         try:
             name = self._known.node_name or self.backend.find_node_name()
             if name is None:
-                raise BackendError("this host matches no NodeHostname/NodeName in Slurm")
+                raise BackendError(self.backend.no_node)
             node = self.backend.node(name)
         except BackendError as exc:
             return self._facts_failed(exc)

@@ -102,6 +102,7 @@ class SlurmBackend(Backend, Reboots, Replaces, SetsDown, TakesSpares, RequeuesJo
     name = "slurm"
     options = OPTIONS
     recovery = RECOVERY
+    no_node = "this host matches no NodeHostname/NodeName in Slurm"
 
     def __init__(
         self, options: Mapping[str, Any], label_field: str, client: Optional[SlurmClient] = None
