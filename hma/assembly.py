@@ -85,7 +85,12 @@ def schema_for(
                 [*backends, *(b.name for b in broken if b.kind == "backend")], DEFAULT_BACKEND
             ),
             "recovery": remediation_options.recovery_options(
-                [cls.recovery for _name, cls in sorted(backends.items())]
+                [  # the default backend's defaults first
+                    cls.recovery
+                    for _name, cls in sorted(
+                        backends.items(), key=lambda item: (item[0] != DEFAULT_BACKEND, item[0])
+                    )
+                ]
             ),
             **{name: dict(cls.options) for name, cls in sorted(backends.items())},
         },

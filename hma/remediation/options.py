@@ -114,8 +114,9 @@ RECOVERY: dict[str, Option] = {
 @dataclass(frozen=True)
 class Recovery:
     """The ``[recovery]`` keys the engine, the actions and the breaker read, typed (``RECOVERY``
-    declares and documents them; the planner's are ``planner.Policy``); ``scheduler_codes``: the
-    catalogue's codes of drains the scheduler made itself (``scheduler = true``)."""
+    and the backends' ``recovery`` declare and document them; the planner's are
+    ``planner.Policy``); ``scheduler_codes``: the catalogue's codes of drains the scheduler made
+    itself (``scheduler = true``)."""
 
     policy: str
     dry_run: bool
