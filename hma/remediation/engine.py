@@ -87,6 +87,11 @@ def reset_codes(setup: Setup) -> frozenset[str]:
     return frozenset(e.code for e in setup.catalogue if e.reset_gpu)
 
 
+def scheduler_codes(setup: Setup) -> frozenset[str]:
+    """The catalogue's codes of drains the scheduler made itself (``scheduler = true``)."""
+    return frozenset(e.code for e in setup.catalogue if e.scheduler)
+
+
 @dataclass(frozen=True)
 class Known:
     """What the engine knows of its node at one moment. Replaced whole under the engine's lock,
@@ -138,8 +143,8 @@ class Remediator:
         self.procfs = str(setup.config.section("paths")["procfs"])
         self.store = store
         self.clock = clock
-        self.rec = options_mod.Recovery.of(section)
-        self.policy = Policy.of(section, reset_codes(setup))
+        self.rec = options_mod.Recovery.of(section, scheduler_codes(setup))
+        self.policy = Policy.of(section, reset_codes(setup), scheduler_codes(setup))
         self.backend = backend or make_backend(setup.config)
         self.enabled = self.backend.enabled
         self._lock = threading.Lock()  # taken to replace ``_known`` and to queue alerts
@@ -336,7 +341,7 @@ class Remediator:
                 "enabled": self.enabled,
                 "node": known.node_name,
                 "state": node.label_text if node is not None else "unknown",
-                "slurm": {
+                self.backend.name: {
                     "reachable": known.facts_ok,
                     "error": known.facts_error,
                     "state": node.label_text if node is not None else None,
@@ -634,11 +639,7 @@ class Remediator:
             log.warning("cannot publish the domain of %s: %s", node.name, exc)
             return
         if new is not None:
-            written = (
-                replace(node, comment=new)
-                if self.backend.label_field == "comment"
-                else replace(node, extra=new)
-            )
+            written = node.with_field(self.backend.label_field, new)
             with self._lock:
                 if self._known.node is node:
                     self._known = replace(self._known, node=written)
@@ -652,7 +653,7 @@ class Remediator:
         try:
             name = self._known.node_name or self.backend.find_node_name()
             if name is None:
-                raise BackendError("this host matches no NodeHostname/NodeName in Slurm")
+                raise BackendError(self.backend.no_node)
             node = self.backend.node(name)
         except BackendError as exc:
             return self._facts_failed(exc)
