@@ -16,6 +16,7 @@ import re
 from typing import Any, Mapping, NamedTuple, Optional
 
 from hma.contracts.model import Action, Finding, Severity, gpu_component
+from hma.probes.kernel_log import decoders, dedup
 
 OTHER = "GPU_XID_OTHER"
 PREFIX = "GPU_XID_"
@@ -40,6 +41,7 @@ RECOVERY_XID = 154
 # GPU reset or a reboot.
 _RECOVERY_TO_RE = re.compile(r"\bto 0x(?P<to>[0-9a-fA-F]+)")
 _RECOVERY_NO_DRAIN = {0, 5}
+TELL_APART = {OTHER: "xid"}  # Xids outside the catalogue share a code: their numbers differ
 
 
 class XidLine(NamedTuple):
@@ -103,16 +105,6 @@ def catalogued_xids() -> frozenset[int]:
 def xid_code(xid: int) -> str:
     """``GPU_XID_<n>`` for a catalogued Xid, else ``GPU_XID_OTHER``."""
     return f"{PREFIX}{xid}" if xid in _catalogued() else OTHER
-
-
-@functools.lru_cache(maxsize=4096)
-def component_of(pci: str) -> str:
-    """GPU component key of a PCI id as printed by the driver or NVML; ``node`` if unreadable
-    (cached: a storm of Xid lines names the same few GPUs)."""
-    try:
-        return gpu_component(pci)
-    except (ValueError, IndexError):
-        return "node"
 
 
 def xid_finding(
@@ -184,7 +176,7 @@ def _finding(
     text: str,
 ) -> Finding:
     """The finding of :func:`xid_finding`, its details (xid, pci, evidence) made by the caller."""
-    component = component_of(pci)
+    component = decoders.component_of(pci)
     if source:
         details["source"] = source
     where = component if component != "node" else f"PCI {pci}"
@@ -202,34 +194,40 @@ def format_xid_line(pci: str, xid: int, text: str, pid: str = "'<unknown>'") -> 
     return f"NVRM: Xid (PCI:{domain}:{bus}:{dev}): {xid}, pid={pid}, name=<unknown>, {text}"
 
 
-class Dedup:
-    """Repeats of one (component, code, severity) within ``window_s`` are one event with a count.
-
-    The first sighting passes at once; repeats inside the window are counted and held back; the
-    next sighting after the window passes with ``details["count"]`` = sightings it stands for.
-    A storm of one Xid thus costs one health-model update per window, not one per line.
-    """
+class Dedup(dedup.Dedup):
+    """De-duplication of Xid findings: Xids outside the catalogue (``GPU_XID_OTHER``) are counted
+    apart by number."""
 
     def __init__(self, window_s: float = 10.0) -> None:
-        self.window_s = window_s
-        self._open: dict[tuple[str, str, str], tuple[float, int]] = {}  # key -> (opened, held)
+        super().__init__(window_s, TELL_APART)
 
-    def admit(self, finding: Finding, now: float) -> Optional[Finding]:
-        """The finding to emit now (with its count), or None when it is a held-back repeat."""
-        number = finding.details.get("xid") if finding.code == OTHER else None
-        key = (finding.component, finding.code, f"{finding.severity}/{number}")
-        opened = self._open.get(key)
-        if opened is not None and now - opened[0] < self.window_s:
-            self._open[key] = (opened[0], opened[1] + 1)
+
+class XidDecoder(decoders.Decoder):
+    """The ``xid`` decoder of kernel-log rules (entry point ``hma.kernel_log.decoders``): NVRM
+    Xid lines to ``GPU_XID_*`` findings, as :func:`line_finding` builds them."""
+
+    pattern = XID_RE.pattern
+    code = OTHER
+    tell_apart = TELL_APART
+
+    def codes(self) -> set[str]:
+        """Every ``GPU_XID_`` code."""
+        return {xid_code(n) for n in catalogued_xids()} | {OTHER}
+
+    def prepare(self) -> None:
+        """Read the Xid catalogue now (14-28 ms, docs/scale.md)."""
+        catalogued_xids()
+
+    def fault(self, message: str) -> Optional[tuple[str, str, Optional[Severity]]]:
+        """(code, component, severity) of the Xid line in ``message`` (:func:`parse_xid_fault`)."""
+        fault = parse_xid_fault(message)
+        if fault is None:
             return None
-        held = opened[1] if opened is not None else 0
-        self._open[key] = (now, 0)
-        if len(self._open) > 4096:  # bounded memory under a storm of distinct keys
-            cutoff = now - self.window_s
-            self._open = {k: v for k, v in self._open.items() if v[0] >= cutoff}
-        return finding.with_(details={**finding.details, "count": held + 1})
+        number, pci, severity = fault
+        return xid_code(number), decoders.component_of(pci), severity
 
-    def forget(self, component: str, code: str) -> None:
-        """Drop the open windows of (component, code): the fault was cleared, so its next
-        sighting is news, not a repeat."""
-        self._open = {k: v for k, v in self._open.items() if k[:2] != (component, code)}
+    def finding(self, message: str, details: Mapping[str, Any], source: str, ts: float) -> Finding:
+        """:func:`line_finding` of the Xid line in ``message``."""
+        line = parse_xid_line(message)
+        assert line is not None  # fault() found it
+        return line_finding(line, details, source, ts)
