@@ -424,6 +424,34 @@ def _eval_gpu(
     def add(code: str, message: str, **details: Any) -> None:
         out.append(Finding(code, comp, message, {**base, **details}))
 
+    _eval_memory(gpu, opts, add)
+    _eval_pcie(gpu, opts, prev_snap, add)
+    _eval_nvlink(gpu, prev, opts, elapsed_s, add)
+    clocks = gpu.get("clocks") or {}
+    active = [
+        r
+        for r in ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
+        if clocks.get(r)
+    ]
+    if active:
+        add("GPU_CLOCKS_SLOWDOWN", f"clocks held down by {', '.join(active)}", reasons=active)
+    temp, slow = _num(gpu.get("temp")), _num(gpu.get("temp_slowdown"))
+    if temp is not None and slow is not None and temp >= slow - float(opts["temp_margin_c"]):
+        add(
+            "GPU_TEMP_HIGH",
+            f"{temp:.0f} C at or above the slowdown limit {slow:.0f} C",
+            temp=temp,
+            slowdown=slow,
+        )
+    _eval_fabric(gpu.get("fabric"), add)
+    recovery = _recovery_finding(gpu.get("recovery_action"), comp, base)
+    if recovery is not None:
+        out.append(recovery)
+    return out
+
+
+def _eval_memory(gpu: Mapping[str, Any], opts: Mapping[str, Any], add: Any) -> None:
+    """ECC mode and counts, retired pages (before Ampere), row remapping (Ampere on)."""
     ecc_mode = gpu.get("ecc_mode")
     if isinstance(ecc_mode, Mapping) and ecc_mode.get("current") is False:
         add("GPU_ECC_DISABLED", "ECC is disabled", pending=ecc_mode.get("pending"))
@@ -472,38 +500,22 @@ def _eval_gpu(
         if remap.get("pending"):
             add("GPU_ROW_REMAP_PENDING", "row remapping pending: reset or reboot", **counts)
 
-    _eval_pcie(gpu, opts, prev_snap, add)
-    _eval_nvlink(gpu, prev, opts, elapsed_s, add)
-    clocks = gpu.get("clocks") or {}
-    active = [
-        r
-        for r in ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
-        if clocks.get(r)
-    ]
-    if active:
-        add("GPU_CLOCKS_SLOWDOWN", f"clocks held down by {', '.join(active)}", reasons=active)
-    temp, slow = _num(gpu.get("temp")), _num(gpu.get("temp_slowdown"))
-    if temp is not None and slow is not None and temp >= slow - float(opts["temp_margin_c"]):
-        add(
-            "GPU_TEMP_HIGH",
-            f"{temp:.0f} C at or above the slowdown limit {slow:.0f} C",
-            temp=temp,
-            slowdown=slow,
-        )
-    _eval_fabric(gpu.get("fabric"), add)
-    action = gpu.get("recovery_action")
-    if isinstance(action, int) and action != 0:
-        name = RECOVERY_ACTIONS.get(action, f"unknown ({action})")
-        finding = Finding(
-            "GPU_RECOVERY_ACTION",
-            comp,
-            f"driver asks for recovery action: {name}",
-            {**base, "recovery_action": action, "recovery_action_name": name},
-        )
-        if action in RECOVERY_NO_DRAIN:  # the IMEX domain is recovered without touching GPUs
-            finding = finding.with_(severity=Severity.WARNING, action=Action.NONE)
-        out.append(finding)
-    return out
+
+def _recovery_finding(action: Any, comp: str, base: Mapping[str, Any]) -> Optional[Finding]:
+    """The driver's recovery action (0: none) as a finding; recovering the IMEX domain is a
+    warning without action (it does not touch the GPUs)."""
+    if not isinstance(action, int) or action == 0:
+        return None
+    name = RECOVERY_ACTIONS.get(action, f"unknown ({action})")
+    finding = Finding(
+        "GPU_RECOVERY_ACTION",
+        comp,
+        f"driver asks for recovery action: {name}",
+        {**base, "recovery_action": action, "recovery_action_name": name},
+    )
+    if action in RECOVERY_NO_DRAIN:  # the IMEX domain is recovered without touching GPUs
+        finding = finding.with_(severity=Severity.WARNING, action=Action.NONE)
+    return finding
 
 
 def pcie_key(gpu: Mapping[str, Any]) -> Optional[str]:

@@ -22,8 +22,7 @@ from hma.adapters.files import ReadError, RootReader, running_processes
 from hma.contracts.model import Finding
 from hma.contracts.options import Option, positive
 from hma.contracts.probe import Probe, ProbeContext
-from hma.probes.nvidia import common as rules
-from hma.probes.nvidia import nvml
+from hma.probes.nvidia import common, nvml
 
 NVSWITCH_FM = "nv-fabricmanager"
 NVLINK_COUNTERS = (0, 1, 2, 3)  # DL_REPLAY, DL_RECOVERY, DL_CRC_FLIT, DL_CRC_DATA
@@ -66,18 +65,18 @@ class GpuProbe(Probe):
         "fabricmanager_process": Option(
             "str", NVSWITCH_FM, "Process name of the fabric manager on NVSwitch systems."
         ),
-        **rules.RULE_OPTIONS,
+        **common.RULE_OPTIONS,
     }
 
     def applies(self, ctx: ProbeContext) -> Optional[str]:
-        if rules.expected_count(ctx.options, ctx.instance_type) or rules.pci_gpus(ctx.sysfs):
+        if common.expected_count(ctx.options, ctx.instance_type) or common.pci_gpus(ctx.sysfs):
             return None  # GPUs expected or present: a missing library is a finding
         if nvml.library_missing(ctx.options.get("library")):
             return f"{nvml.MISSING}, no GPUs expected or on the PCI bus"
         return None
 
     def collect(self, ctx: ProbeContext) -> Any:
-        return rules.with_baseline(self._read(ctx), ctx.previous)
+        return common.with_baseline(self._read(ctx), ctx.previous)
 
     def _read(self, ctx: ProbeContext) -> dict[str, Any]:
         stuck = _STATE["stuck"]
@@ -113,10 +112,10 @@ class GpuProbe(Probe):
 
     def evaluate(self, snapshot: Any, ctx: ProbeContext) -> list[Finding]:
         elapsed = ctx.clock() - ctx.previous_ts if ctx.previous_ts else 0.0
-        return rules.evaluate(snapshot, ctx.options, ctx.instance_type, ctx.previous, elapsed)
+        return common.evaluate(snapshot, ctx.options, ctx.instance_type, ctx.previous, elapsed)
 
     def summary(self, snapshot: Any) -> Optional[dict]:
-        return rules.summary(snapshot)
+        return common.summary(snapshot)
 
 
 def _hang_snapshot(deadline: float, still_stuck: bool) -> dict[str, Any]:
@@ -159,9 +158,9 @@ class _Reader:
         try:
             return fn(*args)
         except pynvml.NVMLError as exc:
-            if exc.value in rules.NOT_APPLICABLE:
+            if exc.value in common.NOT_APPLICABLE:
                 return None
-            if exc.value in rules.FATAL_ERRORS:
+            if exc.value in common.FATAL_ERRORS:
                 raise _Fatal(call, exc) from None
             self.record.setdefault("call_errors", {})[call] = str(exc)
             return None
@@ -176,7 +175,7 @@ def read_all(ctx: ProbeContext, progress: dict[str, Any]) -> dict[str, Any]:
         "init_error": None,
         "hang": None,
         "gpus": [],
-        "pci_gpus": rules.pci_gpus(ctx.sysfs),
+        "pci_gpus": common.pci_gpus(ctx.sysfs),
         "nvswitch": False,
         "fabric_manager": None,
     }
@@ -206,7 +205,7 @@ def read_all(ctx: ProbeContext, progress: dict[str, Any]) -> dict[str, Any]:
             pass
     # NVSwitch system: a GPU takes part in a fabric (Hopper+), or NVSwitch bridges are on the PCI
     # bus (HGX A100 reports no fabric state through NVML).
-    snap["nvswitch"] = bool(rules.pci_devices(ctx.sysfs, ("0x0680",))) or any(
+    snap["nvswitch"] = bool(common.pci_devices(ctx.sysfs, ("0x0680",))) or any(
         (g.get("fabric") or {}).get("state") not in (None, 0) for g in snap["gpus"]
     )
     if snap["nvswitch"]:
@@ -236,7 +235,7 @@ def _read_readings(call: _Reader, h: Any, gpu: dict[str, Any]) -> None:
     gpu["name"] = _text(call("nvmlDeviceGetName", pynvml.nvmlDeviceGetName, h))
     gpu["uuid"] = _text(call("nvmlDeviceGetUUID", pynvml.nvmlDeviceGetUUID, h))
     arch = call("nvmlDeviceGetArchitecture", pynvml.nvmlDeviceGetArchitecture, h)
-    gpu["arch"] = rules.ARCH_NAMES.get(arch) if arch is not None else None
+    gpu["arch"] = common.ARCH_NAMES.get(arch) if arch is not None else None
     mode = call("nvmlDeviceGetEccMode", pynvml.nvmlDeviceGetEccMode, h)
     if mode is not None:
         gpu["ecc_mode"] = {"current": mode[0] == 1, "pending": mode[1] == 1}
@@ -257,7 +256,7 @@ def _read_readings(call: _Reader, h: Any, gpu: dict[str, Any]) -> None:
                 )
             gpu["ecc"] = ecc
     arch_name = gpu["arch"]
-    if arch_name is None or arch_name in rules.PRE_AMPERE:
+    if arch_name is None or arch_name in common.PRE_AMPERE:
         pending = call(
             "nvmlDeviceGetRetiredPagesPendingStatus",
             pynvml.nvmlDeviceGetRetiredPagesPendingStatus,
@@ -271,7 +270,7 @@ def _read_readings(call: _Reader, h: Any, gpu: dict[str, Any]) -> None:
                 "dbe": len(dbe) if dbe is not None else None,
                 "pending": pending == 1,
             }
-    if arch_name is None or arch_name not in rules.PRE_AMPERE:
+    if arch_name is None or arch_name not in common.PRE_AMPERE:
         rows = call("nvmlDeviceGetRemappedRows", pynvml.nvmlDeviceGetRemappedRows, h)
         if rows is not None:
             gpu["remap"] = {
@@ -342,11 +341,11 @@ def _nvlink(call: _Reader, h: Any, count: Optional[int]) -> Optional[dict[str, A
             call.progress["call"], call.progress["device"] = "nvmlDeviceGetNvLinkState", call.index
             state = pynvml.nvmlDeviceGetNvLinkState(h, link)
         except pynvml.NVMLError as exc:
-            if exc.value in rules.FATAL_ERRORS:
+            if exc.value in common.FATAL_ERRORS:
                 raise _Fatal("nvmlDeviceGetNvLinkState", exc) from None
             if count is None:  # past the last link (INVALID_ARGUMENT) or no NVLink at all
                 break
-            if exc.value not in rules.NOT_APPLICABLE:
+            if exc.value not in common.NOT_APPLICABLE:
                 call.record.setdefault("call_errors", {})["nvmlDeviceGetNvLinkState"] = str(exc)
             continue
         states[str(link)] = state == 1

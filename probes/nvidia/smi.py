@@ -27,7 +27,7 @@ from hma.adapters.strict import (
 from hma.contracts.model import Finding
 from hma.contracts.options import Option, positive
 from hma.contracts.probe import Probe, ProbeContext
-from hma.probes.nvidia import common as rules
+from hma.probes.nvidia import common
 
 # nvidia-smi exit code -> the NVML error number the rules know (nvidia-smi(1) "RETURN VALUE").
 EXIT_CODES: Mapping[int, int] = {
@@ -77,19 +77,19 @@ class NvidiaSmiProbe(Probe):
             check=positive,
             below="timeout",
         ),
-        **rules.RULE_OPTIONS,
+        **common.RULE_OPTIONS,
     }
 
     def applies(self, ctx: ProbeContext) -> Optional[str]:
         exe = ctx.options["command"][0]
-        if shutil.which(exe) is not None or rules.expected_count(ctx.options, ctx.instance_type):
+        if shutil.which(exe) is not None or common.expected_count(ctx.options, ctx.instance_type):
             return None
-        if rules.pci_gpus(ctx.sysfs):
+        if common.pci_gpus(ctx.sysfs):
             return None  # GPUs on the PCI bus: a missing nvidia-smi is a finding
         return f"{exe} not found, no GPUs expected or on the PCI bus"
 
     def collect(self, ctx: ProbeContext) -> Any:
-        return rules.with_baseline(self._read(ctx), ctx.previous)
+        return common.with_baseline(self._read(ctx), ctx.previous)
 
     def _read(self, ctx: ProbeContext) -> dict[str, Any]:
         argv = list(ctx.options["command"])
@@ -108,14 +108,14 @@ class NvidiaSmiProbe(Probe):
             "stdout": result.stdout,
             "stderr": result.stderr[-4000:],
         }
-        return {**parse_result(raw), "pci_gpus": rules.pci_gpus(ctx.sysfs)}
+        return {**parse_result(raw), "pci_gpus": common.pci_gpus(ctx.sysfs)}
 
     def evaluate(self, snapshot: Any, ctx: ProbeContext) -> list[Finding]:
         elapsed = ctx.clock() - ctx.previous_ts if ctx.previous_ts else 0.0
-        return rules.evaluate(snapshot, ctx.options, ctx.instance_type, ctx.previous, elapsed)
+        return common.evaluate(snapshot, ctx.options, ctx.instance_type, ctx.previous, elapsed)
 
     def summary(self, snapshot: Any) -> Optional[dict]:
-        return rules.summary(snapshot)
+        return common.summary(snapshot)
 
 
 def parse_result(raw: Mapping[str, Any]) -> dict[str, Any]:
@@ -149,7 +149,7 @@ def parse_result(raw: Mapping[str, Any]) -> dict[str, Any]:
         code = EXIT_CODES.get(rc, -rc)
         why = EXIT_TEXT.get(rc, "unexpected exit status")
         message = f"exit status {rc}: {why}"
-        if parsed is None or code in rules.FATAL_ERRORS:
+        if parsed is None or code in common.FATAL_ERRORS:
             snap["init_error"] = {"call": argv, "code": code, "text": message}
         return snap
     if parsed is None and not handle_errors:
