@@ -17,6 +17,7 @@ from typing import Any, Mapping, NamedTuple, Optional
 
 from hma.contracts.model import Action, Finding, Severity, gpu_component
 from hma.probes.kernel_log import decoders, dedup
+from hma.probes.kernel_log.decoders import component_of
 
 OTHER = "GPU_XID_OTHER"
 PREFIX = "GPU_XID_"
@@ -66,21 +67,6 @@ def parse_xid_line(message: str) -> Optional[XidLine]:
         return XidLine(int(number), pci, rest)
     pid, name = pm.group("pid", "name")
     return XidLine(int(number), pci, rest[pm.end() :], pid.strip("'"), name.strip())
-
-
-def parse_xid_fault(message: str) -> Optional[tuple[int, str, Optional[Severity]]]:
-    """(Xid number, PCI id, the severity its text decides (:func:`line_verdict`)) of the Xid line
-    inside ``message``, or None: the fault without the rest of :func:`parse_xid_line` (a storm
-    repeats a few faults, each line needs only this)."""
-    m = XID_RE.search(message)
-    if m is None:
-        return None
-    number, pci = m.group("xid", "pci")
-    xid = int(number)
-    if xid in NVLINK5_XIDS or xid == RECOVERY_XID:
-        line = parse_xid_line(message)
-        return xid, pci, line_verdict(line)[0] if line is not None else None
-    return xid, pci, None
 
 
 @functools.lru_cache(maxsize=1)
@@ -176,7 +162,7 @@ def _finding(
     text: str,
 ) -> Finding:
     """The finding of :func:`xid_finding`, its details (xid, pci, evidence) made by the caller."""
-    component = decoders.component_of(pci)
+    component = component_of(pci)
     if source:
         details["source"] = source
     where = component if component != "node" else f"PCI {pci}"
@@ -219,12 +205,19 @@ class XidDecoder(decoders.Decoder):
         catalogued_xids()
 
     def fault(self, message: str) -> Optional[tuple[str, str, Optional[Severity]]]:
-        """(code, component, severity) of the Xid line in ``message`` (:func:`parse_xid_fault`)."""
-        fault = parse_xid_fault(message)
-        if fault is None:
+        """(code, component, the severity its text decides (:func:`line_verdict`)) of the Xid
+        line inside ``message``, or None: the fault without the rest of :func:`parse_xid_line`
+        (a storm repeats a few faults, each line needs only this)."""
+        m = XID_RE.search(message)
+        if m is None:
             return None
-        number, pci, severity = fault
-        return xid_code(number), decoders.component_of(pci), severity
+        number, pci = m.group("xid", "pci")
+        xid = int(number)
+        severity = None
+        if xid in NVLINK5_XIDS or xid == RECOVERY_XID:
+            line = parse_xid_line(message)
+            severity = line_verdict(line)[0] if line is not None else None
+        return xid_code(xid), component_of(pci), severity
 
     def finding(self, message: str, details: Mapping[str, Any], source: str, ts: float) -> Finding:
         """:func:`line_finding` of the Xid line in ``message``."""

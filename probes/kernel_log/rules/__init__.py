@@ -436,6 +436,8 @@ class Matcher:
         self._components = [
             tuple((t, frozenset(_fields(t))) for t in rule.component) for rule in self.rules
         ]
+        # each rule's decoder (its bound ``fault``), None for a code rule: looked up once
+        self._decode = tuple(None if r.decoder is None else r.decoder.fault for r in self.rules)
         self.source = source
         self._recent: collections.deque[str] = collections.deque(maxlen=max(ruleset.history, 1))
         self._pending: Optional[Callable[[], Sequence[str]]] = None
@@ -512,8 +514,9 @@ class Matcher:
         """The first of the ``candidates`` rules (positions, in rule order) that matches."""
         for i in candidates:
             rule = self.rules[i]
-            if rule.decoder is not None:  # its pattern is the decoder's: decode once
-                fault = rule.decoder.fault(message)
+            decode = self._decode[i]
+            if decode is not None:  # its pattern is the decoder's: decode once
+                fault = decode(message)
                 if fault is None:
                     continue
                 code, component, severity = fault
