@@ -37,7 +37,7 @@ from hma.deepcheck import record as deepcheck_record
 from hma.deepcheck.gate import RecoveryGate
 from hma.detection.devices import DeviceWatcher
 from hma.detection.runner import make_slot, run_probe
-from hma.health import history, maintenance_mode
+from hma.health import history, maintenance_mode, requests
 from hma.health.model import HealthModel
 from hma.health.pipeline import Applied, Pipeline, open_store
 from hma.health.store import RETRY_MIN_S, StateError, Store
@@ -164,6 +164,7 @@ class Daemon:
         self.status_writer = StatusWriter(self.status_path, HEARTBEAT_S)
         self.boot_id = boot_id(self.setup.config.section("paths")["procfs"])
         self.pipeline = Pipeline(self.setup, self.store, self.boot_id, self._alert)
+        self.inbox = requests.Inbox(self.store)
         for note in self.pipeline.dropped:
             log.warning("dropped unreadable state row: %s", note)
         self.started = self.clock()
@@ -546,7 +547,7 @@ class Daemon:
 
     def process_requests(self) -> None:
         """Apply operator requests queued in the state store (``hma ack``)."""
-        for req in self.store.take_requests(self.clock()):
+        for req in self.inbox.take(self.clock()):
             if req["kind"] == "ack":
                 payload = req["payload"]
                 self._ack(payload.get("code", ""), payload.get("component"), req["who"])
