@@ -15,7 +15,6 @@ import os
 import queue
 import random
 import signal
-import socket
 import sys
 import threading
 import time
@@ -43,8 +42,7 @@ from hma.health.pipeline import Applied, Pipeline, open_store
 from hma.health.store import RETRY_MIN_S, StateError, Store
 from hma.remediation.engine import Remediator, reset_alert
 from hma.remediation.planner import VERIFY_PROBE
-from hma.reporters import start_reporters
-from hma.reporters.statusfile import StatusWriter, boot_id, status_path
+from hma.reporters import start_reporters, statusfile
 from hma.topology import domain as topology_domain
 
 log = logging.getLogger("hma")
@@ -160,9 +158,10 @@ class Daemon:
         # from memory: a full or failing disk never stops detection or remediation
         # (hma.health.store)
         self.store = open_store(self.setup, memory=True)
-        self.status_path = status_path(agent["run_dir"])
-        self.status_writer = StatusWriter(self.status_path, HEARTBEAT_S)
-        self.boot_id = boot_id(self.setup.config.section("paths")["procfs"])
+        self.status = statusfile.StatusReporter(
+            statusfile.status_path(agent["run_dir"]), HEARTBEAT_S
+        )
+        self.boot_id = statusfile.boot_id(self.setup.config.section("paths")["procfs"])
         self.pipeline = Pipeline(self.setup, self.store, self.boot_id, self._alert)
         self.inbox = requests.Inbox(self.store)
         for note in self.pipeline.dropped:
@@ -176,7 +175,6 @@ class Daemon:
         self.devices: Optional[DeviceWatcher] = None
         self._last_ping = 0.0
         self._last_prune = 0.0
-        self._status_error = ""
         self._write_failures: dict[str, str] = {}  # path -> error, as last reported
         self._maintenance_active: Optional[bool] = None  # as last logged
 
@@ -361,7 +359,7 @@ class Daemon:
 
     def _loop(self) -> None:
         while not self.stopping.is_set():
-            timeout = min(self._dispatch_due(), self.status_writer.wait(time.monotonic()))
+            timeout = min(self._dispatch_due(), self.status.writer.wait(time.monotonic()))
             try:
                 message: Optional[Message] = self.inputs.get(timeout=timeout)
             except queue.Empty:
@@ -393,7 +391,7 @@ class Daemon:
         arrives as a message, so between probe runs the loop sleeps (issue 14)."""
         now = self.clock()
         waits = [
-            self.status_writer.last_write + HEARTBEAT_S - mono,
+            self.status.writer.last_write + HEARTBEAT_S - mono,
             self._last_prune + PRUNE_EVERY_S - now,
         ]
         if self.notifier.watchdog_s is not None:
@@ -603,8 +601,8 @@ class Daemon:
         if tick.transitions:
             self._react(self.pipeline.apply(tick))
         mono = time.monotonic()
-        heartbeat = mono - self.status_writer.last_write >= HEARTBEAT_S
-        if heartbeat or self.status_writer.wait(mono) <= 0:
+        heartbeat = mono - self.status.writer.last_write >= HEARTBEAT_S
+        if heartbeat or self.status.writer.wait(mono) <= 0:
             self._write_status()
         if now - self._last_prune >= PRUNE_EVERY_S:
             self._last_prune = now
@@ -623,7 +621,7 @@ class Daemon:
         self.store.flush()
         errors = {
             str(self.store.path): self.store.write_error,
-            str(self.status_path): self._status_error,
+            str(self.status.path): self.status.error,
         }
         failures = {path: error for path, error in errors.items() if error}
         if failures.keys() == self._write_failures.keys():
@@ -683,28 +681,17 @@ class Daemon:
 
     # --- status ---------------------------------------------------------------------------------
 
-    def status_doc(self) -> dict[str, Any]:
-        """The status.json document (docs/status.md)."""
+    def snapshot(self) -> statusfile.Snapshot:
+        """The node's state now, for the status reporter (docs/status.md)."""
         now = self.clock()
         verdict = self.model.verdict(now)
         mono = time.monotonic()
         probes = []
         summaries = {}
         for name, state in sorted(self.probes.items()):
-            last = state.last
             summaries[name] = self._summary(name, state)
-            probes.append(
-                {
-                    "name": name,
-                    "status": str(last.status) if last else "pending",
-                    "last_run": last.started if last else None,
-                    "duration_s": round(last.duration_s, 4) if last else None,
-                    "next_run": round(now + max(0.0, state.next_due - mono), 1),
-                    "error": last.error if last else "",
-                    "findings": len(last.findings) if last else 0,
-                    "summary": summaries[name],
-                }
-            )
+            next_run = now + max(0.0, state.next_due - mono)
+            probes.append(statusfile.ProbeStatus(name, state.last, next_run, summaries[name]))
         window = self._watch_maintenance(now)
         faults = [self.model.fault(r) for r in self.model.records()]
         faults.sort(key=lambda f: (not f.active, -f.severity.rank, f.component, f.code))
@@ -714,25 +701,21 @@ class Daemon:
                 remediation = self.remediator.status()
             except Exception as exc:  # noqa: BLE001
                 remediation = {"error": str(exc)}
-        return {
-            "schema": 1,
-            "version": __version__,
-            "node": self.setup.node_name,
-            "hostname": socket.gethostname(),
-            "pid": os.getpid(),
-            "boot_id": self.boot_id,
-            "started": self.started,
-            "generated": now,
-            "heartbeat_s": HEARTBEAT_S,
-            "severity": str(verdict.severity),
-            "action": str(verdict.action),
-            "instance_type": self.setup.instance_type(),
-            "topology": self.topology(summaries),
-            "probes": probes,
-            "faults": [f.to_json() for f in faults],
-            "remediation": remediation,
-            **({"maintenance": window.to_json(now)} if window is not None else {}),
-        }
+        return statusfile.Snapshot(
+            node=self.setup.node_name,
+            boot_id=self.boot_id,
+            started=self.started,
+            generated=now,
+            severity=str(verdict.severity),
+            action=str(verdict.action),
+            active=len(verdict.faults),
+            instance_type=self.setup.instance_type(),
+            topology=self.topology(summaries),
+            probes=tuple(probes),
+            faults=tuple(f.to_json() for f in faults),
+            remediation=remediation,
+            maintenance=window.to_json(now) if window is not None else None,
+        )
 
     def topology(self, summaries: Optional[Mapping[str, Any]] = None) -> dict[str, str]:
         """The node's NVLink domain and where it came from (hma.topology.domain)."""
@@ -752,28 +735,13 @@ class Daemon:
             return {"error": f"{type(exc).__name__}: {exc}"}
 
     def _write_status(self) -> None:
-        """Offer a fresh document: written when it changed (at most a few times a second) or
-        the heartbeat is due; reporters publish what was written."""
-        doc = self.status_doc()
-        try:
-            if not self.status_writer.offer(doc, time.monotonic()):
-                return
-            self._status_error = ""
-        except OSError as exc:  # reported once, as HMA_STATE_WRITE_FAILED (_check_writes)
-            self._status_error = f"{type(exc).__name__}: {exc}"
-        except ValueError as exc:  # a non-finite number (never JSON)
-            log.error("cannot write %s: %s", self.status_path, exc)
-        for reporter in self.reporters:
-            try:
-                reporter.publish(doc)
-            except Exception as exc:  # noqa: BLE001
-                log.error("reporter %s failed: %s", reporter.name, exc)
+        """Offer a fresh document to the status reporter (written when it changed, or the
+        heartbeat is due); the reporters publish what was written."""
+        self.status.publish(self.snapshot(), self.reporters)
 
     def _status_line(self) -> str:
         verdict = self.model.verdict(self.clock())
-        return (
-            f"{verdict.severity}: {len(verdict.faults)} active fault(s), {len(self.probes)} probes"
-        )
+        return statusfile.status_line(str(verdict.severity), len(verdict.faults), len(self.probes))
 
 
 def _quietly(fn: Callable[[], Any]) -> None:
