@@ -13,7 +13,6 @@ import fcntl
 import logging
 import os
 import queue
-import random
 import signal
 import sys
 import threading
@@ -31,11 +30,10 @@ from hma.contracts.alert import Alert
 from hma.contracts.model import Clears, Finding, ProbeRun, RunStatus, Severity
 from hma.contracts.probe import NodeFacts
 from hma.contracts.reporter import Reporter
-from hma.contracts.source import StopEvent
 from hma.deepcheck import record as deepcheck_record
 from hma.deepcheck.gate import RecoveryGate
-from hma.detection.devices import DeviceWatcher
-from hma.detection.runner import make_slot, run_probe
+from hma.detection.scheduler import ProbeState, Scheduler
+from hma.detection.sources import SourceSupervisor
 from hma.health import history, maintenance_mode, requests
 from hma.health.model import HealthModel
 from hma.health.pipeline import Applied, Pipeline, open_store
@@ -48,26 +46,8 @@ from hma.topology import domain as topology_domain
 log = logging.getLogger("hma")
 
 HEARTBEAT_S = 15.0
-UNSUPPORTED_RECHECK_S = 3600.0
-"""How long an "unsupported" answer of a probe with ``unsupported_stands`` stands without a
-device event of its triggers."""
 STATE_PROBE = "agent:state"  # the findings about writing state are this pseudo probe's
 PRUNE_EVERY_S = 3600.0
-
-
-@dataclass
-class ProbeState:
-    """Scheduling and last-result facts of one probe, shown in status.json."""
-
-    name: str
-    slot: Any
-    next_due: float
-    in_flight: bool = False
-    last: Optional[ProbeRun] = None
-    previous: Any = None
-    previous_ts: float = 0.0
-    device_events: int = 0
-    dispatched_events: int = 0  # device_events when the run in flight started
 
 
 # --- the loop's input messages: one type per kind, dispatched on type by Daemon._handle ---------
@@ -167,12 +147,22 @@ class Daemon:
         for note in self.pipeline.dropped:
             log.warning("dropped unreadable state row: %s", note)
         self.started = self.clock()
-        self.probes: dict[str, ProbeState] = {}
+        self.scheduler = Scheduler(
+            self.setup,
+            self.boot_id,
+            StoreKV(self.store, "probe."),
+            self.clock,
+            lambda state, run: self.inputs.put(ProbeDone(state, run)),
+            lambda sub, action, dev: self.inputs.put(DeviceChanged(sub, action, dev)),
+        )
+        self.sources = SourceSupervisor(
+            self.clock,
+            lambda prefix: StoreKV(self.store, prefix),
+            lambda run: self.inputs.put(RunReport(run)),
+            self._found,
+        )
         self.reporters: list[Reporter] = []
         self.remediator: Optional[Remediator] = None
-        self._source_stop = StopEvent()
-        self._source_threads: list[threading.Thread] = []
-        self.devices: Optional[DeviceWatcher] = None
         self._last_ping = 0.0
         self._last_prune = 0.0
         self._write_failures: dict[str, str] = {}  # path -> error, as last reported
@@ -213,28 +203,11 @@ class Daemon:
     def _configure(self) -> None:
         for line in self.setup.config.warnings:  # `hma config check` prints them too
             log.warning("configuration: %s", line)
-        now = time.monotonic()
-        old = self.probes
-        self.probes = {}
-        for name in self.setup.enabled():
-            opts = self.setup.config.probe(name)
-            prev = old.pop(name, None)
-            if prev is not None and prev.slot.probe is self.setup.probes.get(name):
-                self.probes[name] = prev
-                continue
-            jitter = random.uniform(0.0, min(float(opts["interval"]) * 0.1, 5.0))
-            state = ProbeState(name, make_slot(self.setup.probes[name]), now + jitter)
-            stored = self.store.kv_get(f"probe.{name}.previous")
-            if isinstance(stored, dict):
-                state.previous, state.previous_ts = stored.get("snapshot"), stored.get("ts", 0.0)
-            self.probes[name] = state
-        for name, gone in old.items():
-            gone.slot.close()
+        for name in self.scheduler.configure(self.setup):
             self._react(self.pipeline.apply(self.model.forget_probe(name, self.clock())))
         self.reporters = self._make_reporters()
         self.remediator = self._make_remediator()
-        self._start_sources()
-        self._start_devices()
+        self.sources.start(self.setup, self.boot_id)
 
     def _make_reporters(self) -> list[Reporter]:
         started = start_reporters(self.setup.config.reporters, log.error, self.reporters)
@@ -261,79 +234,10 @@ class Daemon:
         if self.remediator is not None:
             self.remediator.update(self.model.verdict(self.clock()), self.boot_id)
 
-    def _start_sources(self) -> None:
-        self._source_stop.set()
-        for thread in self._source_threads:
-            thread.join(5.0)
-        self._source_stop = StopEvent()
-        self._source_threads = []
-        for name, source in self.setup.sources.items():
-            if not self.setup.config.sources[name]["enabled"]:
-                continue
-            thread = threading.Thread(
-                target=self._source_loop,
-                args=(name, source, self._source_stop),
-                name=f"source-{name}",
-                daemon=True,
-            )
-            thread.start()
-            self._source_threads.append(thread)
-
-    def _source_loop(self, name: str, source: Any, stop: threading.Event) -> None:
-        backoff = 1.0
-        label = f"source:{name}"
-        while not stop.is_set():
-            ctx = self.setup.source_context(name, self.boot_id, StoreKV(self.store, f"{label}."))
-            ctx.stop = stop
-            reason = source.applies(ctx)
-            if reason:
-                log.info("event source %s does not apply: %s", name, reason)
-                return
-            self.inputs.put(RunReport(ProbeRun(label, RunStatus.RAN, self.clock(), 0.0)))
-
-            def emit(finding: Finding, _name: str = name) -> None:
-                self._read_ahead(finding)
-                self.inputs.put(EventFound(finding.with_(probe=finding.probe or _name)))
-
-            try:
-                source.run(ctx, emit)
-                error = "returned"
-            except Exception as exc:  # noqa: BLE001 - report, back off, restart
-                error = f"{type(exc).__name__}: {exc}"
-            if stop.is_set():
-                return
-            finding = Finding(
-                "HMA_PROBE_ERROR", label, f"event source {name} stopped: {error}", {"error": error}
-            )
-            self.inputs.put(
-                RunReport(
-                    ProbeRun(
-                        label,
-                        RunStatus.FAILED,
-                        self.clock(),
-                        0.0,
-                        (finding.with_(probe=label, ts=self.clock()),),
-                        error,
-                    )
-                )
-            )
-            stop.wait(backoff)
-            backoff = min(backoff * 2, 60.0)
-
-    def _start_devices(self) -> None:
-        if self.devices is not None:
-            self.devices.stop()
-        subsystems = {s for n in self.probes for s in self.setup.config.probe(n)["triggers"]}
-        self.devices = DeviceWatcher(
-            subsystems, lambda sub, action, dev: self.inputs.put(DeviceChanged(sub, action, dev))
-        )
-        self.devices.start()
-
     def _teardown(self) -> None:
-        self._source_stop.set()
-        if self.devices is not None:
-            self.devices.stop()
-        for state in self.probes.values():
+        self.sources.stop()
+        self.scheduler.stop_devices()
+        for state in self.scheduler.probes.values():
             _quietly(state.slot.close)
         if self.remediator is not None:
             _quietly(self.remediator.close)
@@ -359,7 +263,9 @@ class Daemon:
 
     def _loop(self) -> None:
         while not self.stopping.is_set():
-            timeout = min(self._dispatch_due(), self.status.writer.wait(time.monotonic()))
+            due = self.scheduler.dispatch(self._facts)
+            mono = time.monotonic()
+            timeout = min(due, self._next_timer(mono), self.status.writer.wait(mono))
             try:
                 message: Optional[Message] = self.inputs.get(timeout=timeout)
             except queue.Empty:
@@ -370,20 +276,6 @@ class Daemon:
                 except Exception:  # noqa: BLE001 - one bad input must not kill the daemon
                     log.exception("failed to process %s", type(message).__name__)
             self._periodic()
-
-    def _dispatch_due(self) -> float:
-        now = time.monotonic()
-        wait = self._next_timer(now)
-        facts: Optional[NodeFacts] = None
-        for state in self.probes.values():
-            if state.in_flight:
-                continue
-            if state.next_due <= now:
-                facts = facts or self._facts()
-                self._start_run(state, facts)
-                state.next_due = now + float(self.setup.config.probe(state.name)["interval"])
-            wait = min(wait, max(0.0, state.next_due - now))
-        return wait
 
     def _next_timer(self, mono: float) -> float:
         """Seconds until ``_periodic`` has something to do: the status heartbeat, the watchdog
@@ -413,22 +305,6 @@ class Daemon:
                 log.warning("facts unavailable: %s", exc)
         return NodeFacts(node_name=self.setup.node_name)
 
-    def _start_run(self, state: ProbeState, facts: NodeFacts) -> None:
-        ctx = self.setup.context(state.name, facts=facts, boot_id=self.boot_id)
-        ctx.previous, ctx.previous_ts = state.previous, state.previous_ts
-        ctx.device_events = state.dispatched_events = state.device_events
-        timeout = float(self.setup.config.probe(state.name)["timeout"])
-        state.in_flight = True
-
-        def work() -> None:
-            try:
-                result = run_probe(state.slot, ctx, timeout, self.clock())
-            except Exception as exc:  # noqa: BLE001 - defensive: run_probe already contains errors
-                result = ProbeRun(state.name, RunStatus.FAILED, self.clock(), 0.0, (), str(exc))
-            self.inputs.put(ProbeDone(state, result))
-
-        threading.Thread(target=work, name=f"run-{state.name}", daemon=True).start()
-
     def _handle(self, message: Message) -> None:
         if isinstance(message, ProbeDone):
             if self._probe_done(message.state, message.run):
@@ -438,7 +314,7 @@ class Daemon:
         elif isinstance(message, EventFound):
             self._event(message.finding)
         elif isinstance(message, DeviceChanged):
-            self._device(message)
+            self.scheduler.device_changed(message.subsystem, message.action, message.device)
         elif isinstance(message, SignalReceived):
             self._on_signal_item(message.signum)
         elif isinstance(message, AlertsQueued):
@@ -459,48 +335,21 @@ class Daemon:
         (its completed run is the good observation remediation waits for)."""
         log.info("GPU %s was reset: running the %s probe", gpu, VERIFY_PROBE)
         self._react(self.pipeline.gpu_reset(gpu, at, self.clock()), force_status=True)
-        state = self.probes.get(VERIFY_PROBE)
-        if state is not None:
-            state.next_due = min(state.next_due, time.monotonic())
+        self.scheduler.run_now(VERIFY_PROBE)
 
     def _probe_done(self, state: ProbeState, run: ProbeRun) -> bool:
-        """Record a finished scheduled run on its probe; False when the probe was reconfigured
-        while it ran (the result is dropped)."""
-        state.in_flight = False
-        if self.probes.get(state.name) is not state:
+        """A scheduled run finished: the scheduler records it, remediation hears of a completed
+        one (and of the NVLink domain a new snapshot may show); False when it was dropped."""
+        if not self.scheduler.finish(state, run):
             return False
-        state.last = run
-        if (
-            run.status is RunStatus.UNSUPPORTED
-            and self.setup.probes[state.name].unsupported_stands
-            and state.device_events == state.dispatched_events  # none came during the run
-        ):
-            state.next_due = max(state.next_due, time.monotonic() + UNSUPPORTED_RECHECK_S)
         if run.completed and self.remediator is not None:
             self.remediator.probe_ran(state.name, run.started)
-        if run.completed and run.snapshot is not None:
-            state.previous, state.previous_ts = run.snapshot, run.started
-            self.store.kv_set(
-                f"probe.{state.name}.previous", {"ts": run.started, "snapshot": run.snapshot}
-            )
-            if self.remediator is not None:
+            if run.snapshot is not None:
                 self.remediator.set_domain(self.topology()["domain"])
         return True
 
     def _observe(self, run: ProbeRun) -> None:
         self._react(self.pipeline.observe_run(run, self.clock()), force_status=True)
-
-    def _device(self, change: DeviceChanged) -> None:
-        log.info(
-            "device %s %s (%s): running interested probes",
-            change.action,
-            change.device,
-            change.subsystem,
-        )
-        for state in self.probes.values():
-            if change.subsystem in self.setup.config.probe(state.name)["triggers"]:
-                state.device_events += 1
-                state.next_due = min(state.next_due, time.monotonic() + 0.2)
 
     def _event(self, finding: Finding) -> None:
         for applied in self.pipeline.event(finding, self.clock()):
@@ -645,6 +494,11 @@ class Daemon:
         )
         self.inputs.put(RunReport(ProbeRun(STATE_PROBE, RunStatus.RAN, now, 0.0, findings)))
 
+    def _found(self, finding: Finding) -> None:
+        """An event source's finding (in the source's thread): read ahead, then to the loop."""
+        self._read_ahead(finding)
+        self.inputs.put(EventFound(finding))
+
     def _read_ahead(self, finding: Finding) -> None:
         """An event that drains at once (critical, fatal): remediation reads the node's state
         now, while the health model and the state store take the event (its drain then needs
@@ -687,9 +541,8 @@ class Daemon:
         verdict = self.model.verdict(now)
         mono = time.monotonic()
         probes = []
-        summaries = {}
-        for name, state in sorted(self.probes.items()):
-            summaries[name] = self._summary(name, state)
+        summaries = self.scheduler.summaries()
+        for name, state in sorted(self.scheduler.probes.items()):
             next_run = now + max(0.0, state.next_due - mono)
             probes.append(statusfile.ProbeStatus(name, state.last, next_run, summaries[name]))
         window = self._watch_maintenance(now)
@@ -720,19 +573,10 @@ class Daemon:
     def topology(self, summaries: Optional[Mapping[str, Any]] = None) -> dict[str, str]:
         """The node's NVLink domain and where it came from (hma.topology.domain)."""
         if summaries is None:
-            summaries = {n: self._summary(n, s) for n, s in self.probes.items()}
+            summaries = self.scheduler.summaries()
         configured = self.setup.config.section("topology")["domain"]
         domain, source = topology_domain.resolve(configured, summaries)
         return {"domain": domain, "source": source}
-
-    def _summary(self, name: str, state: ProbeState) -> Any:
-        """The probe's digest of its last snapshot (e.g. the EFA mesh matrix), or None."""
-        if state.previous is None:
-            return None
-        try:
-            return self.setup.probes[name].summary(state.previous)
-        except Exception as exc:  # noqa: BLE001 - a bad summary must not break the status file
-            return {"error": f"{type(exc).__name__}: {exc}"}
 
     def _write_status(self) -> None:
         """Offer a fresh document to the status reporter (written when it changed, or the
@@ -741,7 +585,9 @@ class Daemon:
 
     def _status_line(self) -> str:
         verdict = self.model.verdict(self.clock())
-        return statusfile.status_line(str(verdict.severity), len(verdict.faults), len(self.probes))
+        return statusfile.status_line(
+            str(verdict.severity), len(verdict.faults), len(self.scheduler.probes)
+        )
 
 
 def _quietly(fn: Callable[[], Any]) -> None:

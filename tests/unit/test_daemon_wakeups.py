@@ -12,15 +12,9 @@ from pathlib import Path
 import pytest
 
 from hma.contracts.model import Finding, ProbeRun, RunStatus
-from hma.daemon import (
-    HEARTBEAT_S,
-    UNSUPPORTED_RECHECK_S,
-    AlertsQueued,
-    Daemon,
-    DeviceChanged,
-    ProbeState,
-)
+from hma.daemon import HEARTBEAT_S, AlertsQueued, Daemon
 from hma.detection.runner import make_slot
+from hma.detection.scheduler import UNSUPPORTED_RECHECK_S, ProbeState
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -81,17 +75,19 @@ def test_an_unsupported_answer_stands_until_a_device_event(tmp_path: Path) -> No
     d = daemon(tmp_path, [NOW])
     try:
         for name in ("neuron", "slurm"):  # as _configure makes them, without sources or udev
-            d.probes[name] = ProbeState(name, make_slot(d.setup.probes[name]), time.monotonic())
-        neuron, slurm = d.probes["neuron"], d.probes["slurm"]
+            d.scheduler.probes[name] = ProbeState(
+                name, make_slot(d.setup.probes[name]), time.monotonic()
+            )
+        neuron, slurm = d.scheduler.probes["neuron"], d.scheduler.probes["slurm"]
         for state in (neuron, slurm):
-            d._start_run(state, d._facts())
+            d.scheduler.start(state, d._facts())
             while state.in_flight:
                 d._handle(d.inputs.get(timeout=30))
             assert state.last is not None and state.last.status is RunStatus.UNSUPPORTED
         mono = time.monotonic()
         assert neuron.next_due >= mono + UNSUPPORTED_RECHECK_S - 60
         assert slurm.next_due < mono + 3600 - 60
-        d._device(DeviceChanged("neuron_device", "add", "neuron0"))
+        d.scheduler.device_changed("neuron_device", "add", "neuron0")
         assert neuron.next_due <= time.monotonic() + 0.2
         held = ProbeRun("neuron", RunStatus.UNSUPPORTED, NOW, 0.0, (), "no Neuron devices")
         neuron.in_flight, neuron.dispatched_events = True, neuron.device_events - 1
