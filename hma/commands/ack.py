@@ -17,7 +17,8 @@ from typing import Optional
 from hma.contracts.catalogue import Entry, clears_text
 from hma.contracts.model import Clears
 from hma.detection.setup import Setup
-from hma.health.pipeline import command_pipeline, open_store, request_daemon
+from hma.health.pipeline import command_pipeline, open_store
+from hma.health.requests import request_daemon
 from hma.health.store import StateError, Store
 
 EX_NOPERM = 77  # sysexits: not root

@@ -27,7 +27,8 @@ from hma.contracts.maintenance import (
 )
 from hma.detection.setup import Setup
 from hma.health import maintenance_mode
-from hma.health.pipeline import open_store, request_daemon
+from hma.health.pipeline import open_store
+from hma.health.requests import request_daemon
 from hma.health.store import StateError
 
 EX_USAGE = 2

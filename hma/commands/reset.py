@@ -21,7 +21,8 @@ from hma.commands.ack import EX_CANTCREAT, opened_store, operator
 from hma.contracts.catalogue import suggest
 from hma.contracts.cluster import BackendError
 from hma.detection.setup import Setup
-from hma.health.pipeline import reporter_alerts, request_daemon
+from hma.health.pipeline import reporter_alerts
+from hma.health.requests import request_daemon
 from hma.remediation.engine import Remediator, reset_alert
 
 REQUEST_KIND = "reset"

@@ -84,7 +84,8 @@ def record(setup: Any, results: Sequence[Any], who: str, now: float) -> str:
     """Hand the results to the running daemon, else apply them to the state store; returns
     what was done, in words. Raises ``hma.health.store.StateError`` when the store cannot be
     opened."""
-    from hma.health.pipeline import command_pipeline, open_store, request_daemon
+    from hma.health.pipeline import command_pipeline, open_store
+    from hma.health.requests import request_daemon
 
     payload = to_payload(results)
     store = open_store(setup)

@@ -14,10 +14,9 @@ changed.
 from __future__ import annotations
 
 import os
-import signal
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 from hma.contracts.alert import Alert
 from hma.contracts.model import Finding, ProbeRun, Severity
@@ -79,19 +78,6 @@ def open_store(setup: Setup, memory: bool = False) -> Store:
     """The state store in ``[agent] state_dir``; raises ``StateError`` when it cannot be opened."""
     folder = setup.config.section("agent")["state_dir"]
     return Store(os.path.join(folder, STATE_FILE), memory=memory)
-
-
-def request_daemon(
-    setup: Setup, store: Store, kind: str, payload: dict[str, Any], who: str, now: float
-) -> Optional[int]:
-    """Queue an operator request for the running daemon and wake it (SIGUSR1); the daemon's
-    pid, or None (nothing queued) when no daemon of this boot runs."""
-    paths, agent = setup.config.section("paths"), setup.config.section("agent")
-    pid = statusfile.daemon_pid(agent["run_dir"], paths["procfs"])
-    if pid is not None:
-        store.add_request(kind, payload, who, now)
-        os.kill(pid, signal.SIGUSR1)
-    return pid
 
 
 def command_pipeline(setup: Setup, store: Store, prog: str) -> Pipeline:

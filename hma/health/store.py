@@ -5,10 +5,11 @@ its owner, which reads through ``rows`` and writes inside ``transaction``: ``fau
 ``occurrences`` and ``boots`` in hma.health.records, ``history`` (findings, transitions and
 operators' acts, bounded by ``[agent] history_days``) in hma.health.history, ``maintenance`` (the
 window of ``hma maintenance``) in hma.health.maintenance_mode, ``actions`` (the remediation
-outbox) in hma.remediation.outbox. ``requests`` (operator requests such as ``hma ack`` for the
-daemon) and ``remediations`` (the node's history of remediations: repeat offenders, ``hma
-reset``) are still written here. ``kv`` (cursors, probe baselines, remediation state) is the
-engine's own facility for the small JSON values that many owners keep (``kv_get``, ``kv_set``).
+outbox) in hma.remediation.outbox, ``requests`` (operator requests such as ``hma ack`` for the
+daemon, read from the file through ``on_file``) in hma.health.requests. ``remediations`` (the
+node's history of remediations: repeat offenders, ``hma reset``) is still written here. ``kv``
+(cursors, probe baselines, remediation state) is the engine's own facility for the small JSON
+values that many owners keep (``kv_get``, ``kv_set``).
 
 The schema is versioned with ``PRAGMA user_version`` and migrated forward step by step. A corrupt
 database is moved aside, a fresh one created and ``reset`` set, so that the daemon raises
@@ -128,7 +129,6 @@ class Store:
         self._resync = False  # the queue overflowed: write the whole memory copy back
         self._retry_at = 0.0
         self._retry_s = RETRY_MIN_S
-        self._taken: set[int] = set()  # requests handled but not yet marked done in the file
         try:
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as exc:
@@ -332,7 +332,7 @@ class Store:
                 (key, json.dumps(value)),
             )
 
-    # --- remediations, requests ---------------------------------------------------------------
+    # --- remediations --------------------------------------------------------------------------
 
     def add_remediation(self, row: Mapping[str, Any]) -> None:
         """Append one remediation (keys of ``REMEDIATION_KEYS``; absent ones empty)."""
@@ -364,42 +364,12 @@ class Store:
         with self.transaction() as conn:
             return int(conn.execute(sql, tuple(params)).rowcount)
 
-    def add_request(self, kind: str, payload: dict[str, Any], who: str, now: float) -> int:
-        """Queue an operator request for the daemon; returns its id."""
-        with self.transaction() as conn:
-            cur = conn.execute(
-                "INSERT INTO requests (ts, kind, payload, who) VALUES (?, ?, ?, ?)",
-                (now, kind, json.dumps(payload), who),
-            )
-            return int(cur.lastrowid or 0)
-
-    def take_requests(self, now: float) -> list[dict[str, Any]]:
-        """Pending requests, marked done. Other processes (``hma ack``) write them to the file,
-        so they are read there; one that cannot be marked done in the file is still taken once."""
+    @contextlib.contextmanager
+    def on_file(self) -> Iterator[Optional[sqlite3.Connection]]:
+        """The file's own connection, under the lock (None while the file could not be opened):
+        for the rows other processes write there (operator requests, hma.health.requests)."""
         with self._lock:
-            disk = self._disk
-            if disk is None:
-                return []  # the file could not be opened yet: taken once it can
-            try:
-                rows = disk.execute(
-                    "SELECT id, ts, kind, payload, who FROM requests WHERE done IS NULL ORDER BY id"
-                ).fetchall()
-            except sqlite3.Error:
-                return []  # unreadable now: taken with a later request
-            rows = [r for r in rows if r[0] not in self._taken]
-            self._taken.update(r[0] for r in rows)
-            try:
-                disk.execute("BEGIN IMMEDIATE")
-                disk.execute("UPDATE requests SET done = ? WHERE done IS NULL", (now,))
-                disk.execute("COMMIT")
-                self._taken.clear()
-            except sqlite3.Error:  # tried again with the next request; write_error comes from
-                with contextlib.suppress(sqlite3.Error):  # the store's own writes
-                    disk.execute("ROLLBACK")
-        return [
-            {"id": r[0], "ts": r[1], "kind": r[2], "payload": json.loads(r[3]), "who": r[4]}
-            for r in rows
-        ]
+            yield self._disk
 
 
 def _private(path: Path, create: bool = False) -> None:

@@ -12,15 +12,10 @@ from pathlib import Path
 import pytest
 
 from hma.contracts.model import Finding, ProbeRun, RunStatus
-from hma.daemon import (
-    HEARTBEAT_S,
-    UNSUPPORTED_RECHECK_S,
-    AlertsQueued,
-    Daemon,
-    DeviceChanged,
-    ProbeState,
-)
+from hma.daemon.housekeeping import HEARTBEAT_S
+from hma.daemon.loop import AlertsQueued, Daemon
 from hma.detection.runner import make_slot
+from hma.detection.scheduler import UNSUPPORTED_RECHECK_S, ProbeState
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -40,7 +35,7 @@ def test_idle_loop_sleeps_until_the_heartbeat(tmp_path: Path) -> None:
     d = daemon(tmp_path, [NOW])
     try:
         d._periodic()  # prunes, writes the status: nothing left due
-        wait = d._next_timer(time.monotonic())
+        wait = d.housekeeping.wait(time.monotonic(), d.model)
         assert 1.0 < wait <= HEARTBEAT_S  # not the once-a-second poll it was
     finally:
         d.store.close()
@@ -55,7 +50,7 @@ def test_a_window_cleared_fault_wakes_the_loop_when_it_expires(tmp_path: Path) -
         window = d.model.catalogue.entry("KERNEL_HUNG_TASK").window_s
         clock[0] = NOW + window - 0.25
         d._periodic()  # prunes, writes the status: nothing left due
-        assert d._next_timer(time.monotonic()) == pytest.approx(0.25)
+        assert d.housekeeping.wait(time.monotonic(), d.model) == pytest.approx(0.25)
     finally:
         d.store.close()
 
@@ -63,14 +58,14 @@ def test_a_window_cleared_fault_wakes_the_loop_when_it_expires(tmp_path: Path) -
 def test_remediation_alerts_arrive_as_a_message(tmp_path: Path) -> None:
     d = daemon(tmp_path, [NOW])
     try:
-        d.remediator = d._make_remediator()
+        d.effects.start_remediator(d.setup, d.topology()["domain"])
         while not d.inputs.empty():  # the one put when it was made
             assert isinstance(d.inputs.get_nowait(), AlertsQueued)
-        d.remediator.on_alert()
+        d.effects.remediator.on_alert()
         assert isinstance(d.inputs.get_nowait(), AlertsQueued)
     finally:
-        if d.remediator is not None:
-            d.remediator.close()
+        if d.effects.remediator is not None:
+            d.effects.remediator.close()
         d.store.close()
 
 
@@ -81,17 +76,19 @@ def test_an_unsupported_answer_stands_until_a_device_event(tmp_path: Path) -> No
     d = daemon(tmp_path, [NOW])
     try:
         for name in ("neuron", "slurm"):  # as _configure makes them, without sources or udev
-            d.probes[name] = ProbeState(name, make_slot(d.setup.probes[name]), time.monotonic())
-        neuron, slurm = d.probes["neuron"], d.probes["slurm"]
+            d.scheduler.probes[name] = ProbeState(
+                name, make_slot(d.setup.probes[name]), time.monotonic()
+            )
+        neuron, slurm = d.scheduler.probes["neuron"], d.scheduler.probes["slurm"]
         for state in (neuron, slurm):
-            d._start_run(state, d._facts())
+            d.scheduler.start(state, d.effects.facts(d.setup.node_name))
             while state.in_flight:
                 d._handle(d.inputs.get(timeout=30))
             assert state.last is not None and state.last.status is RunStatus.UNSUPPORTED
         mono = time.monotonic()
         assert neuron.next_due >= mono + UNSUPPORTED_RECHECK_S - 60
         assert slurm.next_due < mono + 3600 - 60
-        d._device(DeviceChanged("neuron_device", "add", "neuron0"))
+        d.scheduler.device_changed("neuron_device", "add", "neuron0")
         assert neuron.next_due <= time.monotonic() + 0.2
         held = ProbeRun("neuron", RunStatus.UNSUPPORTED, NOW, 0.0, (), "no Neuron devices")
         neuron.in_flight, neuron.dispatched_events = True, neuron.device_events - 1

@@ -11,7 +11,7 @@ import pytest
 
 from hma.contracts.catalogue import load_builtin
 from hma.contracts.model import Finding
-from hma.health import history
+from hma.health import history, requests
 from hma.health import store as state
 from hma.health.model import HealthModel
 from hma.health.records import load_records, save_records
@@ -74,9 +74,10 @@ def test_migration_from_previous_version_keeps_data(tmp_path: Path) -> None:
     assert store.kv_get("keep") == 42
     [row] = history.rows(store)
     assert row["kind"] == "raised" and row["who"] == ""
-    rid = store.add_request("ack", {"code": "X"}, "alice", 2.0)
-    assert [r["id"] for r in store.take_requests(3.0)] == [rid]
-    assert store.take_requests(4.0) == []
+    rid = requests.add(store, "ack", {"code": "X"}, "alice", 2.0)
+    inbox = requests.Inbox(store)
+    assert [r["id"] for r in inbox.take(3.0)] == [rid]
+    assert inbox.take(4.0) == []
     with store.transaction() as c:
         assert c.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
 
@@ -186,26 +187,27 @@ def test_queue_overflow_writes_the_whole_copy_back_keeping_other_writers_request
     assert store._resync and store._pending == []
     _free(store)
     other = Store(path)  # `hma ack` in another process
-    other.add_request("ack", {"code": "HMA_STATE_RESET"}, "root", 5.0)
+    requests.add(other, "ack", {"code": "HMA_STATE_RESET"}, "root", 5.0)
     other.close()
     clock.now += 10
     assert store.flush() is True
     store._disk.close()
     again = Store(path)
     assert [again.kv_get(f"k{i}") for i in range(10)] == ["y" * 5000] * 10
-    assert [r["kind"] for r in again.take_requests(6.0)] == ["ack"]
+    assert [r["kind"] for r in requests.Inbox(again).take(6.0)] == ["ack"]
 
 
 def test_requests_are_read_from_the_file_and_taken_once(tmp_path: Path) -> None:
     path = str(tmp_path / "state.db")
     store = Store(path, memory=True)
     other = Store(path)
-    other.add_request("ack", {"code": "X"}, "root", 1.0)
-    assert [r["payload"] for r in store.take_requests(2.0)] == [{"code": "X"}]
-    other.add_request("ack", {"code": "Y"}, "root", 3.0)
+    inbox = requests.Inbox(store)
+    requests.add(other, "ack", {"code": "X"}, "root", 1.0)
+    assert [r["payload"] for r in inbox.take(2.0)] == [{"code": "X"}]
+    requests.add(other, "ack", {"code": "Y"}, "root", 3.0)
     _fill(store)
     _fill(other)
-    assert [r["payload"] for r in store.take_requests(4.0)] == [{"code": "Y"}]
-    assert store.take_requests(5.0) == []  # not marked done in the file, still taken once
+    assert [r["payload"] for r in inbox.take(4.0)] == [{"code": "Y"}]
+    assert inbox.take(5.0) == []  # not marked done in the file, still taken once
     other.close()
     store.close()
