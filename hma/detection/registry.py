@@ -113,21 +113,35 @@ def _parse_entry_points(path: str) -> tuple[_EntryPoint, ...]:
 
 
 @functools.cache
-def _all_entry_points() -> tuple[tuple[str, _EntryPoint], ...]:
+def _all_entry_points() -> tuple[tuple[str, Any], ...]:
     """(group, entry point) of hma's groups in every installed distribution (the first of each
-    name on the path, as ``importlib.metadata.entry_points`` does), from their
-    ``entry_points.txt`` files: one scan for every group, without importing importlib.metadata
-    (whose import and METADATA parsing cost more than the health check's probes); ``rescan``
-    forgets it."""
+    name on the path, as ``importlib.metadata.entry_points`` does); ``rescan`` forgets it.
+    hma's own come from ``_own_entry_points``; a third-party distribution's are read by
+    ``importlib.metadata``, imported only when one declares an hma group (its import costs more
+    than the health check's probes)."""
     seen: set[str] = set()
-    out: list[tuple[str, _EntryPoint]] = []
+    out: list[tuple[str, Any]] = []
     for dist, folder in _dist_folders():
         if dist in seen:
             continue
         seen.add(dist)
-        eps = _parse_entry_points(os.path.join(folder, "entry_points.txt"))
+        eps = _own_entry_points() if dist == "hma" else _third_party(folder)
         out += [(ep.group, ep) for ep in eps if ep.group in KINDS]
     return tuple(out)
+
+
+def _third_party(folder: str) -> tuple[Any, ...]:
+    """The entry points of the distribution whose metadata is in ``folder`` (none unless its
+    ``entry_points.txt`` names an hma group)."""
+    try:
+        with open(os.path.join(folder, "entry_points.txt"), encoding="utf-8") as fh:
+            if "hma." not in fh.read():
+                return ()
+    except OSError:
+        return ()
+    from importlib import metadata
+
+    return tuple(metadata.Distribution.at(folder).entry_points)
 
 
 def _entry_points(group: str, among: Optional[Collection[str]] = None) -> list[Any]:
