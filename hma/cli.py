@@ -1,4 +1,6 @@
-"""The ``hma`` command line. Subcommands stay thin: each calls one module."""
+"""The ``hma`` command line. Subcommands stay thin: each calls one module. Each registers its
+own arguments (``_check``, ``_status``, ... below; ``hma deep-check`` in its module); the
+handlers import their module when they run, so ``hma VERB`` imports what that verb needs."""
 
 from __future__ import annotations
 
@@ -7,189 +9,11 @@ import sys
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from hma import __version__
+from hma.commands import common
 from hma.config.files import ConfigError
 
 if TYPE_CHECKING:  # argparse is imported when a parser is built: `hma status` skips it
     import argparse
-
-
-def _load(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from hma import assembly
-
-    return assembly.load(args.config)
-
-
-def cmd_check(args: argparse.Namespace) -> int:
-    """Run probes once and print the result."""
-    from hma.commands import check
-
-    if args.help_text:
-        from hma.commands.term import help_columns
-
-        print(args.help_text + "\n" + check.probes_help(args.config, help_columns()))
-        return 0
-    if args.debug:  # what each probe read and ran, its thresholds and decisions, on stderr
-        from hma.adapters import logs
-
-        logs.configure("debug")
-    return check_main(args.config, args.probes, args.json)
-
-
-def check_main(config: Optional[str], probes: Sequence[str], as_json: bool) -> int:
-    """``hma check [PROBE...] [--json]`` (hma.commands.check); 3 on a configuration error."""
-    from hma.commands import check
-
-    try:
-        return check.main(config, probes, as_json)
-    except ConfigError as exc:
-        return _config_failed(exc, 3, "check" if as_json else "")
-
-
-def cmd_status(args: argparse.Namespace) -> int:
-    """Print the daemon's status.json as a summary (or the document with ``--json``)."""
-    from hma.commands import status
-
-    return status.main(args.config, args.json)
-
-
-def cmd_config_check(args: argparse.Namespace) -> int:
-    """Validate the configuration: exit 0, or 2 with one ``key.path: problem`` line per error
-    (a broken plugin the configuration enables is one, and an enabled reporter this host cannot
-    run; any other broken plugin, and options of a plugin left off, are warnings). Each drop-in
-    with a ``[match]`` table gets a line first: applied here or not, and why."""
-    from hma.config import files as configfile
-
-    for note in configfile.read_layers_noted(configfile.config_path(args.config))[2]:
-        print(note)
-    try:
-        setup = _load(args)
-    except ConfigError as exc:
-        return _config_failed(exc, 2)
-    from hma import reporters
-
-    for b in setup.broken:
-        if b not in setup.broken_in_use:
-            print(f"warning: {b.kind} plugin {b.name!r} failed to load: {b.error}", file=sys.stderr)
-    for line in setup.config.warnings:
-        print(f"warning: {line}", file=sys.stderr)
-    lines = [f"{b.section}: {b.kind} plugin failed to load: {b.error}" for b in setup.broken_in_use]
-    lines += reporters.unmet(setup.config.reporters)
-    if lines:
-        return _config_failed(ConfigError(lines), 2)
-    files = ", ".join(setup.config.files) or "no file (all defaults)"
-    print(f"configuration OK ({files})")
-    return 0
-
-
-def cmd_config_defaults(args: argparse.Namespace) -> int:
-    """Print every key with its default and documentation, as a commented TOML file."""
-    from hma.commands import docs
-    from hma.config.schema import render_defaults
-
-    print(render_defaults(docs.schema()))
-    return 0
-
-
-def cmd_explain(args: argparse.Namespace) -> int:
-    """Print a catalogue entry (or list them all with ``--list``)."""
-    from hma.commands import explain
-
-    return explain.main(args.code, args.list)
-
-
-def cmd_run(args: argparse.Namespace) -> int:
-    """Run the agent in the foreground (the systemd service's ExecStart)."""
-    from hma import daemon
-
-    return daemon.main(args.config, args.log_level)
-
-
-def cmd_ack(args: argparse.Namespace) -> int:
-    """Acknowledge a fault that clears by operator."""
-    from hma.commands import ack
-
-    if ack.needs_root("hma ack"):
-        return ack.EX_NOPERM
-    try:
-        setup = _load(args)
-    except ConfigError as exc:
-        return _config_failed(exc, 2)
-    return ack.main(setup, args.code.upper(), args.component)
-
-
-def cmd_maintenance(args: argparse.Namespace) -> int:
-    """``hma maintenance on|off|status``: hma detects and alerts but takes no action."""
-    from hma.commands import maintenance
-
-    try:
-        setup = _load(args)
-    except ConfigError as exc:
-        return _config_failed(exc, 3, "maintenance" if args.json else "")
-    return maintenance.main(setup, args.action, args.duration, args.reason, args.json)
-
-
-def cmd_reset(args: argparse.Namespace) -> int:
-    """A human says the node was repaired: clear its remediation history and hold."""
-    from hma.commands import ack, reset
-
-    if ack.needs_root("hma reset"):
-        return ack.EX_NOPERM
-    if args.all == (args.code is not None):
-        print("hma reset: give either --all or CODE [COMPONENT]", file=sys.stderr)
-        return 2
-    try:
-        setup = _load(args)
-    except ConfigError as exc:
-        return _config_failed(exc, 2)
-    code = args.code.upper() if args.code else None
-    return reset.main(setup, code, args.component, args.reason)
-
-
-def cmd_srun(args: argparse.Namespace) -> int:
-    """``hma srun``: handled in ``main`` before argparse (srun's options pass through verbatim)."""
-    return cmd_srun_argv(args.config, args.srun_args)
-
-
-def cmd_srun_argv(config: Optional[str], argv: Sequence[str]) -> int:
-    """Run ``hma srun`` with srun's arguments untouched (hma.commands.srun)."""
-    from hma.commands import srun
-
-    client, journal = srun.from_config(config)
-    return srun.main(argv, client, srun.Log(journal))
-
-
-def cmd_job_env(args: argparse.Namespace) -> int:
-    """Print the job's node list, master node/address, node count and rank (hma.commands.srun)."""
-    from hma.commands import srun
-
-    client, _journal = srun.from_config(args.config)
-    return srun.job_env_main(client, args.format)
-
-
-def cmd_healthcheck(args: argparse.Namespace) -> int:
-    """Slurm HealthCheckProgram: the daemon's verdict (or one probe run), drain state per policy."""
-    from hma.commands import healthcheck
-
-    return healthcheck.run(args.config, quiet=args.quiet)
-
-
-def cmd_topology(args: argparse.Namespace) -> int:
-    """Write the controller's topology file from the nodes' NVLink domains (hma.commands)."""
-    from hma.commands import topology
-
-    return topology.main(args.config, args.format, args.file, args.check)
-
-
-def cmd_fleet(args: argparse.Namespace) -> int:
-    """Cluster health from Slurm alone: nodes labelled/drained by hma, breaker per partition."""
-    from hma.commands import fleet
-
-    try:
-        setup = _load(args)
-    except ConfigError as exc:
-        return _config_failed(exc, 3, "fleet" if args.json else "")
-    return fleet.main(setup, args.json)
-
 
 CONFIG_HELP = "main configuration file (default $HMA_CONFIG or /etc/hma/hma.toml)"
 
@@ -237,36 +61,70 @@ def _epilog(name: str) -> Optional[str]:
     return "examples:\n" + "\n".join(f"  {line}" for line in lines) if lines else None
 
 
-def _config_failed(exc: ConfigError, code: int, json_command: str = "") -> int:
-    """Print the configuration's errors; with ``json_command`` (``--json``) also the document
-    that says so (hma.commands.jsondoc)."""
-    for line in exc.errors:
-        print(line, file=sys.stderr)
-    if json_command:
-        from hma.commands import jsondoc
+def _load(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from hma import assembly
 
-        text = "invalid configuration: " + "; ".join(exc.errors)
-        jsondoc.dump(jsondoc.problem(json_command, text))
-    return code
+    return assembly.load(args.config)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of every subcommand."""
+class Verbs:
+    """What a command's registration adds its subparser with: ``add`` (a command),
+    ``add_to`` (an action under a command's own subparsers) and ``plain`` (no shared options),
+    each with the command's examples and help within 80 columns."""
+
+    def __init__(self, sub: Any, common_options: argparse.ArgumentParser, formatter: Any) -> None:
+        self.sub = sub
+        self.common_options = common_options
+        self.formatter = formatter
+
+    def add(self, name: str, **kw: Any) -> argparse.ArgumentParser:
+        """A subcommand ``name`` that takes ``--config`` after it too."""
+        return self.add_to(self.sub, "", name, **kw)
+
+    def add_to(self, subparsers: Any, group: str, name: str, **kw: Any) -> argparse.ArgumentParser:
+        """An action ``name`` of command ``group`` (``subparsers``: the command's own)."""
+        kw.setdefault("description", kw.get("help"))
+        return subparsers.add_parser(
+            name,
+            parents=[self.common_options],
+            epilog=_epilog(f"{group} {name}" if group else name),
+            formatter_class=self.formatter,
+            **kw,
+        )
+
+    def plain(self, name: str, **kw: Any) -> argparse.ArgumentParser:
+        """A subcommand ``name`` without the shared options (``hma srun``)."""
+        return self.sub.add_parser(name, epilog=_epilog(name), formatter_class=self.formatter, **kw)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """Run probes once and print the result."""
+    from hma.commands import check
+
+    if args.help_text:
+        from hma.commands.term import help_columns
+
+        print(args.help_text + "\n" + check.probes_help(args.config, help_columns()))
+        return 0
+    if args.debug:  # what each probe read and ran, its thresholds and decisions, on stderr
+        from hma.adapters import logs
+
+        logs.configure("debug")
+    return check_main(args.config, args.probes, args.json)
+
+
+def check_main(config: Optional[str], probes: Sequence[str], as_json: bool) -> int:
+    """``hma check [PROBE...] [--json]`` (hma.commands.check); 3 on a configuration error."""
+    from hma.commands import check
+
+    try:
+        return check.main(config, probes, as_json)
+    except ConfigError as exc:
+        return common.config_failed(exc, 3, "check" if as_json else "")
+
+
+def _check(verbs: Verbs) -> None:
     import argparse
-
-    from hma.adapters.logs import LEVELS as LOG_LEVELS
-    from hma.commands.term import help_columns
-
-    class Formatter(argparse.HelpFormatter):
-        """Help within 80 columns (the terminal's when narrower); examples kept as written."""
-
-        def __init__(self, prog: str) -> None:
-            super().__init__(prog, width=help_columns() - 2)
-
-        def _fill_text(self, text: str, width: int, indent: str) -> str:
-            if text.startswith("examples:"):
-                return "".join(indent + line for line in text.splitlines(keepends=True))
-            return super()._fill_text(text, width, indent)
 
     class CheckHelp(argparse.Action):
         """``hma check -h``: cmd_check prints the help, then the probes installed here (found
@@ -275,38 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
         def __call__(self, parser: argparse.ArgumentParser, ns: Any, *_args: Any) -> None:
             ns.help_text = parser.format_help()
 
-    parser = argparse.ArgumentParser(
-        prog="hma",
-        description="node health monitoring agent",
-        epilog=_epilog("hma"),
-        formatter_class=Formatter,
-    )
-    parser.add_argument("--version", action="version", version=f"hma {__version__}")
-    parser.add_argument("--config", help=CONFIG_HELP)
-    # `--config` may also follow the subcommand (`hma check --json --config X`); SUPPRESS keeps
-    # the value given before it when it does not.
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--config", default=argparse.SUPPRESS, help=CONFIG_HELP)
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    sub.required = True
-
-    def add(name: str, **kw: Any) -> argparse.ArgumentParser:
-        kw.setdefault("description", kw.get("help"))
-        return sub.add_parser(
-            name, parents=[common], epilog=_epilog(name), formatter_class=Formatter, **kw
-        )
-
-    def add_to(subparsers: Any, group: str, name: str, **kw: Any) -> argparse.ArgumentParser:
-        kw.setdefault("description", kw.get("help"))
-        return subparsers.add_parser(
-            name,
-            parents=[common],
-            epilog=_epilog(f"{group} {name}"),
-            formatter_class=Formatter,
-            **kw,
-        )
-
-    p = add(
+    p = verbs.add(
         "check",
         add_help=False,
         help="run probes once in the foreground (no remediation)",
@@ -324,7 +151,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_check, help_text="")
 
-    p = add(
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """Print the daemon's status.json as a summary (or the document with ``--json``)."""
+    from hma.commands import status
+
+    return status.main(args.config, args.json)
+
+
+def _status(verbs: Verbs) -> None:
+    p = verbs.add(
         "status",
         help="show the running daemon's view of the node",
         description="Read the running daemon's status file (status.json) and show the node's "
@@ -340,17 +176,68 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_status)
 
-    p = add("config", help="configuration tools")
+
+def cmd_config_check(args: argparse.Namespace) -> int:
+    """Validate the configuration: exit 0, or 2 with one ``key.path: problem`` line per error
+    (a broken plugin the configuration enables is one, and an enabled reporter this host cannot
+    run; any other broken plugin, and options of a plugin left off, are warnings). Each drop-in
+    with a ``[match]`` table gets a line first: applied here or not, and why."""
+    from hma.config import files
+
+    for note in files.read_layers_noted(files.config_path(args.config))[2]:
+        print(note)
+    try:
+        setup = _load(args)
+    except ConfigError as exc:
+        return common.config_failed(exc, 2)
+    from hma import reporters
+
+    for b in setup.broken:
+        if b not in setup.broken_in_use:
+            print(f"warning: {b.kind} plugin {b.name!r} failed to load: {b.error}", file=sys.stderr)
+    for line in setup.config.warnings:
+        print(f"warning: {line}", file=sys.stderr)
+    lines = [f"{b.section}: {b.kind} plugin failed to load: {b.error}" for b in setup.broken_in_use]
+    lines += reporters.unmet(setup.config.reporters)
+    if lines:
+        return common.config_failed(ConfigError(lines), 2)
+    used = ", ".join(setup.config.files) or "no file (all defaults)"
+    print(f"configuration OK ({used})")
+    return 0
+
+
+def cmd_config_defaults(args: argparse.Namespace) -> int:
+    """Print every key with its default and documentation, as a commented TOML file."""
+    from hma.commands import docs
+    from hma.config.schema import render_defaults
+
+    print(render_defaults(docs.schema()))
+    return 0
+
+
+def _config(verbs: Verbs) -> None:
+    p = verbs.add("config", help="configuration tools")
     csub = p.add_subparsers(dest="config_command", metavar="ACTION")
     csub.required = True
-    add_to(csub, "config", "check", help="validate the configuration").set_defaults(
+    verbs.add_to(csub, "config", "check", help="validate the configuration").set_defaults(
         func=cmd_config_check
     )
-    add_to(csub, "config", "defaults", help="print every key with its default").set_defaults(
+    verbs.add_to(csub, "config", "defaults", help="print every key with its default").set_defaults(
         func=cmd_config_defaults
     )
 
-    p = add(
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Run the agent in the foreground (the systemd service's ExecStart)."""
+    from hma import daemon
+
+    return daemon.main(args.config, args.log_level)
+
+
+def _run(verbs: Verbs) -> None:
+    from hma.adapters import logs
+
+    p = verbs.add(
         "run",
         help="run the agent (systemd service)",
         description="Run the agent in the foreground: probes on their intervals, event sources, "
@@ -360,13 +247,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--log-level",
-        choices=LOG_LEVELS,
+        choices=logs.LEVELS,
         help="debug, info, warning or error (default [agent] log_level); debug shows what each "
         "probe read, the thresholds it compared and why it decided",
     )
     p.set_defaults(func=cmd_run)
 
-    p = add(
+
+def cmd_ack(args: argparse.Namespace) -> int:
+    """Acknowledge a fault that clears by operator."""
+    from hma.commands import ack
+
+    if common.needs_root("hma ack"):
+        return common.EX_NOPERM
+    try:
+        setup = _load(args)
+    except ConfigError as exc:
+        return common.config_failed(exc, 2)
+    return ack.main(setup, args.code.upper(), args.component)
+
+
+def _ack(verbs: Verbs) -> None:
+    p = verbs.add(
         "ack",
         help="acknowledge a fault that clears by operator",
         description="Clear an active fault whose catalogue entry clears by operator (see `hma "
@@ -377,7 +279,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("component", nargs="?", help="only this component (default: all of them)")
     p.set_defaults(func=cmd_ack)
 
-    p = add(
+
+def cmd_maintenance(args: argparse.Namespace) -> int:
+    """``hma maintenance on|off|status``: hma detects and alerts but takes no action."""
+    from hma.commands import maintenance
+
+    try:
+        setup = _load(args)
+    except ConfigError as exc:
+        return common.config_failed(exc, 3, "maintenance" if args.json else "")
+    return maintenance.main(setup, args.action, args.duration, args.reason, args.json)
+
+
+def _maintenance(verbs: Verbs) -> None:
+    p = verbs.add(
         "maintenance",
         help="planned work: detect and alert, take no action on this node",
         description="While maintenance is on, hma detects, records and alerts but takes no "
@@ -396,7 +311,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="status as a JSON document")
     p.set_defaults(func=cmd_maintenance)
 
-    p = add(
+
+def cmd_reset(args: argparse.Namespace) -> int:
+    """A human says the node was repaired: clear its remediation history and hold."""
+    from hma.commands import reset
+
+    if common.needs_root("hma reset"):
+        return common.EX_NOPERM
+    if args.all == (args.code is not None):
+        print("hma reset: give either --all or CODE [COMPONENT]", file=sys.stderr)
+        return 2
+    try:
+        setup = _load(args)
+    except ConfigError as exc:
+        return common.config_failed(exc, 2)
+    code = args.code.upper() if args.code else None
+    return reset.main(setup, code, args.component, args.reason)
+
+
+def _reset(verbs: Verbs) -> None:
+    p = verbs.add(
         "reset",
         help="a human repaired the node: clear its remediation history and hold",
         description="A human says the node was repaired: clear its remediation history, "
@@ -410,7 +344,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reason", required=True, help="what was repaired (recorded with who)")
     p.set_defaults(func=cmd_reset)
 
-    p = add(
+
+def cmd_healthcheck(args: argparse.Namespace) -> int:
+    """Slurm HealthCheckProgram: the daemon's verdict (or one probe run), drain state per policy."""
+    from hma.commands import healthcheck
+
+    return healthcheck.run(args.config, quiet=args.quiet)
+
+
+def _healthcheck(verbs: Verbs) -> None:
+    p = verbs.add(
         "healthcheck",
         help="Slurm HealthCheckProgram: verdict and drain state",
         description="What slurmd runs as HealthCheckProgram: with the daemon running it reads "
@@ -420,7 +363,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="print nothing; only the exit code")
     p.set_defaults(func=cmd_healthcheck)
 
-    p = add(
+
+def cmd_fleet(args: argparse.Namespace) -> int:
+    """Cluster health from Slurm alone: nodes labelled/drained by hma, breaker per partition."""
+    from hma.commands import fleet
+
+    try:
+        setup = _load(args)
+    except ConfigError as exc:
+        return common.config_failed(exc, 3, "fleet" if args.json else "")
+    return fleet.main(setup, args.json)
+
+
+def _fleet(verbs: Verbs) -> None:
+    p = verbs.add(
         "fleet",
         help="cluster health from Slurm: hma-held nodes, breaker state",
         description="From any node that can run sinfo (one call): every node hma labelled, "
@@ -434,7 +390,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_fleet)
 
-    p = add(
+
+def cmd_topology(args: argparse.Namespace) -> int:
+    """Write the controller's topology file from the nodes' NVLink domains (hma.commands)."""
+    from hma.commands import topology
+
+    return topology.main(args.config, args.format, args.file, args.check)
+
+
+def _topology(verbs: Verbs) -> None:
+    p = verbs.add(
         "topology",
         help="controller: write topology.conf from the nodes' NVLink domains",
         description="Read every node's NVLink domain (one sinfo), keep [topology] "
@@ -453,7 +418,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_topology)
 
-    p = add(
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    """Print a catalogue entry (or list them all with ``--list``)."""
+    from hma.commands import explain
+
+    return explain.main(args.code, args.list)
+
+
+def _explain(verbs: Verbs) -> None:
+    p = verbs.add(
         "explain",
         help="explain a finding code",
         description="What a finding code means, its severity and action, how it clears and "
@@ -463,9 +437,60 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("code", nargs="?", help="finding code, e.g. GPU_XID_79")
     p.add_argument("--list", action="store_true", help="list every code")
     p.set_defaults(func=cmd_explain)
-    _add_kernel_log_commands(add, add_to)
 
-    p = sub.add_parser(
+
+def cmd_logscan(args: argparse.Namespace) -> int:
+    """Run the kernel-log rules over saved logs."""
+    from hma.commands import logscan
+
+    return logscan.main(args)
+
+
+def _logscan(verbs: Verbs) -> None:
+    p = verbs.add("logscan", help="run the kernel-log rules over saved logs")
+    p.add_argument("files", nargs="+", metavar="FILE", help="dmesg/syslog/kmsg files, - for stdin")
+    p.add_argument("--json", action="store_true", help="print the JSON document")
+    p.add_argument("--rules-dir", help="site rules folder (default: [sources.kernel_log])")
+    p.set_defaults(func=cmd_logscan)
+
+
+def cmd_inject_xid(args: argparse.Namespace) -> int:
+    """Write an NVRM Xid line to /dev/kmsg."""
+    from hma.commands import inject
+
+    return inject.main(args)
+
+
+def _inject(verbs: Verbs) -> None:
+    p = verbs.add("inject", help="write a test event (drains the node!)")
+    isub = p.add_subparsers(dest="inject_command", metavar="KIND")
+    isub.required = True
+    p = verbs.add_to(isub, "inject", "xid", help="write an NVRM Xid line to /dev/kmsg (root)")
+    p.add_argument("--gpu", required=True, help="PCI bus id of the GPU, e.g. 0000:3b:00.0")
+    p.add_argument("--xid", required=True, type=int, help="Xid number, e.g. 79")
+    p.add_argument("--text", help="message after the Xid number")
+    p.add_argument("--kmsg", default="/dev/kmsg", help="device to write (tests: a file)")
+    p.add_argument("--yes-really-drain", action="store_true", help="confirm: this drains the node")
+    p.set_defaults(func=cmd_inject_xid)
+
+
+def cmd_srun(args: argparse.Namespace) -> int:
+    """``hma srun``: handled in ``main`` before argparse (srun's options pass through verbatim)."""
+    return cmd_srun_argv(args.config, args.srun_args)
+
+
+def cmd_srun_argv(config: Optional[str], argv: Sequence[str]) -> int:
+    """Run ``hma srun`` with srun's arguments untouched (hma.commands.srun)."""
+    from hma.commands import srun
+
+    client, journal = srun.from_config(config)
+    return srun.main(argv, client, srun.Log(journal))
+
+
+def _srun(verbs: Verbs) -> None:
+    import argparse
+
+    p = verbs.plain(
         "srun",
         usage="hma srun [--auto-resume=N] [--grace=S] [--] [srun options] command ...",
         help="srun with --auto-resume=N: requeue the job after a hardware fault",
@@ -474,12 +499,21 @@ def build_parser() -> argparse.ArgumentParser:
         "checkpoint (docs/auto-resume.md). --grace=S: seconds to wait for the node's verdict "
         "(default $HMA_AUTO_RESUME_GRACE or 60). Everything after these options goes to srun "
         "verbatim; `hma srun -- --help` shows srun's own help.",
-        epilog=_epilog("srun"),
-        formatter_class=Formatter,
     )
     p.add_argument("srun_args", nargs=argparse.REMAINDER, metavar="SRUN_ARGS")
     p.set_defaults(func=cmd_srun)
-    p = add(
+
+
+def cmd_job_env(args: argparse.Namespace) -> int:
+    """Print the job's node list, master node/address, node count and rank (hma.commands.srun)."""
+    from hma.commands import srun
+
+    client, _journal = srun.from_config(args.config)
+    return srun.job_env_main(client, args.format)
+
+
+def _job_env(verbs: Verbs) -> None:
+    p = verbs.add(
         "job-env",
         help="print NODE_LIST, MASTER_ADDR, NNODES, NODE_RANK of the job",
         description="Inside a Slurm job: the job's node list, the first node as master "
@@ -487,9 +521,69 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--format", choices=("sh", "json"), default="sh", help="sh (for eval) or json")
     p.set_defaults(func=cmd_job_env)
+
+
+def _deep_check(verbs: Verbs) -> None:
     from hma.commands import deep_check  # hma deep-check (its own module)
 
-    deep_check.register(add)
+    deep_check.register(verbs.add)
+
+
+# Each command's registration, in the order `hma --help` lists them.
+REGISTRATIONS: tuple[Callable[[Verbs], None], ...] = (
+    _check,
+    _status,
+    _config,
+    _run,
+    _ack,
+    _maintenance,
+    _reset,
+    _healthcheck,
+    _fleet,
+    _topology,
+    _explain,
+    _logscan,
+    _inject,
+    _srun,
+    _job_env,
+    _deep_check,
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand (each registered by its ``REGISTRATIONS``)."""
+    import argparse
+
+    from hma.commands.term import help_columns
+
+    class Formatter(argparse.HelpFormatter):
+        """Help within 80 columns (the terminal's when narrower); examples kept as written."""
+
+        def __init__(self, prog: str) -> None:
+            super().__init__(prog, width=help_columns() - 2)
+
+        def _fill_text(self, text: str, width: int, indent: str) -> str:
+            if text.startswith("examples:"):
+                return "".join(indent + line for line in text.splitlines(keepends=True))
+            return super()._fill_text(text, width, indent)
+
+    parser = argparse.ArgumentParser(
+        prog="hma",
+        description="node health monitoring agent",
+        epilog=_epilog("hma"),
+        formatter_class=Formatter,
+    )
+    parser.add_argument("--version", action="version", version=f"hma {__version__}")
+    parser.add_argument("--config", help=CONFIG_HELP)
+    # `--config` may also follow the subcommand (`hma check --json --config X`); SUPPRESS keeps
+    # the value given before it when it does not.
+    shared = argparse.ArgumentParser(add_help=False)
+    shared.add_argument("--config", default=argparse.SUPPRESS, help=CONFIG_HELP)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    verbs = Verbs(sub, shared, Formatter)
+    for register in REGISTRATIONS:
+        register(verbs)
     return parser
 
 
@@ -511,41 +605,6 @@ def _srun_split(argv: Sequence[str]) -> Optional[tuple[Optional[str], list[str]]
         else:
             return None
     return None
-
-
-def cmd_logscan(args: argparse.Namespace) -> int:
-    """Run the kernel-log rules over saved logs."""
-    from hma.commands import logscan
-
-    return logscan.main(args)
-
-
-def cmd_inject_xid(args: argparse.Namespace) -> int:
-    """Write an NVRM Xid line to /dev/kmsg."""
-    from hma.commands import inject
-
-    return inject.main(args)
-
-
-def _add_kernel_log_commands(
-    add: Callable[..., argparse.ArgumentParser], add_to: Callable[..., argparse.ArgumentParser]
-) -> None:
-    """``hma logscan`` (hma.commands.logscan) and ``hma inject xid`` (hma.commands.inject)."""
-    p = add("logscan", help="run the kernel-log rules over saved logs")
-    p.add_argument("files", nargs="+", metavar="FILE", help="dmesg/syslog/kmsg files, - for stdin")
-    p.add_argument("--json", action="store_true", help="print the JSON document")
-    p.add_argument("--rules-dir", help="site rules folder (default: [sources.kernel_log])")
-    p.set_defaults(func=cmd_logscan)
-    p = add("inject", help="write a test event (drains the node!)")
-    isub = p.add_subparsers(dest="inject_command", metavar="KIND")
-    isub.required = True
-    p = add_to(isub, "inject", "xid", help="write an NVRM Xid line to /dev/kmsg (root)")
-    p.add_argument("--gpu", required=True, help="PCI bus id of the GPU, e.g. 0000:3b:00.0")
-    p.add_argument("--xid", required=True, type=int, help="Xid number, e.g. 79")
-    p.add_argument("--text", help="message after the Xid number")
-    p.add_argument("--kmsg", default="/dev/kmsg", help="device to write (tests: a file)")
-    p.add_argument("--yes-really-drain", action="store_true", help="confirm: this drains the node")
-    p.set_defaults(func=cmd_inject_xid)
 
 
 def _fast_path(argv: list[str]) -> Optional[int]:

@@ -8,48 +8,16 @@ finds the fault gone.
 
 from __future__ import annotations
 
-import getpass
-import os
 import sys
 import time
 from typing import Optional
 
+from hma.commands.common import EX_CANTCREAT, opened_store, operator
 from hma.contracts.catalogue import Entry, clears_text
 from hma.contracts.model import Clears
 from hma.detection.setup import Setup
-from hma.health.pipeline import command_pipeline, open_store
+from hma.health.pipeline import command_pipeline
 from hma.health.requests import request_daemon
-from hma.health.store import StateError, Store
-
-EX_NOPERM = 77  # sysexits: not root
-EX_CANTCREAT = 73  # sysexits: the state store cannot be opened (as for `hma run`)
-
-
-def operator() -> str:
-    """Who runs the command (the sudo caller when there is one)."""
-    return os.environ.get("SUDO_USER") or getpass.getuser()
-
-
-def needs_root(command: str) -> bool:
-    """True, once "<command>: needs root ..." is on stderr, when this process is not root's (the
-    command exits ``EX_NOPERM``): it changes the agent's state store."""
-    if os.geteuid() == 0:
-        return False
-    print(
-        f"{command}: needs root (it changes the agent's state store); run it with sudo",
-        file=sys.stderr,
-    )
-    return True
-
-
-def opened_store(setup: Setup, command: str) -> Optional[Store]:
-    """The state store; None, once "<command>: cannot open the state store: <why>" is on stderr,
-    when it cannot be opened (the command exits ``EX_CANTCREAT``)."""
-    try:
-        return open_store(setup)
-    except StateError as exc:
-        print(f"{command}: cannot open the state store: {exc}", file=sys.stderr)
-        return None
 
 
 def main(setup: Setup, code: str, component: Optional[str]) -> int:

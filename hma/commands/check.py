@@ -134,9 +134,9 @@ def main(config: Optional[str], probes: Sequence[str], as_json: bool) -> int:
     if error:
         print(f"hma check: {error}", file=sys.stderr)
         if as_json:
-            from hma.commands import jsondoc
+            from hma.commands import common
 
-            jsondoc.dump(jsondoc.problem("check", error, node=setup.node_name))
+            common.dump(common.problem("check", error, node=setup.node_name))
         return 3
     runs = run_once(setup, names)
     doc = document(setup.node_name, runs, setup.catalogue.resolve_all(setup.load_findings()))

@@ -18,6 +18,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from hma.commands import common
 from hma.config.files import ConfigError
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from hma.detection.setup import Setup
 
 EXIT = {"pass": 0, "warn": 1, "fail": 2, "unknown": 3, "skipped": 3}
-EX_USAGE, EX_TEMPFAIL, EX_NOPERM = 64, 75, 77
+EX_USAGE, EX_TEMPFAIL = 64, 75
 
 
 def register(add: Callable[..., argparse.ArgumentParser]) -> None:
@@ -66,14 +67,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         setup = assembly.load(args.config)
     except ConfigError as exc:
-        for line in exc.errors:
-            print(line, file=sys.stderr)
-        if args.json:
-            from hma.commands import jsondoc
-
-            text = "invalid configuration: " + "; ".join(exc.errors)
-            jsondoc.dump(jsondoc.problem("deep-check", text))
-        return EXIT["unknown"]
+        return common.config_failed(exc, EXIT["unknown"], "deep-check" if args.json else "")
     if args.words:
         return _run(setup, args)
     if os.geteuid() != 0 and not args.no_record:
@@ -82,7 +76,7 @@ def main(args: argparse.Namespace) -> int:
             " state store); run it with sudo, or add --no-record",
             file=sys.stderr,
         )
-        return EX_NOPERM
+        return common.EX_NOPERM
     if args.connectivity_result is not None:
         return _connectivity_result(setup, args.connectivity_result)
     return _node(setup, args)
@@ -127,7 +121,6 @@ def _connectivity_result(setup: Setup, text: str) -> int:
 
 def _run(setup: Setup, args: argparse.Namespace) -> int:
     from hma.cluster.slurm.parse import SlurmError
-    from hma.commands.srun import from_config
     from hma.deepcheck import orchestrate
     from hma.deepcheck.node import overall
     from hma.deepcheck.options import STAGES
@@ -138,7 +131,7 @@ def _run(setup: Setup, args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"hma deep-check: {exc}", file=sys.stderr)
         return EX_USAGE
-    client, _journal = from_config(args.config)  # [slurm], as hma srun reads it
+    client = common.scheduler(setup).client
     try:
         names = [n for word in args.words[1:] for n in client.hostnames(word)]
     except SlurmError as exc:
@@ -170,12 +163,11 @@ def _run(setup: Setup, args: argparse.Namespace) -> int:
 
 
 def _record(setup: Setup, results: Any) -> str:
-    from hma.commands.ack import operator
     from hma.deepcheck.record import record
     from hma.health.store import StateError
 
     try:
-        return record(setup, results, operator(), time.time())
+        return record(setup, results, common.operator(), time.time())
     except StateError as exc:
         print(f"hma deep-check: results not recorded: {exc}", file=sys.stderr)
         return f"not recorded: {exc}"

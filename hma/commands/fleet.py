@@ -11,18 +11,20 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from hma.adapters.text import printable
-from hma.cluster.slurm.client import SlurmClient
 from hma.cluster.slurm.parse import SlurmError
-from hma.commands import jsondoc
+from hma.commands import common
 from hma.contracts import label as label_mod
 from hma.contracts import maintenance
 from hma.contracts.cluster import OWNED_PREFIX, NodeState
 from hma.detection.setup import Setup
 from hma.remediation import breaker
 from hma.remediation.options import RECOVERY
+
+if TYPE_CHECKING:
+    from hma.cluster.slurm.client import SlurmClient
 
 _MAX = int(RECOVERY["max_remediations"].default)
 _WINDOW = float(RECOVERY["remediation_window"].default)
@@ -144,7 +146,7 @@ def render_text(doc: dict[str, Any]) -> str:
 def main(setup: Setup, as_json: bool) -> int:
     """``hma fleet [--json]`` with the configuration's Slurm client; 3 when Slurm cannot say."""
     rec = setup.config.section("recovery")
-    client = SlurmClient.from_options(setup.config.section("slurm"))
+    client = common.scheduler(setup).client
     try:
         doc = collect(
             client,
@@ -157,10 +159,10 @@ def main(setup: Setup, as_json: bool) -> int:
     except SlurmError as exc:
         print(f"hma fleet: {printable(str(exc))}", file=sys.stderr)
         if as_json:
-            jsondoc.dump(jsondoc.problem("fleet", f"no Slurm: {exc}", generated=time.time()))
+            common.dump(common.problem("fleet", f"no Slurm: {exc}", generated=time.time()))
         return 3
     if as_json:
-        jsondoc.dump(doc)
+        common.dump(doc)
     else:
         print(render_text(doc))
     return 0

@@ -28,7 +28,8 @@ import time
 from typing import Any, Mapping, Optional
 
 from hma.adapters.text import printable
-from hma.config import files as configfile
+from hma.commands import common
+from hma.config import files
 from hma.config.files import ConfigError
 from hma.contracts.severity import Severity
 from hma.reporters import statusfile
@@ -53,7 +54,7 @@ def _prepare_environment(slurm: dict[str, Any]) -> None:
 
 def run(config_file: Optional[str] = None, quiet: bool = False) -> int:
     """Do one health check; returns the exit code."""
-    raw, _files, errors = configfile.read_raw(configfile.config_path(config_file))
+    raw, _files, errors = files.read_raw(files.config_path(config_file))
     answer = _from_daemon(raw, errors, quiet)
     if answer is not None:
         return answer
@@ -75,7 +76,7 @@ def _wanted(raw: Mapping[str, Any]) -> list[str]:
     check`` does that)."""
     from hma.detection import registry
 
-    probes_dir = configfile.agent_path(raw, "probes_dir")[0]
+    probes_dir = files.agent_path(raw, "probes_dir")[0]
     names = {*registry.entry_point_names(), *registry.exec_probes(probes_dir)}
     tables = raw.get("probes")
     tables = tables if isinstance(tables, dict) else {}
@@ -87,12 +88,10 @@ def _from_daemon(raw: Mapping[str, Any], errors: list[str], quiet: bool) -> Opti
     """The running daemon's answer (printed), read with nothing but the configuration files
     (``raw``, read with ``errors``) and status.json; None when no daemon answers (or the files
     cannot be read: the full load reports why)."""
-    from hma.commands.status import boot_id_in
-
-    run_dir, problems = configfile.agent_path(raw, "run_dir", errors)
+    run_dir, problems = files.agent_path(raw, "run_dir", errors)
     if problems:
         return None
-    doc = daemon_status(run_dir, time.time(), boot_id_in(raw))
+    doc = daemon_status(run_dir, time.time(), common.boot_id_in(raw))
     if doc is None:
         return None
     severity = str(doc.get("severity", "unknown"))

@@ -316,7 +316,7 @@ def render_text(doc: dict[str, Any]) -> str:
 def main(args: argparse.Namespace) -> int:
     """``hma logscan`` handler: exit code is the worst severity (3 for unreadable files)."""
     from hma import assembly
-    from hma.commands import jsondoc
+    from hma.commands import common
     from hma.config.files import ConfigError
     from hma.probes.kernel_log.rules import RulesError
 
@@ -326,8 +326,8 @@ def main(args: argparse.Namespace) -> int:
         for line in exc.errors:
             print(line, file=sys.stderr)
         if args.json:
-            jsondoc.dump(
-                jsondoc.problem("logscan", "invalid configuration: " + "; ".join(exc.errors))
+            common.dump(
+                common.problem("logscan", "invalid configuration: " + "; ".join(exc.errors))
             )
         return 3
     rules_dir: Optional[str] = args.rules_dir
@@ -339,7 +339,7 @@ def main(args: argparse.Namespace) -> int:
         for line in exc.errors:
             print(f"hma logscan: {line}", file=sys.stderr)
         if args.json:
-            jsondoc.dump(jsondoc.problem("logscan", "invalid rules: " + "; ".join(exc.errors)))
+            common.dump(common.problem("logscan", "invalid rules: " + "; ".join(exc.errors)))
         return 3
     catalogue = setup.catalogue
     if args.rules_dir is not None:  # codes of an explicitly named folder join the catalogue

@@ -15,7 +15,7 @@ import time
 from typing import Any, Optional
 
 from hma.adapters.text import printable
-from hma.commands.ack import EX_CANTCREAT, EX_NOPERM, needs_root, operator
+from hma.commands import common
 from hma.contracts import label
 from hma.contracts.cluster import BackendError
 from hma.contracts.maintenance import (
@@ -37,13 +37,7 @@ EX_USAGE = 2
 def mark_in_slurm(setup: Setup, window: Optional[Maintenance]) -> str:
     """Write (or remove) the node's ``hma-maint=`` word in its Slurm label field: one node read
     and at most one update. Returns what happened, for the operator."""
-    from hma.config.schema import ConfigError
-    from hma.remediation.engine import make_backend
-
-    try:
-        backend = make_backend(setup.config)
-    except ConfigError as exc:
-        return f"not marked in Slurm ({'; '.join(exc.errors)})"
+    backend = common.scheduler(setup)
     if not backend.enabled:
         return "not marked in Slurm (Slurm is not used here)"
     try:
@@ -85,12 +79,12 @@ def main(setup: Setup, action: str, duration: Optional[str], reason: str, as_jso
             print(f"hma maintenance: --for: {exc}", file=sys.stderr)
             return EX_USAGE
         until = now + seconds if seconds is not None else None
-        window = Maintenance(now, until, clean_reason(reason), operator())
+        window = Maintenance(now, until, clean_reason(reason), common.operator())
     elif duration is not None or reason:
         print(f"hma maintenance {action}: --for and --reason go with `on`", file=sys.stderr)
         return EX_USAGE
-    if action != "status" and needs_root("hma maintenance"):
-        return EX_NOPERM
+    if action != "status" and common.needs_root("hma maintenance"):
+        return common.EX_NOPERM
     if action == "status" and os.geteuid() != 0:  # the store is root's: the daemon's status
         return _status_from_file(setup, now, as_json)
     try:
@@ -98,14 +92,12 @@ def main(setup: Setup, action: str, duration: Optional[str], reason: str, as_jso
     except StateError as exc:
         print(f"hma maintenance: cannot open the state store: {exc}", file=sys.stderr)
         if as_json:
-            from hma.commands import jsondoc
-
-            jsondoc.dump(jsondoc.problem("maintenance", f"cannot open the state store: {exc}"))
-        return EX_CANTCREAT
+            common.dump(common.problem("maintenance", f"cannot open the state store: {exc}"))
+        return common.EX_CANTCREAT
     try:
         if action == "status":
             return _status(maintenance_mode.load(store), now, as_json)
-        who = operator()
+        who = common.operator()
         payload: dict[str, Any] = {"window": window.to_json() if window else None}
         pid = request_daemon(setup, store, REQUEST_KIND, payload, who, now)
         if pid is None:
@@ -135,19 +127,15 @@ def _status_from_file(setup: Setup, now: float, as_json: bool) -> int:
     if doc is None or problem:
         print(f"hma maintenance: {printable(problem)}", file=sys.stderr)
         if as_json:
-            from hma.commands import jsondoc
-
-            jsondoc.dump(jsondoc.problem("maintenance", problem))
+            common.dump(common.problem("maintenance", problem))
         return 3
     return _status(window, now, as_json)
 
 
 def _status(window: Optional[Maintenance], now: float, as_json: bool) -> int:
     if as_json:
-        from hma.commands import jsondoc
-
         doc = window.to_json(now) if window is not None else {"active": False}
-        jsondoc.dump({"command": "maintenance", **doc})
+        common.dump({"command": "maintenance", **doc})
     else:
         print("\n".join(status_lines(window, now)))
     return 0

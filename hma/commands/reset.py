@@ -17,7 +17,7 @@ import time
 from typing import Optional
 
 from hma.adapters.text import printable
-from hma.commands.ack import EX_CANTCREAT, opened_store, operator
+from hma.commands.common import EX_CANTCREAT, opened_store, operator
 from hma.contracts.catalogue import suggest
 from hma.contracts.cluster import BackendError
 from hma.detection.setup import Setup

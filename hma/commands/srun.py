@@ -36,6 +36,7 @@ from hma.adapters import strict
 from hma.adapters.text import printable
 from hma.cluster.slurm.client import SlurmClient
 from hma.cluster.slurm.parse import ADDRESS, NAME, SlurmError
+from hma.commands import common
 from hma.contracts import label as label_mod
 from hma.contracts.alert import Alert
 from hma.contracts.cluster import NodeState
@@ -494,7 +495,7 @@ def from_config(config_file: Optional[str]) -> tuple[SlurmClient, Optional[Repor
     except (ConfigError, OSError) as exc:
         print(f"hma: configuration not usable ({exc}); using defaults", file=sys.stderr)
         return SlurmClient(), JournalReporter({}, stderr=quiet)
-    client = SlurmClient.from_options(setup.config.section("slurm"))
+    client = common.scheduler(setup).client
     journal_opts = setup.config.reporters.get("journald") or {}
     journal = JournalReporter(journal_opts, stderr=quiet) if journal_opts.get("enabled") else None
     return client, journal

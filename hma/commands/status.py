@@ -13,6 +13,7 @@ import time
 from typing import Any, Mapping, Optional
 
 from hma.adapters.text import printable
+from hma.commands import common
 from hma.commands.term import columns, fit
 from hma.contracts.severity import Severity, worst
 from hma.reporters import statusfile
@@ -283,29 +284,20 @@ def _remediation_lines(rem: Mapping[str, Any], now: float) -> list[str]:
 
 
 def boot_id_of(config_file: Optional[str]) -> Optional[str]:
-    """This boot's id as the daemon reads it: under ``[paths] procfs`` when the configuration
-    sets one other than /proc ("" when unreadable there), else None (statusfile.read uses /proc)."""
-    from hma.config import files as configfile
+    """This boot's id as the daemon reads it, from the configuration files
+    (hma.commands.common.boot_id_in)."""
+    from hma.config import files
 
-    raw, _files, _errors = configfile.read_raw(configfile.config_path(config_file))
-    return boot_id_in(raw)
-
-
-def boot_id_in(raw: Mapping[str, Any]) -> Optional[str]:
-    """``boot_id_of`` over a configuration already read and merged."""
-    paths = raw.get("paths")
-    procfs = paths.get("procfs") if isinstance(paths, dict) else None
-    if not isinstance(procfs, str) or not procfs.startswith("/") or procfs.rstrip("/") == "/proc":
-        return None
-    return statusfile.boot_id(procfs)
+    raw, _files, _errors = files.read_raw(files.config_path(config_file))
+    return common.boot_id_in(raw)
 
 
 def run_dir_of(config_file: Optional[str]) -> tuple[str, list[str]]:
     """``[agent] run_dir`` from the configuration files (default when unset or unreadable),
     with the problems met. Only this key is read, so a config broken elsewhere does not matter."""
-    from hma.config import files as configfile
+    from hma.config import files
 
-    return configfile.early_agent_path(config_file, "run_dir")
+    return files.early_agent_path(config_file, "run_dir")
 
 
 def main(config_file: Optional[str], as_json: bool) -> int:
@@ -315,12 +307,10 @@ def main(config_file: Optional[str], as_json: bool) -> int:
         print(f"hma status: config: {line} (looking in {run_dir})", file=sys.stderr)
     doc, problem = statusfile.read(run_dir, boot_id=boot_id_of(config_file))
     if as_json:
-        from hma.commands import jsondoc
-
         if doc is None:
-            jsondoc.dump(jsondoc.problem("status", problem, schema=statusfile.SCHEMA))
+            common.dump(common.problem("status", problem, schema=statusfile.SCHEMA))
         else:
-            jsondoc.dump({**doc, "problem": problem} if problem else doc)
+            common.dump({**doc, "problem": problem} if problem else doc)
         if problem:
             print(f"hma status: {_clean(problem)}", file=sys.stderr)
     else:

@@ -14,15 +14,18 @@ import difflib
 import os
 import sys
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 from hma.adapters.text import printable
-from hma.cluster.slurm.client import SlurmClient
 from hma.cluster.slurm.parse import SlurmError
+from hma.commands import common
 from hma.contracts.cluster import NodeState
 from hma.reporters.statusfile import write_text
 from hma.topology import conf, spares
 from hma.topology import domain as domain_mod
+
+if TYPE_CHECKING:
+    from hma.cluster.slurm.client import SlurmClient
 
 EX_CHANGES = 1  # --check: something would change
 EX_CONFIG = 2
@@ -133,7 +136,7 @@ def main(config: Optional[str], fmt: Optional[str], path: Optional[str], check: 
     topo = dict(setup.config.section("topology"))
     sl = setup.config.section("slurm")
     fmt = fmt or str(topo["format"])
-    client = SlurmClient.from_options(sl)
+    client = common.scheduler(setup).client
     try:
         return run(client, topo, Path(path) if path else target(topo, sl, fmt), fmt, check)
     except (SlurmError, OSError) as exc:

@@ -1,0 +1,99 @@
+"""What the commands share: who runs them, the root check, exit codes, the JSON document of a
+``--json`` command, configuration errors, the state store and the way to the scheduler.
+
+Light to import (``hma status`` uses it): what a helper needs beyond the standard library is
+imported when it is called.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING, Any, Mapping, Optional
+
+if TYPE_CHECKING:
+    from hma.cluster.slurm.backend import SlurmBackend
+    from hma.config.files import ConfigError
+    from hma.detection.setup import Setup
+    from hma.health.store import Store
+
+EX_NOPERM = 77  # sysexits: not root
+EX_CANTCREAT = 73  # sysexits: the state store cannot be opened (as for `hma run`)
+
+
+def operator() -> str:
+    """Who runs the command (the sudo caller when there is one)."""
+    import getpass
+
+    return os.environ.get("SUDO_USER") or getpass.getuser()
+
+
+def needs_root(command: str) -> bool:
+    """True, once "<command>: needs root ..." is on stderr, when this process is not root's (the
+    command exits ``EX_NOPERM``): it changes the agent's state store."""
+    if os.geteuid() == 0:
+        return False
+    print(
+        f"{command}: needs root (it changes the agent's state store); run it with sudo",
+        file=sys.stderr,
+    )
+    return True
+
+
+def opened_store(setup: Setup, command: str) -> Optional[Store]:
+    """The state store; None, once "<command>: cannot open the state store: <why>" is on stderr,
+    when it cannot be opened (the command exits ``EX_CANTCREAT``)."""
+    from hma.health.pipeline import open_store
+    from hma.health.store import StateError
+
+    try:
+        return open_store(setup)
+    except StateError as exc:
+        print(f"{command}: cannot open the state store: {exc}", file=sys.stderr)
+        return None
+
+
+def dump(doc: Any) -> None:
+    """Print ``doc`` as the command's JSON document: a ``--json`` command always prints one,
+    also when it can only say what is missing (no daemon, no Slurm, a broken configuration)."""
+    import json
+
+    print(json.dumps(doc, indent=2, allow_nan=False))
+
+
+def problem(command: str, text: str, **fields: Any) -> dict[str, Any]:
+    """The document of a command that could not measure: ``severity`` unknown and ``problem``
+    saying what is missing (docs/cli.md); the exit code stays 3 then."""
+    return {"command": command, "severity": "unknown", "problem": text, **fields}
+
+
+def config_failed(exc: ConfigError, code: int, json_command: str = "") -> int:
+    """Print the configuration's errors and return ``code``; with ``json_command`` (``--json``)
+    also the document that says so."""
+    for line in exc.errors:
+        print(line, file=sys.stderr)
+    if json_command:
+        dump(problem(json_command, "invalid configuration: " + "; ".join(exc.errors)))
+    return code
+
+
+def boot_id_in(raw: Mapping[str, Any]) -> Optional[str]:
+    """This boot's id as the daemon reads it, from a configuration already read and merged:
+    under ``[paths] procfs`` when it sets one other than /proc ("" when unreadable there), else
+    None (statusfile.read uses /proc)."""
+    from hma.reporters import statusfile
+
+    paths = raw.get("paths")
+    procfs = paths.get("procfs") if isinstance(paths, dict) else None
+    if not isinstance(procfs, str) or not procfs.startswith("/") or procfs.rstrip("/") == "/proc":
+        return None
+    return statusfile.boot_id(procfs)
+
+
+def scheduler(setup: Setup) -> SlurmBackend:
+    """The scheduler as every command reaches it: the Slurm backend of ``[slurm]`` (its
+    ``client`` for what only Slurm has: the node list, host lists, jobs, reconfigure)."""
+    from hma.cluster.slurm.backend import SlurmBackend
+
+    label_field = str(setup.config.section("recovery")["label_field"])
+    return SlurmBackend(setup.config.section("slurm"), label_field)
