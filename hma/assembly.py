@@ -8,15 +8,14 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Collection, Mapping, Optional, Sequence
 
-from hma.config import files as configfile
-from hma.config import schema as config_mod
+from hma.config import files, schema
 from hma.config.files import ConfigError
 from hma.config.schema import CORE_SECTIONS, Schema
-from hma.contracts import catalogue as catalogue_mod
+from hma.contracts import catalogue
 from hma.contracts.catalogue import Catalogue
 from hma.contracts.options import Option
 from hma.contracts.probe import Probe
-from hma.deepcheck import options as deepcheck_options
+from hma.deepcheck.options import DEEP_CHECK
 from hma.detection.registry import (
     Broken,
     discover,
@@ -25,8 +24,8 @@ from hma.detection.registry import (
     rescan,
 )
 from hma.detection.setup import Setup
-from hma.remediation import options as remediation_options
-from hma.topology import options as topology_options
+from hma.remediation.options import RECOVERY, cluster_options, problems, recovery_options
+from hma.topology.options import TOPOLOGY
 
 if TYPE_CHECKING:  # event sources and reporters are imported when the configuration has some
     from hma.contracts.source import EventSource
@@ -37,8 +36,8 @@ DEFAULT_BACKEND = "slurm"  # [cluster] backend unless the configuration names an
 # Sections of the features the agent wires, in the order the reference documents list them
 # (``[cluster]``, ``[recovery]`` and the backends' follow).
 FEATURE_SECTIONS: dict[str, dict[str, Option]] = {
-    "deep_check": deepcheck_options.DEEP_CHECK,
-    "topology": topology_options.TOPOLOGY,
+    "deep_check": DEEP_CHECK,
+    "topology": TOPOLOGY,
 }
 
 
@@ -54,7 +53,7 @@ def schema_for(
     (every installed reporter and backend, or those named). Backends and reporters that fail to
     load are added to ``broken``; the tables of broken plugins are left unchecked."""
     probes = {
-        name: config_mod.probe_options(
+        name: schema.probe_options(
             cls.options,
             cls.default_interval,
             cls.default_timeout,
@@ -81,10 +80,10 @@ def schema_for(
         sections={
             **CORE_SECTIONS,
             **FEATURE_SECTIONS,
-            "cluster": remediation_options.cluster_options(
+            "cluster": cluster_options(
                 [*backends, *(b.name for b in broken if b.kind == "backend")], DEFAULT_BACKEND
             ),
-            "recovery": remediation_options.recovery_options(
+            "recovery": recovery_options(
                 [  # the default backend's defaults first
                     cls.recovery
                     for _name, cls in sorted(
@@ -94,7 +93,7 @@ def schema_for(
             ),
             **{name: dict(cls.options) for name, cls in sorted(backends.items())},
         },
-        checks={"recovery": remediation_options.problems},
+        checks={"recovery": problems},
         probes=probes,
         reporters=reporters,
         catalogue=cat,
@@ -113,14 +112,14 @@ def schema_for(
 
 def _declared_codes(
     source_classes: dict[str, type[EventSource]], raw: dict[str, Any]
-) -> list[catalogue_mod.Entry]:
+) -> list[catalogue.Entry]:
     """Codes event sources declare from their (raw, pre-validation) options: site rule files.
 
     They must be in the catalogue before the configuration is validated, since ``[codes.SITE_X]``
     may override them. Raises ``config.ConfigError`` naming each broken declaration.
     """
     sources = raw.get("sources") if isinstance(raw.get("sources"), dict) else {}
-    entries: list[catalogue_mod.Entry] = []
+    entries: list[catalogue.Entry] = []
     errors: list[str] = []
     for name, cls in sorted(source_classes.items()):
         given = sources.get(name) if isinstance(sources, dict) else None
@@ -167,7 +166,7 @@ def _backend_sections(raw: dict[str, Any]) -> set[str]:
     }
     others = {name for name, table in raw.items() if isinstance(table, dict) and name not in core}
     recovery = raw.get("recovery")
-    if isinstance(recovery, dict) and set(recovery) - set(remediation_options.RECOVERY):
+    if isinstance(recovery, dict) and set(recovery) - set(RECOVERY):
         others.add(DEFAULT_BACKEND)
     return {chosen, *others} if chosen else others
 
@@ -188,6 +187,43 @@ def _in_use(raw: dict[str, Any], item: Broken) -> bool:
     return isinstance(table, dict) and table.get("enabled") is not False
 
 
+def _add_executables(
+    classes: dict[str, Any],
+    executables: Mapping[str, Any],
+    only: Optional[Sequence[str]],
+    registered: Collection[str],
+    broken: list[Broken],
+) -> set[str]:
+    """Add the executable probes (those in ``only``, when given) to ``classes``; one that shadows
+    a registered probe is broken instead. Returns the names added."""
+    exec_names: set[str] = set()
+    for name, cls in executables.items():
+        if only is not None and name not in only:
+            continue
+        if name in registered:
+            broken.append(
+                Broken(name, f"executable probe {name} shadows a built-in probe; skipped")
+            )
+        else:
+            classes[name] = cls
+            exec_names.add(name)
+    return exec_names
+
+
+def _plugin_names(
+    raw: dict[str, Any], only: Optional[Sequence[str]], remediates: bool
+) -> tuple[Optional[set[str]], Optional[set[str]]]:
+    """(reporters, backends) whose modules ``load`` imports: None for every installed one.
+    With ``only``, those the raw configuration names; when the caller ``remediates``, every
+    reporter and the default backend besides (it declares the [recovery] keys remediation
+    reads, as in a full load)."""
+    if only is None:
+        return None, None
+    if not remediates:
+        return _tables(raw, "reporters"), _backend_sections(raw)
+    return None, _backend_sections(raw) | {DEFAULT_BACKEND}
+
+
 def load(
     config_file: Optional[str] = None,
     only: Optional[Sequence[str]] = None,
@@ -200,14 +236,14 @@ def load(
     configuration overrides a code they declare. ``remediates``: the caller acts on the verdict
     without the daemon (``hma healthcheck``): with ``only``, every reporter (its alerts) and the
     cluster backend are loaded all the same."""
-    cat = catalogue_mod.load_builtin()
-    read = configfile.read_layers(configfile.config_path(config_file))  # once for everything
-    raw = configfile.merged(read[0])[0]
+    cat = catalogue.load_builtin()
+    read = files.read_layers(files.config_path(config_file))  # once for everything
+    raw = files.merged(read[0])[0]
     if only is None:
         rescan()
     classes, broken = discover(names=only)
     # probes_dir is read before validation, since it decides the probe set
-    executables = exec_probes(configfile.agent_path(raw, "probes_dir")[0])
+    executables = exec_probes(files.agent_path(raw, "probes_dir")[0])
     unchecked: set[str] = set()
     if only is not None:  # other sections are left to `hma config check`, unless misnamed
         named = _tables(raw, "probes") - set(executables)
@@ -228,31 +264,15 @@ def load(
             from hma.contracts.source import GROUP as SOURCE_GROUP
 
             unchecked |= {f"sources.{n}" for n in entry_point_names(SOURCE_GROUP, among=named)}
-    exec_names = set()
-    for name, cls in executables.items():
-        if only is not None and name not in only:
-            continue
-        if name in registered:
-            broken.append(
-                Broken(name, f"executable probe {name} shadows a built-in probe; skipped")
-            )
-        else:
-            classes[name] = cls
-            exec_names.add(name)
+    exec_names = _add_executables(classes, executables, only, registered, broken)
     try:
         cat = cat.extended(_declared_codes(source_classes, raw))
-    except catalogue_mod.CatalogueError as exc:
+    except catalogue.CatalogueError as exc:
         raise ConfigError([f"site codes: {exc}"]) from None
-    reporter_names: Optional[set[str]] = None
-    backend_names: Optional[set[str]] = None
-    if only is not None and not remediates:
-        reporter_names, backend_names = _tables(raw, "reporters"), _backend_sections(raw)
-    elif only is not None:
-        # the default backend declares the [recovery] keys remediation reads, as in a full load
-        backend_names = _backend_sections(raw) | {DEFAULT_BACKEND}
-    schema = schema_for(classes, broken, cat, source_classes, reporter_names, backend_names)
-    schema = replace(schema, unchecked=schema.unchecked | unchecked)
-    cfg = config_mod.load(schema, config_file, read)
+    reporter_names, backend_names = _plugin_names(raw, only, remediates)
+    full = schema_for(classes, broken, cat, source_classes, reporter_names, backend_names)
+    full = replace(full, unchecked=full.unchecked | unchecked)
+    cfg = schema.load(full, config_file, read)
     backend = cfg.section("cluster")["backend"]
     failed = [b.error for b in broken if b.kind == "backend" and b.name == backend]
     if failed:  # `hma run` would have nothing to act through
