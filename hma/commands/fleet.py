@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from hma.adapters.text import printable
 from hma.cluster.slurm.parse import SlurmError
 from hma.commands import common
-from hma.contracts import label as label_mod
-from hma.contracts import maintenance
+from hma.contracts import label, maintenance
 from hma.contracts.cluster import OWNED_PREFIX, NodeState
 from hma.detection.setup import Setup
 from hma.remediation import breaker
@@ -41,8 +40,8 @@ def node_row(
     node: NodeState, field: str, now: float, max_remediations: int = _MAX, window: float = _WINDOW
 ) -> Optional[dict[str, Any]]:
     """The fleet row of one node, or None when hma has nothing to say about it."""
-    found = label_mod.find(node.field(field))
-    history = label_mod.find_history(node.field(field))
+    found = label.find(node.field(field))
+    history = label.find_history(node.field(field))
     held = breaker.held_by_hma(node, field)
     maint = maintenance.in_field(node.field(field))
     if maint is not None and not maint.active(now):

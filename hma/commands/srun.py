@@ -37,7 +37,7 @@ from hma.adapters.text import printable
 from hma.cluster.slurm.client import SlurmClient
 from hma.cluster.slurm.parse import ADDRESS, NAME, SlurmError
 from hma.commands import common
-from hma.contracts import label as label_mod
+from hma.contracts import label
 from hma.contracts.alert import Alert
 from hma.contracts.cluster import NodeState
 from hma.contracts.model import Action, Severity
@@ -136,7 +136,7 @@ def fault_of(node: NodeState) -> str:
     """Why ``node`` counts as failed hardware ("" when it does not)."""
     if node.out_of_service and (node.owned or node.reason.startswith("Action:")):
         return f"{node.label_text}, reason {node.reason!r}"
-    lab = label_mod.find(node.extra) or label_mod.find(node.comment)
+    lab = label.find(node.extra) or label.find(node.comment)
     if lab is not None and lab.state == "unhealthy":
         held = f", held: {lab.held}" if lab.held else ""
         return f"{node.label_text}, hma label {lab.code} {lab.component}{held}".replace(" ,", ",")
@@ -144,7 +144,7 @@ def fault_of(node: NodeState) -> str:
 
 
 def _held(node: NodeState) -> bool:
-    lab = label_mod.find(node.extra) or label_mod.find(node.comment)
+    lab = label.find(node.extra) or label.find(node.comment)
     return lab is not None and bool(lab.held)
 
 

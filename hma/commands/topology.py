@@ -21,8 +21,7 @@ from hma.cluster.slurm.parse import SlurmError
 from hma.commands import common
 from hma.contracts.cluster import NodeState
 from hma.reporters.statusfile import write_text
-from hma.topology import conf, spares
-from hma.topology import domain as domain_mod
+from hma.topology import conf, domain, spares
 
 if TYPE_CHECKING:
     from hma.cluster.slurm.client import SlurmClient
@@ -73,7 +72,7 @@ def run(
     per_domain = int(topo["spares_per_domain"])
     mark, release = spares.plan(nodes, per_domain) if per_domain else ([], [])
     text, lonely, size = render(nodes, fmt, topo["domain_size"], per_domain)
-    unusable = {n.name: domain_mod.problem(spares.published(n)) for n in nodes}
+    unusable = {n.name: domain.problem(spares.published(n)) for n in nodes}
     for name in lonely:
         why = unusable[name]
         what = f"an unusable domain ({why})" if why else "no domain"
