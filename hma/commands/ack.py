@@ -16,8 +16,8 @@ from hma.commands.common import EX_CANTCREAT, opened_store, operator
 from hma.contracts.catalogue import Entry, clears_text
 from hma.contracts.model import Clears
 from hma.detection.setup import Setup
+from hma.health import requests
 from hma.health.pipeline import command_pipeline
-from hma.health.requests import request_daemon
 
 
 def main(setup: Setup, code: str, component: Optional[str]) -> int:
@@ -51,7 +51,9 @@ def main(setup: Setup, code: str, component: Optional[str]) -> int:
             )
             return 1
         who, now = operator(), time.time()
-        pid = request_daemon(setup, store, "ack", {"code": code, "component": component}, who, now)
+        pid = requests.request_daemon(
+            setup, store, requests.ACK, {"code": code, "component": component}, who, now
+        )
         if pid is not None:
             print(f"acknowledged {code} ({len(matching)} fault(s)); daemon pid {pid} notified")
         else:

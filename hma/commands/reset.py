@@ -21,11 +21,10 @@ from hma.commands.common import EX_CANTCREAT, opened_store, operator
 from hma.contracts.catalogue import suggest
 from hma.contracts.cluster import BackendError
 from hma.detection.setup import Setup
+from hma.health import requests
 from hma.health.pipeline import reporter_alerts
-from hma.health.requests import request_daemon
 from hma.remediation.engine import Remediator, reset_alert
 
-REQUEST_KIND = "reset"
 MAX_REASON = 300
 _COMPONENT = re.compile(r"[A-Za-z0-9_.:@-]{1,128}")
 
@@ -61,7 +60,7 @@ def main(setup: Setup, code: Optional[str], component: Optional[str], reason: st
         who, now = operator(), time.time()
         text = reason.strip()
         request = {"code": code, "component": component, "reason": text}
-        pid = request_daemon(setup, store, REQUEST_KIND, request, who, now)
+        pid = requests.request_daemon(setup, store, requests.RESET, request, who, now)
         if pid is not None:
             print(f"reset {what}; daemon pid {pid} notified")
             return 0

@@ -18,8 +18,6 @@ from hma.remediation.engine import Remediator, reset_alert
 
 log = logging.getLogger("hma")
 
-RESET_KIND = "reset"  # hma reset (hma.commands.reset)
-
 
 class OperatorRequests:
     """Takes the queued requests and applies each; watches the maintenance window."""
@@ -35,14 +33,14 @@ class OperatorRequests:
         """Apply the operator requests queued in the state store, oldest first."""
         for req in self.inbox.take(self.clock()):
             kind, payload, who = req["kind"], req["payload"], req["who"]
-            if kind == "ack":
+            if kind == requests.ACK:
                 applied = self.pipeline.ack(
                     payload.get("code", ""), payload.get("component"), who, self.clock()
                 )
                 self.effects.react(applied)
             elif kind == maintenance.REQUEST_KIND:  # hma maintenance on|off
                 self._set_maintenance(payload, who)
-            elif kind == RESET_KIND and self.effects.remediator is not None:  # hma reset
+            elif kind == requests.RESET and self.effects.remediator is not None:  # hma reset
                 self._reset(self.effects.remediator, payload, who)
             elif kind == deepcheck_record.REQUEST_KIND:  # hma deep-check results
                 for run in deepcheck_record.from_payload(payload):

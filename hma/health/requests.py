@@ -18,6 +18,9 @@ from hma.detection.setup import Setup
 from hma.health.store import Store
 from hma.reporters import statusfile
 
+ACK = "ack"  # the kinds of request hma's own commands queue (maintenance: its contract's)
+RESET = "reset"
+
 
 def add(store: Store, kind: str, payload: dict[str, Any], who: str, now: float) -> int:
     """Queue an operator request for the daemon; returns its id."""
