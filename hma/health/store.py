@@ -33,7 +33,7 @@ import threading
 import time
 import urllib.parse
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from hma.contracts.maintenance import Maintenance
 from hma.health.model import Occurrence, Record
@@ -90,9 +90,6 @@ MAX_PENDING = 8 << 20  # bytes of queued statements; beyond, the whole memory co
 RETRY_MIN_S, RETRY_MAX_S = 1.0, 60.0
 LOCKED_WAIT_S = 0.5
 Statement = tuple[str, tuple[Any, ...]]
-# Columns of a ``remediations`` row (``add_remediation``, ``remediations``).
-REMEDIATION_KEYS = ("ts", "episode", "code", "component", "action", "boot_id", "who", "note")
-_EMPTY: dict[str, Any] = {"episode": None}
 
 
 class _Recorder:
@@ -453,36 +450,6 @@ class Store:
         """Delete history rows before ``older_than``; returns how many."""
         with self.transaction() as conn:
             return conn.execute("DELETE FROM history WHERE ts < ?", (older_than,)).rowcount
-
-    def add_remediation(self, row: Mapping[str, Any]) -> None:
-        """Append one remediation (keys of ``REMEDIATION_KEYS``; absent ones empty)."""
-        with self.transaction() as conn:
-            conn.execute(
-                f"INSERT INTO remediations ({', '.join(REMEDIATION_KEYS)}) VALUES "  # noqa: S608
-                f"({', '.join('?' for _k in REMEDIATION_KEYS)})",
-                tuple(row.get(k, _EMPTY.get(k, "")) for k in REMEDIATION_KEYS),
-            )
-
-    def remediations(self) -> list[dict[str, Any]]:
-        """Every recorded remediation, oldest first."""
-        with self._lock:
-            rows = self._conn.execute(
-                f"SELECT {', '.join(REMEDIATION_KEYS)} FROM remediations ORDER BY ts, id"  # noqa: S608
-            ).fetchall()
-        return [dict(zip(REMEDIATION_KEYS, r)) for r in rows]
-
-    def delete_remediations(self, **match: Any) -> int:
-        """Delete the remediations whose columns equal ``match`` (a column given None matches
-        every value; ``hma reset`` records are kept); returns how many went."""
-        sql, params = "DELETE FROM remediations WHERE action != 'reset'", []
-        for key, value in match.items():
-            if key not in REMEDIATION_KEYS:
-                raise ValueError(f"no column {key!r}")
-            if value is not None:
-                sql += f" AND {key} = ?"
-                params.append(value)
-        with self.transaction() as conn:
-            return int(conn.execute(sql, tuple(params)).rowcount)
 
     def note_boot(self, boot_id: str, now: float) -> bool:
         """Record a boot id; True when it was not known (the node rebooted)."""
