@@ -23,7 +23,7 @@ from hma.contracts.cluster import (
     NodeState,
     SetsDown,
 )
-from hma.remediation import history
+from hma.remediation import remediations
 from hma.remediation.breaker import Breaker, Count
 from hma.remediation.facts import EngineView
 from hma.remediation.labels import Labels
@@ -233,7 +233,7 @@ class Applier:
         """Resume a drain beyond the breaker's limit; the drain is decided again and held."""
         ep = self.outbox.episode()
         if ep is not None:  # not a remediation after all
-            history.delete(self.outbox.store, episode=ep.id, action="drain")
+            remediations.delete(self.outbox.store, episode=ep.id, action="drain")
         current = self.backend.node(name)
         if current.owned:
             self.backend.resume(

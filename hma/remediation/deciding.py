@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from hma.health.model import Verdict
 from hma.health.store import Store
-from hma.remediation import history, transitions
+from hma.remediation import remediations, transitions
 from hma.remediation.actions import describe
 from hma.remediation.alerts import Alerts
 from hma.remediation.facts import Shared
@@ -73,7 +73,7 @@ class Decider:
         known = self.known.now
         reset = transitions.Reset(code, component, who, now, known.boot_id)
         with self.outbox.lock:
-            cleared = history.delete(self.store, code=code, component=component)
+            cleared = remediations.delete(self.store, code=code, component=component)
             reboots = self.outbox.reboots()
             seq, ep = self.outbox.load()
             remaining = self.outbox.remediations()
@@ -97,7 +97,7 @@ class Decider:
                     self.outbox.save(conn, seq, done.episode)
             note = f"remediation history reset by {who}: {why}"
             row = {"ts": now, "code": code or "", "component": component or "", "action": "reset"}
-            history.add(self.store, {**row, "who": who, "note": why})
+            remediations.add(self.store, {**row, "who": who, "note": why})
             self.store.add_history(
                 now, "reset", code or "", component or "", "ok", note, {"reason": why}, who
             )
@@ -130,7 +130,7 @@ class Decider:
                 return  # decided once the cluster told us who we are and the daemon gave a verdict
             now, runs = self.clock(), self.runs()
             seq, ep = self.outbox.load()
-            remediations = tuple(self.outbox.remediations())
+            done_before = tuple(self.outbox.remediations())
             with self.store.transaction() as conn:
                 situation = Situation(
                     now=now,
@@ -145,7 +145,7 @@ class Decider:
                     auto_resume_jobs=frozenset(self.autoresume.marked),
                     open_rows=self.outbox.open_rows(conn, ep.id) if ep is not None else (),
                     resume_hold=self._resume_hold(ep, known.boot_id, verdict),
-                    remediations=remediations,
+                    remediations=done_before,
                     human=self.outbox.human(),
                     observed=max(runs.values(), default=0.0),
                     verified=runs.get(VERIFY_PROBE, 0.0),
