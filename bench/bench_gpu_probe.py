@@ -50,7 +50,7 @@ def main() -> None:
         inproc = []
         for _ in range(RUNS):
             start = time.perf_counter()
-            snap = read_all(ctx, {})
+            snap = read_all(ctx, {}).to_json()
             probe.evaluate(snap, ctx)
             inproc.append(time.perf_counter() - start)
         assert len(snap["gpus"]) == 8 and not snap["init_error"]

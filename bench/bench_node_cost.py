@@ -17,7 +17,11 @@ only for the stand-in kmsg FIFOs under /tmp; prints the machine and its load, wh
 shared host.
 
     .venv/bin/python bench/bench_node_cost.py [--instances p5.48xlarge,trn1.32xlarge]
-        [--duration 600] [--runs 10]
+        [--duration 600] [--runs 10] [--beside prometheus-node-exporter]
+
+``--beside PROGRAM`` starts that exporter (node_exporter: listening on a free loopback port, not
+scraped, as an idle node runs it) before the window and measures its CPU share and PSS over the
+same seconds, so the two figures come from one machine at one load.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import json
 import os
 import resource
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -124,10 +129,47 @@ def status(run_dir: Path) -> dict[str, Any]:
         return {}
 
 
+def free_port() -> int:
+    """A loopback TCP port nothing listens on now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_beside(program: str, base: Path) -> subprocess.Popen:
+    """The exporter measured beside the agent, on a free loopback port."""
+    log = open(base / "beside.log", "w")  # noqa: SIM115 - the process owns it until stopped
+    return subprocess.Popen(
+        [program, f"--web.listen-address=127.0.0.1:{free_port()}"],
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+
+
+def report_beside(proc: subprocess.Popen, cpu0: float, seconds: float) -> None:
+    """The exporter's CPU share over the window and its PSS."""
+    if proc.poll() is not None:
+        print(f"  beside: exited with {proc.returncode} (see beside.log)")
+        return
+    used = tree_cpu(proc.pid) - cpu0
+    kib = sum(pss_kib(pid) for pid in tree(proc.pid))
+    print(
+        f"  beside {Path(proc.args[0]).name}: {used / seconds * 100:.3f}% of a core "
+        f"({used:.2f} CPU s), PSS {kib / 1024:.1f} MiB"
+    )
+
+
 def measure_agent(
-    base: Path, run: Path, env: dict[str, str], config: Path, duration: float
+    base: Path,
+    run: Path,
+    env: dict[str, str],
+    config: Path,
+    duration: float,
+    beside: str = "",
 ) -> None:
-    """Start the agent, wait until every probe ran, then measure the tree for ``duration``."""
+    """Start the agent, wait until every probe ran, then measure the tree for ``duration``
+    (and ``beside``, an exporter started next to it, over the same window)."""
     log = open(base / "agent.log", "w")  # noqa: SIM115 - closed below
     agent = subprocess.Popen(
         [sys.executable, "-m", "hma", "--config", str(config), "run"],
@@ -136,6 +178,7 @@ def measure_agent(
         stdout=log,
         stderr=subprocess.STDOUT,
     )
+    other: subprocess.Popen | None = None
     try:
         deadline = time.monotonic() + 120
         while True:
@@ -145,7 +188,9 @@ def measure_agent(
             if agent.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit(f"the agent did not start; see {base / 'agent.log'}")
             time.sleep(0.2)
+        other = start_beside(beside, base) if beside else None
         time.sleep(2.0)  # the first runs' workers settle
+        other_cpu0 = tree_cpu(other.pid) if other else 0.0
         smi_log = base / "nvidia-smi.log"
         smi0 = len(smi_log.read_text().splitlines()) if smi_log.exists() else 0
         cpu0, t0 = split_cpu(agent.pid), time.monotonic()
@@ -180,7 +225,11 @@ def measure_agent(
             total += kib
             print(f"  PSS {kib / 1024:6.1f} MiB  pid {pid} {comm}")
         print(f"  PSS {total / 1024:6.1f} MiB  the tree")
+        if other:
+            report_beside(other, other_cpu0, t1 - t0)
     finally:
+        if other:
+            stop(other)
         stop(agent)
         log.close()
 
@@ -232,6 +281,7 @@ def main() -> int:
     parser.add_argument("--instances", default="p5.48xlarge,trn1.32xlarge")
     parser.add_argument("--duration", type=float, default=600.0, help="seconds per node")
     parser.add_argument("--runs", type=int, default=10, help="runs per probe for CPU per run")
+    parser.add_argument("--beside", default="", help="an exporter to measure over the same window")
     args = parser.parse_args()
     print(machine())
     for instance in args.instances.split(","):
@@ -242,7 +292,7 @@ def main() -> int:
             config, env, kmsg = build(base, run, instance)
             try:
                 print(f"{instance}: hma run, default intervals, Slurm off, efa_mesh off")
-                measure_agent(base, run, env, config, args.duration)
+                measure_agent(base, run, env, config, args.duration, args.beside)
                 print(f"{instance}: CPU per probe run")
                 measure_probes(config, env, args.runs)
             finally:

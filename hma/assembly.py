@@ -32,6 +32,8 @@ if TYPE_CHECKING:  # event sources and reporters are imported when the configura
     from hma.contracts.source import EventSource
 
 
+DEFAULT_BACKEND = "slurm"  # [cluster] backend unless the configuration names another
+
 # Sections of the features the agent wires, in the order the reference documents list them
 # (``[cluster]``, ``[recovery]`` and the backends' follow).
 FEATURE_SECTIONS: dict[str, dict[str, Option]] = {
@@ -80,9 +82,16 @@ def schema_for(
             **CORE_SECTIONS,
             **FEATURE_SECTIONS,
             "cluster": remediation_options.cluster_options(
-                [*backends, *(b.name for b in broken if b.kind == "backend")]
+                [*backends, *(b.name for b in broken if b.kind == "backend")], DEFAULT_BACKEND
             ),
-            "recovery": remediation_options.RECOVERY,
+            "recovery": remediation_options.recovery_options(
+                [  # the default backend's defaults first
+                    cls.recovery
+                    for _name, cls in sorted(
+                        backends.items(), key=lambda item: (item[0] != DEFAULT_BACKEND, item[0])
+                    )
+                ]
+            ),
             **{name: dict(cls.options) for name, cls in sorted(backends.items())},
         },
         checks={"recovery": remediation_options.problems},
@@ -142,8 +151,9 @@ def _chosen_backend(raw: dict[str, Any]) -> Optional[str]:
 
 def _backend_sections(raw: dict[str, Any]) -> set[str]:
     """The backends whose sections the raw configuration holds: the one ``[cluster] backend``
-    names and every other top-level table the core does not own (none for a file without
-    them: ``hma check`` then imports no backend)."""
+    names and every other top-level table the core does not own, and the default one when
+    ``[recovery]`` sets a key backends declare (its label field, its modes): none for a file
+    without them (``hma check`` then imports no backend)."""
     chosen = _chosen_backend(raw)
     core = {
         *CORE_SECTIONS,
@@ -156,6 +166,9 @@ def _backend_sections(raw: dict[str, Any]) -> set[str]:
         "codes",
     }
     others = {name for name, table in raw.items() if isinstance(table, dict) and name not in core}
+    recovery = raw.get("recovery")
+    if isinstance(recovery, dict) and set(recovery) - set(remediation_options.RECOVERY):
+        others.add(DEFAULT_BACKEND)
     return {chosen, *others} if chosen else others
 
 
@@ -235,8 +248,8 @@ def load(
     if only is not None and not remediates:
         reporter_names, backend_names = _tables(raw, "reporters"), _backend_sections(raw)
     elif only is not None:
-        default = remediation_options.cluster_options([])["backend"].default
-        backend_names = _backend_sections(raw) | {_chosen_backend(raw) or default}
+        # the default backend declares the [recovery] keys remediation reads, as in a full load
+        backend_names = _backend_sections(raw) | {DEFAULT_BACKEND}
     schema = schema_for(classes, broken, cat, source_classes, reporter_names, backend_names)
     schema = replace(schema, unchecked=schema.unchecked | unchecked)
     cfg = config_mod.load(schema, config_file, read)

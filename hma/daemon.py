@@ -37,6 +37,7 @@ from hma.deepcheck import record as deepcheck_record
 from hma.deepcheck.gate import RecoveryGate
 from hma.detection.devices import DeviceWatcher
 from hma.detection.runner import make_slot, run_probe
+from hma.health import history, maintenance_mode
 from hma.health.model import HealthModel
 from hma.health.pipeline import Applied, Pipeline, open_store
 from hma.health.store import RETRY_MIN_S, StateError, Store
@@ -570,13 +571,13 @@ class Daemon:
         except (ValueError, AttributeError) as exc:
             log.error("maintenance request refused: %s", exc)
             return
-        self.store.set_maintenance(window, who, self.clock())
+        maintenance_mode.save(self.store, window, who, self.clock())
         self._watch_maintenance(self.clock())
         self._write_status()
 
     def _watch_maintenance(self, now: float) -> Optional[maintenance.Maintenance]:
         """The maintenance window; its start and end (also by expiry) go to the log."""
-        window = self.store.maintenance()
+        window = maintenance_mode.load(self.store)
         active = window is not None and window.active(now)
         if active != self._maintenance_active:
             if active and window is not None:
@@ -607,7 +608,7 @@ class Daemon:
         if now - self._last_prune >= PRUNE_EVERY_S:
             self._last_prune = now
             days = float(self.setup.config.section("agent")["history_days"])
-            self.store.prune_history(now - days * 86400)
+            history.prune(self.store, now - days * 86400)
         if (
             self.notifier.watchdog_s is not None
             and mono - self._last_ping >= self.notifier.watchdog_s / 4

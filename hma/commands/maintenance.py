@@ -26,6 +26,7 @@ from hma.contracts.maintenance import (
     parse_duration,
 )
 from hma.detection.setup import Setup
+from hma.health import maintenance_mode
 from hma.health.pipeline import open_store, request_daemon
 from hma.health.store import StateError
 
@@ -102,12 +103,12 @@ def main(setup: Setup, action: str, duration: Optional[str], reason: str, as_jso
         return EX_CANTCREAT
     try:
         if action == "status":
-            return _status(store.maintenance(), now, as_json)
+            return _status(maintenance_mode.load(store), now, as_json)
         who = operator()
         payload: dict[str, Any] = {"window": window.to_json() if window else None}
         pid = request_daemon(setup, store, REQUEST_KIND, payload, who, now)
         if pid is None:
-            store.set_maintenance(window, who, now)
+            maintenance_mode.save(store, window, who, now)
     finally:
         store.close()
     slurm = mark_in_slurm(setup, window)

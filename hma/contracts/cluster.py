@@ -14,7 +14,7 @@ states are told in Slurm's vocabulary (base state + flags), which every backend 
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Collection, Mapping, Optional, Sequence
 
 from hma.contracts.options import Option
@@ -168,8 +168,12 @@ class NodeState:
         return text
 
     def field(self, name: str) -> str:
-        """The label field's text (``extra`` or ``comment``)."""
+        """The label field's text (``extra`` or ``comment``; ``extra`` when unnamed)."""
         return self.comment if name == "comment" else self.extra
+
+    def with_field(self, name: str, text: str) -> NodeState:
+        """This state with the label field ``name`` holding ``text`` (as ``field`` reads it)."""
+        return replace(self, comment=text) if name == "comment" else replace(self, extra=text)
 
 
 @dataclass(frozen=True)
@@ -204,14 +208,20 @@ class JobInfo:
 
 class Backend(abc.ABC):
     """One cluster backend: the core every backend has. ``options`` declares its configuration
-    section ``[<name>]``; an instance is made from that section's values and the label field
-    (``[recovery] label_field``). Every call may raise ``BackendError``; writes are retried by
-    the outbox. What a backend can do beyond the core it says by inheriting the capabilities
-    below (``Reboots``, ``Replaces``, ``SetsDown``, ``TakesSpares``, ``RequeuesJobs``);
-    remediation holds an action whose capability is missing and says why."""
+    section ``[<name>]`` and ``recovery`` its ``[recovery]`` keys; an instance is made from
+    that section's values and the label field (``[recovery] label_field``). Every call may
+    raise ``BackendError``; writes are retried by the outbox. What a backend can do beyond the
+    core it says by inheriting the capabilities below (``Reboots``, ``Replaces``,
+    ``SetsDown``, ``TakesSpares``, ``RequeuesJobs``); remediation holds an action whose
+    capability is missing and says why."""
 
-    name: ClassVar[str] = ""
+    name: ClassVar[str] = ""  # entry point name: its section, its block in the status document
     options: ClassVar[Mapping[str, Option]] = {}
+    # The [recovery] keys whose choices are the backend's: ``label_field`` (its fields that can
+    # carry the label), ``reboot_mode`` and ``replace_mode`` (its modes besides ``command``,
+    # the hook, and ``drain_only``); remediation reads their values
+    recovery: ClassVar[Mapping[str, Option]] = {}
+    no_node: ClassVar[str] = "this host matches no node of the cluster"  # find_node_name: None
 
     def __init__(self, options: Mapping[str, Any], label_field: str) -> None:
         self.config = options

@@ -3,14 +3,15 @@
 Built-in and third-party probes are classes registered under the ``hma.probes`` entry point group.
 ``collect`` returns plain JSON-able data (the snapshot) so that probes with ``isolation =
 "process"`` can collect in a worker process; ``evaluate`` turns a snapshot into findings and never
-does I/O, so tests feed it snapshots directly.
+does I/O, so tests feed it snapshots directly. The helpers for writing probes (counters,
+discovery, read failures) live beside the probes, in hma.probes.support.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, ClassVar, Generic, Iterable, Mapping, Optional, TypeVar
+from typing import Any, Callable, ClassVar, Mapping, Optional
 
 from hma.adapters.command import CommandRunner
 from hma.adapters.files import RootReader
@@ -95,46 +96,6 @@ class ProbeContext:
         )
 
 
-T = TypeVar("T")
-
-
-class Discovery(Generic[T]):
-    """What a probe found below a sysfs ``folder`` (its devices), found again only when the
-    sysfs root, the boot, the device events seen, the listing of ``folder`` (one directory read
-    a run) or the ``extra`` key of the options it used change; a result ``keep`` refuses (one
-    with read errors) is found again next run. ``applies`` and ``collect`` of one run share one
-    result until ``done``."""
-
-    def __init__(self, folder: str) -> None:
-        self.folder = folder
-        self._kept: Optional[tuple[tuple[Any, ...], T]] = None
-        self._run: Optional[tuple[ProbeContext, T]] = None
-
-    def get(
-        self,
-        ctx: ProbeContext,
-        extra: tuple[Any, ...],
-        find: Callable[[], T],
-        keep: Callable[[T], bool],
-    ) -> T:
-        """The result for this run; ReadError when ``folder`` cannot be listed."""
-        if self._run is not None and self._run[0] is ctx:
-            return self._run[1]
-        root, listing = str(ctx.sysfs.root), tuple(ctx.sysfs.listdir(self.folder))
-        key = (root, ctx.boot_id, ctx.device_events, listing, *extra)
-        if self._kept is not None and self._kept[0] == key:
-            found = self._kept[1]
-        else:
-            found = find()
-            self._kept = (key, found) if keep(found) else None
-        self._run = (ctx, found)
-        return found
-
-    def done(self) -> None:
-        """The run has read what it needed: the next ``get`` looks at the folder again."""
-        self._run = None
-
-
 class Probe:
     """Base class of probes. Subclasses set the class attributes and implement the three steps."""
 
@@ -178,20 +139,3 @@ class Probe:
 def unknown(code: str, component: str, message: str, **details: Any) -> Finding:
     """A finding that says "could not measure": severity unknown whatever the catalogue says."""
     return Finding(code, component, message, details, severity=Severity.UNKNOWN)
-
-
-def read_failures(
-    code: str, errors: Iterable[Mapping[str, Any]], component: Callable[[Mapping[str, Any]], str]
-) -> list[Finding]:
-    """An ``unknown`` finding ``code`` for each read error a snapshot recorded
-    (``RootReader.failure``), on the component ``component`` names from the record."""
-    return [
-        unknown(
-            code,
-            component(e),
-            f"cannot read {e['path']}: {e['error']}",
-            path=e["path"],
-            error=e["error"],
-        )
-        for e in errors
-    ]

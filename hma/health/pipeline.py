@@ -23,6 +23,7 @@ from hma.contracts.alert import Alert
 from hma.contracts.model import Finding, ProbeRun, Severity
 from hma.contracts.reporter import Reporter
 from hma.detection.setup import Setup
+from hma.health import history, records
 from hma.health.model import HealthModel, Transition, Verdict
 from hma.health.store import Store
 from hma.reporters import start_reporters, statusfile
@@ -111,16 +112,17 @@ class Pipeline:
     def __init__(
         self, setup: Setup, store: Store, boot_id: str, alert: Callable[[Alert], None]
     ) -> None:
-        records, self.dropped = store.load_records()  # dropped: notes on unreadable rows
-        occurrences, dropped = store.load_occurrences()
+        found, self.dropped = records.load_records(store)  # dropped: notes on unreadable rows
+        occurrences, dropped = records.load_occurrences(store)
         self.dropped += dropped
-        self.model = HealthModel(setup.catalogue, boot_id, records, occurrences)
+        self.model = HealthModel(setup.catalogue, boot_id, found, occurrences)
         self.setup, self.store, self.boot_id, self.alert = setup, store, boot_id, alert
 
     def start(self, now: float) -> list[Applied]:
         """A new boot id and the agent's own findings (broken plugins, a reset database)."""
         out = []
-        if self.boot_id and self.store.note_boot(self.boot_id, now) and self.store.boot_count() > 1:
+        rebooted = bool(self.boot_id) and records.note_boot(self.store, self.boot_id, now)
+        if rebooted and records.boot_count(self.store) > 1:
             out.append(self.apply(self.model.new_boot(self.boot_id, now)))
         findings = list(self.setup.load_findings())
         if self.store.reset_reason:
@@ -157,7 +159,7 @@ class Pipeline:
     def ack(self, code: str, component: Optional[str], who: str, now: float) -> Applied:
         """An operator's acknowledgement, recorded and alerted, then its clears."""
         verdict = self.model.ack(code, component, now, who)
-        self.store.add_history(now, "acknowledged", code, component or "", "", "", who=who)
+        history.add(self.store, now, "acknowledged", code, component or "", "", "", who=who)
         self.alert(ack_alert(code, component, who, now))
         return self.apply(verdict)
 
@@ -189,11 +191,11 @@ class Pipeline:
         self.model.changed.clear()
         if changed:
             present = {(r.component, r.code): r for r in self.model.records()}
-            self.store.save_records(changed, present)
+            records.save_records(self.store, changed, present)
         counted = sorted(self.model.changed_occurrences)
         self.model.changed_occurrences.clear()
         if counted:
-            self.store.save_occurrences(counted, self.model.occurrences())
+            records.save_occurrences(self.store, counted, self.model.occurrences())
         for transition in verdict.transitions:
             self._transition(transition)
         return Applied(verdict, bool(changed))
@@ -205,7 +207,9 @@ class Pipeline:
         would = f"observe mode, would {f.would}: " if f.would and t.kind != "cleared" else ""
         message = f"{t.kind}: {f.code} {f.component}: {would}{f.message}{reason}"
         details = dict(f.details)
-        self.store.add_history(t.ts, t.kind, f.code, f.component, str(f.severity), message, details)
+        history.add(
+            self.store, t.ts, t.kind, f.code, f.component, str(f.severity), message, details
+        )
         self.alert(
             Alert(
                 t.kind,

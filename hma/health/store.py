@@ -1,11 +1,16 @@
-"""The state store: SQLite (standard library) in ``[agent] state_dir``.
+"""The state store's engine: SQLite (standard library) in ``[agent] state_dir``.
 
-Tables: ``faults`` (health-model records), ``occurrences`` (the recent occurrences of counted
-codes, so that a restart forgets no window), ``history`` (findings and transitions, bounded by
-``[agent] history_days``), ``boots``, ``kv`` (counters, cursors, probe baselines), ``actions``
-(the remediation outbox), ``requests`` (operator requests such as ``hma ack`` for the daemon),
-``remediations`` (the node's history of remediations: repeat offenders, ``hma reset``) and
-``maintenance`` (the window of ``hma maintenance``).
+The engine owns the file, the schema and how writes reach the file. Each table's SQL lives with
+its owner, which reads through ``rows`` and writes inside ``transaction``: ``faults``,
+``occurrences`` and ``boots`` in hma.health.records, ``history`` (findings, transitions and
+operators' acts, bounded by ``[agent] history_days``) in hma.health.history, ``maintenance`` (the
+window of ``hma maintenance``) in hma.health.maintenance_mode, ``actions`` (the remediation
+outbox) in hma.remediation.outbox, ``remediations`` (the node's history of remediations: repeat
+offenders, ``hma reset``) in hma.remediation.remediations. ``requests`` (operator requests such
+as ``hma ack`` for the daemon) are still written here. ``kv`` (cursors, probe baselines,
+remediation state) is the engine's own facility for the small JSON values that many owners keep
+(``kv_get``, ``kv_set``).
+
 The schema is versioned with ``PRAGMA user_version`` and migrated forward step by step. A corrupt
 database is moved aside, a fresh one created and ``reset`` set, so that the daemon raises
 ``HMA_STATE_RESET`` and goes on. The database and its -wal/-shm files are 0600.
@@ -33,10 +38,7 @@ import threading
 import time
 import urllib.parse
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
-
-from hma.contracts.maintenance import Maintenance
-from hma.health.model import Occurrence, Record
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 SCHEMA_VERSION = 5
 
@@ -228,6 +230,11 @@ class Store:
             if self._disk is not None:
                 self._disk.close()
 
+    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """The rows of a SELECT, read under the lock (from the memory copy in memory mode)."""
+        with self._lock:
+            return self._conn.execute(sql, params).fetchall()
+
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Any]:
         """A connection inside BEGIN IMMEDIATE ... COMMIT (ROLLBACK on error), under the lock.
@@ -311,9 +318,8 @@ class Store:
 
     def kv_get(self, key: str, default: Any = None) -> Any:
         """JSON value stored under ``key``, or ``default``."""
-        with self._lock:
-            row = self._conn.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()
-        return json.loads(row[0]) if row else default
+        found = self.rows("SELECT value FROM kv WHERE key = ?", (key,))
+        return json.loads(found[0][0]) if found else default
 
     def kv_set(self, key: str, value: Any) -> None:
         """Store a JSON-able value."""
@@ -324,145 +330,7 @@ class Store:
                 (key, json.dumps(value)),
             )
 
-    # --- maintenance mode ------------------------------------------------------------------------
-
-    def maintenance(self) -> Optional[Maintenance]:
-        """The node's maintenance window (open or ended), or None; an unreadable row is None."""
-        with self._lock:
-            row = self._conn.execute("SELECT data FROM maintenance WHERE id = 1").fetchone()
-        try:
-            return Maintenance.from_json(json.loads(row[0])) if row else None
-        except (ValueError, TypeError, AttributeError):
-            return None
-
-    def set_maintenance(self, window: Optional[Maintenance], who: str, now: float) -> None:
-        """Store the window (None: maintenance off), with a history row saying who did it."""
-        with self.transaction() as conn:
-            conn.execute("DELETE FROM maintenance")
-            if window is not None:
-                conn.execute(
-                    "INSERT INTO maintenance (id, data) VALUES (1, ?)",
-                    (json.dumps(window.to_json()),),
-                )
-            conn.execute(
-                "INSERT INTO history (ts, kind, message, details, who) VALUES (?, ?, ?, ?, ?)",
-                (
-                    now,
-                    "maintenance_on" if window is not None else "maintenance_off",
-                    window.describe() if window is not None else "maintenance off",
-                    json.dumps(window.to_json() if window is not None else {}),
-                    who,
-                ),
-            )
-
-    # --- health records -------------------------------------------------------------------------
-
-    def load_records(self) -> tuple[list[Record], list[str]]:
-        """Stored health records, and a note per row that could not be read (dropped)."""
-        records, bad = [], []
-        with self._lock:
-            rows = self._conn.execute("SELECT component, code, data FROM faults").fetchall()
-        for component, code, data in rows:
-            try:
-                records.append(Record.from_json(json.loads(data)))
-            except (ValueError, KeyError, TypeError) as exc:
-                bad.append(f"{component} {code}: {exc}")
-        return records, bad
-
-    def save_records(
-        self, changed: list[tuple[str, str]], present: dict[tuple[str, str], Record]
-    ) -> None:
-        """Write the changed keys: upsert those still present, delete the others."""
-        with self.transaction() as conn:
-            for key in changed:
-                rec = present.get(key)
-                if rec is None:
-                    conn.execute("DELETE FROM faults WHERE component = ? AND code = ?", key)
-                else:
-                    conn.execute(
-                        "INSERT INTO faults (component, code, data) VALUES (?, ?, ?) "
-                        "ON CONFLICT(component, code) DO UPDATE SET data = excluded.data",
-                        (*key, json.dumps(rec.to_json())),
-                    )
-
-    def load_occurrences(self) -> tuple[dict[tuple[str, str], list[Occurrence]], list[str]]:
-        """Stored occurrences by (scope, code), and a note per row that could not be read."""
-        found: dict[tuple[str, str], list[Occurrence]] = {}
-        bad = []
-        with self._lock:
-            rows = self._conn.execute("SELECT scope, code, data FROM occurrences").fetchall()
-        for scope, code, data in rows:
-            try:
-                found[(scope, code)] = [(float(t), str(c), str(s)) for t, c, s in json.loads(data)]
-            except (ValueError, TypeError) as exc:
-                bad.append(f"occurrences {scope} {code}: {exc}")
-        return found, bad
-
-    def save_occurrences(
-        self, changed: list[tuple[str, str]], present: dict[tuple[str, str], list[Occurrence]]
-    ) -> None:
-        """Write the changed (scope, code) keys: upsert those still present, delete the others."""
-        with self.transaction() as conn:
-            for key in changed:
-                items = present.get(key)
-                if not items:
-                    conn.execute("DELETE FROM occurrences WHERE scope = ? AND code = ?", key)
-                else:
-                    conn.execute(
-                        "INSERT INTO occurrences (scope, code, data) VALUES (?, ?, ?) "
-                        "ON CONFLICT(scope, code) DO UPDATE SET data = excluded.data",
-                        (*key, json.dumps([list(o) for o in items])),
-                    )
-
-    # --- history, boots, requests ---------------------------------------------------------------
-
-    def add_history(
-        self,
-        ts: float,
-        kind: str,
-        code: str = "",
-        component: str = "",
-        severity: str = "",
-        message: str = "",
-        details: Optional[dict[str, Any]] = None,
-        who: str = "",
-    ) -> None:
-        """Append one history row."""
-        with self.transaction() as conn:
-            conn.execute(
-                "INSERT INTO history (ts, kind, code, component, severity, message, details, who)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (ts, kind, code, component, severity, message, json.dumps(details or {}), who),
-            )
-
-    def history(self, limit: int = 100) -> list[dict[str, Any]]:
-        """Newest history rows first."""
-        with self._lock:
-            rows = self._conn.execute(
-                "SELECT ts, kind, code, component, severity, message, details, who FROM history "
-                "ORDER BY id DESC LIMIT ?",
-                (limit,),
-            ).fetchall()
-        keys = ("ts", "kind", "code", "component", "severity", "message", "details", "who")
-        return [dict(zip(keys, row)) for row in rows]
-
-    def prune_history(self, older_than: float) -> int:
-        """Delete history rows before ``older_than``; returns how many."""
-        with self.transaction() as conn:
-            return conn.execute("DELETE FROM history WHERE ts < ?", (older_than,)).rowcount
-
-    def note_boot(self, boot_id: str, now: float) -> bool:
-        """Record a boot id; True when it was not known (the node rebooted)."""
-        with self.transaction() as conn:
-            cur = conn.execute(
-                "INSERT OR IGNORE INTO boots (boot_id, first_seen) VALUES (?, ?)", (boot_id, now)
-            )
-            return cur.rowcount == 1
-
-    def boot_count(self) -> int:
-        """How many distinct boots were seen."""
-        with self._lock:
-            return int(self._conn.execute("SELECT COUNT(*) FROM boots").fetchone()[0])
+    # --- requests -----------------------------------------------------------------------------
 
     def add_request(self, kind: str, payload: dict[str, Any], who: str, now: float) -> int:
         """Queue an operator request for the daemon; returns its id."""

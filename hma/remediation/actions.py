@@ -249,7 +249,7 @@ class Applier:
         if not self.rec.adopt_slurm_drains or not node.drain or node.owned:
             return False
         ep = self.outbox.episode()
-        return ep is not None and ep.code.startswith("SLURM_")
+        return ep is not None and ep.code in self.rec.scheduler_codes
 
     def _down(self, node: NodeState, row: Row) -> Outcome:
         if not node.owned:

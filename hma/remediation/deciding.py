@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional, Sequence
 
+from hma.health import history
 from hma.health.model import Verdict
 from hma.health.store import Store
 from hma.remediation import remediations, transitions
@@ -98,8 +99,16 @@ class Decider:
             note = f"remediation history reset by {who}: {why}"
             row = {"ts": now, "code": code or "", "component": component or "", "action": "reset"}
             remediations.add(self.store, {**row, "who": who, "note": why})
-            self.store.add_history(
-                now, "reset", code or "", component or "", "ok", note, {"reason": why}, who
+            history.add(
+                self.store,
+                now,
+                "reset",
+                code or "",
+                component or "",
+                "ok",
+                note,
+                {"reason": why},
+                who,
             )
         return {
             "cleared": cleared,

@@ -76,6 +76,11 @@ def reset_codes(setup: Setup) -> frozenset[str]:
     return frozenset(e.code for e in setup.catalogue if e.reset_gpu)
 
 
+def scheduler_codes(setup: Setup) -> frozenset[str]:
+    """The catalogue's codes of drains the scheduler made itself (``scheduler = true``)."""
+    return frozenset(e.code for e in setup.catalogue if e.scheduler)
+
+
 def boot_time(procfs: str) -> float:
     """When this boot started: ``btime`` of ``<procfs>/stat`` (unix seconds); 0.0 unknown."""
     try:
@@ -110,8 +115,8 @@ class Remediator:
         self.procfs = str(setup.config.section("paths")["procfs"])
         self.store = store
         self.clock = clock
-        self.rec = options.Recovery.of(section)
-        self.policy = Policy.of(section, reset_codes(setup))
+        self.rec = options.Recovery.of(section, scheduler_codes(setup))
+        self.policy = Policy.of(section, reset_codes(setup), scheduler_codes(setup))
         self.backend = backend or make_backend(setup.config)
         self.enabled = self.backend.enabled
         self._lock = threading.Lock()  # taken to change ``_runs`` and ``_gpu_resets``
@@ -286,7 +291,7 @@ class Remediator:
                 "enabled": self.enabled,
                 "node": known.node_name,
                 "state": node.label_text if node is not None else "unknown",
-                "slurm": {
+                self.backend.name: {
                     "reachable": known.facts_ok,
                     "error": known.facts_error,
                     "state": node.label_text if node is not None else None,

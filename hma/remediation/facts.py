@@ -141,11 +141,7 @@ class Facts:
             log.warning("cannot publish the domain of %s: %s", node.name, exc)
             return
         if new is not None:
-            written = (
-                replace(node, comment=new)
-                if self.backend.label_field == "comment"
-                else replace(node, extra=new)
-            )
+            written = node.with_field(self.backend.label_field, new)
             self.known.swap(lambda k: replace(k, node=written) if k.node is node else k)
 
     def refresh(self) -> bool:
@@ -153,7 +149,7 @@ class Facts:
         try:
             name = self.known.now.node_name or self.backend.find_node_name()
             if name is None:
-                raise BackendError("this host matches no NodeHostname/NodeName in Slurm")
+                raise BackendError(self.backend.no_node)
             node = self.backend.node(name)
         except BackendError as exc:
             return self._failed(exc)

@@ -1,13 +1,14 @@
 """Configuration keys of remediation: ``[recovery]`` (what to do) and ``[cluster]`` (which
-backend acts; the backend declares its own section, such as ``[slurm]``).
+backend acts; the backend declares its own section, such as ``[slurm]``, and the ``[recovery]``
+keys whose choices are its own: ``Backend.recovery``).
 
 Added to the schema by ``hma.assembly``; documented in docs/remediation.md.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Collection, Mapping, Optional
+from dataclasses import dataclass, replace
+from typing import Any, Collection, Mapping, Optional, Sequence
 
 from hma.contracts.options import Option, positive
 
@@ -20,26 +21,6 @@ RECOVERY: dict[str, Option] = {
     ),
     "dry_run": Option(
         "bool", False, "Decide everything and report it as 'would ...', change nothing in Slurm."
-    ),
-    "label_field": Option(
-        "choice",
-        "extra",
-        "Node field that carries the hma=... label token (edited in place).",
-        choices=("extra", "comment"),
-    ),
-    "reboot_mode": Option(
-        "choice",
-        "scontrol",
-        "How a reboot is done: scontrol reboot (node stays drained), HyperPod "
-        "State=FAIL Reason=Action:Reboot, or reboot_command.",
-        choices=("scontrol", "hyperpod", "command"),
-    ),
-    "replace_mode": Option(
-        "choice",
-        "drain_only",
-        "How a replacement is asked for: stay drained for a human, HyperPod "
-        "State=FAIL Reason=Action:Replace, or replace_command.",
-        choices=("drain_only", "hyperpod", "command"),
     ),
     "reboot_command": Option(
         "argv", None, "Cluster API hook for reboot_mode = command (exit 0 = accepted)."
@@ -133,7 +114,9 @@ RECOVERY: dict[str, Option] = {
 @dataclass(frozen=True)
 class Recovery:
     """The ``[recovery]`` keys the engine, the actions and the breaker read, typed (``RECOVERY``
-    declares and documents them; the planner's are ``planner.Policy``)."""
+    and the backends' ``recovery`` declare and document them; the planner's are
+    ``planner.Policy``); ``scheduler_codes``: the catalogue's codes of drains the scheduler made
+    itself (``scheduler = true``)."""
 
     policy: str
     dry_run: bool
@@ -155,9 +138,12 @@ class Recovery:
     gpu_reset_timeout: float
     max_remediations: int
     remediation_window: float
+    scheduler_codes: frozenset[str] = frozenset()
 
     @classmethod
-    def of(cls, section: Mapping[str, Any]) -> Recovery:
+    def of(
+        cls, section: Mapping[str, Any], scheduler_codes: frozenset[str] = frozenset()
+    ) -> Recovery:
         """From the section's (validated) values."""
         max_nodes = section["max_drained_nodes"]
         return cls(
@@ -181,6 +167,7 @@ class Recovery:
             gpu_reset_timeout=float(section["gpu_reset_timeout"]),
             max_remediations=int(section["max_remediations"]),
             remediation_window=float(section["remediation_window"]),
+            scheduler_codes=scheduler_codes,
         )
 
     def mode(self, kind: str) -> str:
@@ -192,12 +179,35 @@ class Recovery:
         return self.reboot_command if kind == "reboot" else self.replace_command
 
 
+def recovery_options(declared: Sequence[Mapping[str, Option]]) -> dict[str, Option]:
+    """``[recovery]``: ``RECOVERY`` with the keys the backends declare (``Backend.recovery``, in
+    the order given) after ``dry_run``. A key two backends declare takes the first one's default
+    and text, and the choices of both."""
+    keys: dict[str, Option] = {}
+    for options in declared:
+        for key, opt in options.items():
+            known = keys.get(key)
+            keys[key] = (
+                opt
+                if known is None
+                else replace(known, choices=tuple(dict.fromkeys((*known.choices, *opt.choices))))
+            )
+    order = list(RECOVERY)
+    at = order.index("dry_run") + 1
+    return {
+        **{key: RECOVERY[key] for key in order[:at]},
+        **keys,
+        **{key: RECOVERY[key] for key in order[at:]},
+    }
+
+
 def problems(recovery: Mapping[str, Any]) -> list[str]:
-    """Cross-key errors that single options cannot check."""
+    """Cross-key errors that single options cannot check (a mode no backend declares is
+    unset)."""
     out = []
-    if recovery["reboot_mode"] == "command" and not recovery["reboot_command"]:
+    if recovery.get("reboot_mode") == "command" and not recovery["reboot_command"]:
         out.append("recovery.reboot_command: required when reboot_mode = 'command'")
-    if recovery["replace_mode"] == "command" and not recovery["replace_command"]:
+    if recovery.get("replace_mode") == "command" and not recovery["replace_command"]:
         out.append("recovery.replace_command: required when replace_mode = 'command'")
     if recovery["gpu_reset"] and not recovery["gpu_reset_command"]:
         out.append("recovery.gpu_reset_command: required when gpu_reset = true")
@@ -206,13 +216,14 @@ def problems(recovery: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def cluster_options(backends: Collection[str]) -> dict[str, Option]:
-    """``[cluster]``: which of the installed ``backends`` acts on the cluster."""
+def cluster_options(backends: Collection[str], default: str) -> dict[str, Option]:
+    """``[cluster]``: which of the installed ``backends`` acts on the cluster (``default``, the
+    built-in one, unless the file says)."""
     return {
         "backend": Option(
             "choice",
-            "slurm",
+            default,
             "Cluster backend (entry point group hma.backends); its own section configures it.",
-            choices=tuple(sorted({"slurm", *backends})),
+            choices=tuple(sorted({default, *backends})),
         ),
     }

@@ -236,7 +236,8 @@ def remediation_count(rows: Sequence[Remediation], now: float, window: float) ->
 @dataclass(frozen=True)
 class Policy:
     """The ``[recovery]`` keys the planner uses; ``reset_codes``: the catalogue's codes that a
-    GPU reset may clear (``reset_gpu = true``)."""
+    GPU reset may clear (``reset_gpu = true``); ``scheduler_codes``: its codes of drains the
+    scheduler made itself (``scheduler = true``)."""
 
     automatic: bool = True
     dry_run: bool = False
@@ -245,15 +246,21 @@ class Policy:
     reboot_window: float = 7 * 86400.0
     resume_after: float = 120.0
     drain_timeout: float = 3600.0
-    label_field: str = "extra"
+    label_field: str = ""  # [recovery] label_field ("": the field NodeState.field reads unnamed)
     gpu_reset: bool = True
     gpu_reset_verify: float = 300.0
     reset_codes: frozenset[str] = frozenset()
+    scheduler_codes: frozenset[str] = frozenset()
     max_remediations: int = 3
     remediation_window: float = 7 * 86400.0
 
     @classmethod
-    def of(cls, recovery: Mapping[str, Any], reset_codes: frozenset[str] = frozenset()) -> Policy:
+    def of(
+        cls,
+        recovery: Mapping[str, Any],
+        reset_codes: frozenset[str] = frozenset(),
+        scheduler_codes: frozenset[str] = frozenset(),
+    ) -> Policy:
         """From the ``[recovery]`` section's values."""
         return cls(
             automatic=recovery["policy"] == "automatic",
@@ -267,6 +274,7 @@ class Policy:
             gpu_reset=bool(recovery["gpu_reset"]),
             gpu_reset_verify=float(recovery["gpu_reset_verify"]),
             reset_codes=reset_codes,
+            scheduler_codes=scheduler_codes,
             max_remediations=int(recovery["max_remediations"]),
             remediation_window=float(recovery["remediation_window"]),
         )
@@ -360,7 +368,7 @@ def primary(s: Situation, policy: Policy) -> tuple[Optional[Fault], Action]:
     action."""
     faults = s.verdict.draining
     if not policy.adopt_slurm_drains:  # Slurm's own drains: reported, never acted on
-        faults = tuple(f for f in faults if not f.code.startswith("SLURM_"))
+        faults = tuple(f for f in faults if f.code not in policy.scheduler_codes)
     if not faults:
         return None, Action.NONE
     ranked = sorted(
@@ -652,7 +660,7 @@ def _progress(w: _Work, ep: Episode, action: Action, fault: Fault) -> Episode:
 def _resettable(w: _Work, fault: Fault) -> bool:
     """A GPU reset may clear every draining fault: each is on the GPU of ``fault`` and of a
     code whose catalogue entry says a reset can clear it."""
-    faults = [f for f in w.s.verdict.draining if not f.code.startswith("SLURM_")]
+    faults = [f for f in w.s.verdict.draining if f.code not in w.policy.scheduler_codes]
     return (
         w.policy.gpu_reset
         and fault.component.startswith("gpu:")

@@ -28,10 +28,7 @@ def add(store: Store, row: Mapping[str, Any]) -> None:
 
 def rows(store: Store) -> list[dict[str, Any]]:
     """Every recorded remediation, oldest first."""
-    with store.transaction() as conn:
-        found = conn.execute(
-            f"SELECT {', '.join(KEYS)} FROM remediations ORDER BY ts, id"  # noqa: S608
-        ).fetchall()
+    found = store.rows(f"SELECT {', '.join(KEYS)} FROM remediations ORDER BY ts, id")  # noqa: S608
     return [dict(zip(KEYS, r)) for r in found]
 
 

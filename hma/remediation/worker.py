@@ -13,6 +13,7 @@ import threading
 from typing import Any, Callable, Optional
 
 from hma.contracts.cluster import BackendError
+from hma.health import maintenance_mode
 from hma.health.store import Store
 from hma.remediation.actions import Applier, describe
 from hma.remediation.alerts import Alerts
@@ -123,7 +124,8 @@ class Worker:
         self.outbox.attempting(row.id, self.clock())
         outcome: Outcome
         try:
-            window = self.store.maintenance()  # `hma maintenance on`: decided and alerted, not done
+            # `hma maintenance on`: decided and alerted, not done
+            window = maintenance_mode.load(self.store)
             if window is not None and window.active(self.clock()):
                 outcome = Held(f"maintenance: hma maintenance on, {window.describe()}")
             else:

@@ -27,10 +27,12 @@ from typing import Any, ClassVar, Collection, Mapping, Optional
 
 from hma.adapters.files import ReadError, RootReader, reason
 from hma.adapters.strict import ParseError, parse_word
-from hma.contracts import counters as shared
 from hma.contracts.model import Finding, Severity
 from hma.contracts.options import Option, pci_ids, rate_limits
-from hma.contracts.probe import Discovery, Probe, ProbeContext, read_failures
+from hma.contracts.probe import Probe, ProbeContext
+from hma.probes.support import counters
+from hma.probes.support.discovery import Discovery
+from hma.probes.support.findings import read_failures
 
 IB = "class/infiniband"
 NET = "class/net"
@@ -121,8 +123,8 @@ class EfaProbe(Probe):
             "Per-second warning limit per hw counter (port or device level).",
             check=rate_limits,
         ),
-        "critical_factor": shared.CRITICAL_FACTOR,
-        "oneshot_sample_s": shared.ONESHOT_SAMPLE,
+        "critical_factor": counters.CRITICAL_FACTOR,
+        "oneshot_sample_s": counters.ONESHOT_SAMPLE,
     }
 
     def __init__(self) -> None:
@@ -161,7 +163,7 @@ class EfaProbe(Probe):
         return "no EFA adapters"
 
     def collect(self, ctx: ProbeContext) -> Any:
-        return shared.sampled(ctx, lambda: self._read(ctx), "adapters")
+        return counters.sampled(ctx, lambda: self._read(ctx), "adapters")
 
     def _read(self, ctx: ProbeContext) -> dict[str, Any]:
         try:
@@ -190,12 +192,12 @@ class EfaProbe(Probe):
             if not unresolved and snapshot.get("functions") is not None:
                 out += _eval_unbound(adapters, snapshot["functions"])
         out += _eval_ena(snapshot.get("ena", {}), adapters)
-        base, base_ts = shared.baseline(snapshot, ctx, "adapters", strict_boot=False)
+        base, base_ts = counters.baseline(snapshot, ctx, "adapters", strict_boot=False)
         if base is not None:
             dt = float(snapshot.get("ts", 0.0)) - base_ts
             if dt > 0:
                 codes = ("EFA_COUNTER_RATE_WARN", "EFA_COUNTER_RATE_CRIT")
-                out += shared.rate_findings(
+                out += counters.rate_findings(
                     codes, "efa", adapters, base, dt, opts, counters=_flat, grow=_delta
                 )
             out += _eval_growth(adapters, base)
@@ -491,7 +493,7 @@ def _eval_ena(ena: Mapping[str, Any], adapters: Mapping[str, Any]) -> list[Findi
 
 def delta(now: Optional[int], before: Optional[int]) -> Optional[int]:
     """Growth of a counter between reads: None when it was reset (went down, no wrap)."""
-    return shared.growth(now, before, wraps_at=U64)
+    return counters.growth(now, before, wraps_at=U64)
 
 
 def _flat(info: Mapping[str, Any]) -> dict[str, int]:
@@ -521,7 +523,7 @@ def _eval_growth(adapters: Mapping[str, Any], base: Mapping[str, Any]) -> list[F
             grown = delta(now, before.get(counter))
             if grown:
                 grew.setdefault(code, {})[counter] = {"grown": grown, "total": now}
-        for code, counters in sorted(grew.items()):
-            what = ", ".join(f"{c} +{v['grown']} (now {v['total']})" for c, v in counters.items())
-            out.append(Finding(code, f"efa:{name}", f"{name}: {what}", {"counters": counters}))
+        for code, items in sorted(grew.items()):
+            what = ", ".join(f"{c} +{v['grown']} (now {v['total']})" for c, v in items.items())
+            out.append(Finding(code, f"efa:{name}", f"{name}: {what}", {"counters": items}))
     return out

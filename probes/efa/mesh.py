@@ -25,7 +25,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, ClassVar, Iterator, Mapping, Optional, Sequence
+from typing import Any, ClassVar, Collection, Iterator, Mapping, Optional, Sequence
 
 from hma.adapters.command import CommandResult
 from hma.adapters.files import ReadError
@@ -520,21 +520,10 @@ def evaluate_mesh(snapshot: Mapping[str, Any]) -> list[Finding]:
     used = "tournament" if snapshot.get("tournament") else "screen"
     pairs = list(snapshot.get(used) or [])
     out: list[Finding] = []
+    not_run = _not_run(pairs)
+    if not_run is not None:
+        out.append(not_run)
     measured = [p for p in pairs if p["status"] in ("ok", "failed", "timeout")]
-    errors = [p for p in pairs if p["status"] == "error"]
-    skipped = [p for p in pairs if p["status"] == "skipped"]
-    if errors or skipped:
-        first = (errors or skipped)[0]
-        out.append(
-            unknown(
-                "EFA_MESH_ERROR",
-                NODE,
-                f"{len(errors) + len(skipped)} of {len(pairs)} pair tests did not run: "
-                f"{first['error']}",
-                errors=len(errors),
-                skipped=len(skipped),
-            )
-        )
     failing = [p for p in measured if p["status"] != "ok"]
     if not failing:
         return out
@@ -561,6 +550,33 @@ def evaluate_mesh(snapshot: Mapping[str, Any]) -> list[Finding]:
             )
         )
         return out
+    broken, findings = _broken_adapters(measured, failing, evidence)
+    return out + findings + _failed_paths(failing, broken, evidence)
+
+
+def _not_run(pairs: Sequence[Mapping[str, Any]]) -> Optional[Finding]:
+    """One unknown finding for the pair tests that did not run (errors, skipped), or None."""
+    errors = [p for p in pairs if p["status"] == "error"]
+    skipped = [p for p in pairs if p["status"] == "skipped"]
+    if not errors and not skipped:
+        return None
+    first = (errors or skipped)[0]
+    return unknown(
+        "EFA_MESH_ERROR",
+        NODE,
+        f"{len(errors) + len(skipped)} of {len(pairs)} pair tests did not run: {first['error']}",
+        errors=len(errors),
+        skipped=len(skipped),
+    )
+
+
+def _broken_adapters(
+    measured: Sequence[Mapping[str, Any]],
+    failing: Sequence[Mapping[str, Any]],
+    evidence: Mapping[str, Any],
+) -> tuple[list[str], list[Finding]]:
+    """The adapters failing with enough of their peers (by name), and their
+    EFA_ADAPTER_BROKEN findings."""
     peers: dict[str, int] = {}
     fails: dict[str, list[str]] = {}
     for p in measured:
@@ -571,21 +587,27 @@ def evaluate_mesh(snapshot: Mapping[str, Any]) -> list[Finding]:
     broken = sorted(
         name for name, bad in fails.items() if len(bad) >= broken_threshold(peers[name])
     )
-    for name in broken:
-        out.append(
-            Finding(
-                "EFA_ADAPTER_BROKEN",
-                f"efa:{name}",
-                f"{name} fails with {len(fails[name])} of {peers[name]} peers "
-                f"({', '.join(sorted(fails[name]))})",
-                {
-                    **evidence,
-                    "adapter": name,
-                    "failed_peers": sorted(fails[name]),
-                    "statuses": _statuses(failing, name),
-                },
-            )
+    return broken, [
+        Finding(
+            "EFA_ADAPTER_BROKEN",
+            f"efa:{name}",
+            f"{name} fails with {len(fails[name])} of {peers[name]} peers "
+            f"({', '.join(sorted(fails[name]))})",
+            {
+                **evidence,
+                "adapter": name,
+                "failed_peers": sorted(fails[name]),
+                "statuses": _statuses(failing, name),
+            },
         )
+        for name in broken
+    ]
+
+
+def _failed_paths(
+    failing: Sequence[Mapping[str, Any]], broken: Collection[str], evidence: Mapping[str, Any]
+) -> list[Finding]:
+    """EFA_PATH_FAILED for failing pairs between adapters that are not broken."""
     paths: dict[str, list[str]] = {}
     path_status: dict[str, dict[str, str]] = {}
     for p in failing:
@@ -594,14 +616,13 @@ def evaluate_mesh(snapshot: Mapping[str, Any]) -> list[Finding]:
         a, b = sorted((p["a"], p["b"]))
         paths.setdefault(a, []).append(b)
         path_status.setdefault(a, {})[b] = p["status"]
-    for a, others in sorted(paths.items()):
-        out.append(
-            Finding(
-                "EFA_PATH_FAILED",
-                f"efa:{a}",
-                f"EFA path {a} <-> {', '.join(sorted(others))} fails while both work with "
-                "other peers",
-                {**evidence, "adapter": a, "peers": sorted(others), "statuses": path_status[a]},
-            )
+    return [
+        Finding(
+            "EFA_PATH_FAILED",
+            f"efa:{a}",
+            f"EFA path {a} <-> {', '.join(sorted(others))} fails while both work with "
+            "other peers",
+            {**evidence, "adapter": a, "peers": sorted(others), "statuses": path_status[a]},
         )
-    return out
+        for a, others in sorted(paths.items())
+    ]

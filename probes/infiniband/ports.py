@@ -20,10 +20,12 @@ from typing import Any, ClassVar, Mapping, Optional
 
 from hma.adapters.files import ReadError, RootReader
 from hma.adapters.strict import ParseError, parse_uint, parse_word
-from hma.contracts import counters as shared
 from hma.contracts.model import Finding, Severity
 from hma.contracts.options import Option, pci_ids, rate_limits
-from hma.contracts.probe import Discovery, Probe, ProbeContext, read_failures
+from hma.contracts.probe import Probe, ProbeContext
+from hma.probes.support import counters
+from hma.probes.support.discovery import Discovery
+from hma.probes.support.findings import read_failures
 
 IB = "class/infiniband"
 NODE = "node"
@@ -120,14 +122,14 @@ class InfinibandProbe(Probe):
             "Per-second warning limit per counter under ports/N/counters.",
             check=rate_limits,
         ),
-        "critical_factor": shared.CRITICAL_FACTOR,
+        "critical_factor": counters.CRITICAL_FACTOR,
         "flap_window_s": Option(
             "float", 3600.0, "Window in which link_downed increments are counted.", minimum=1
         ),
         "flap_limit": Option(
             "int", 3, "Link-down events in the window that make a port flapping.", minimum=1
         ),
-        "oneshot_sample_s": shared.ONESHOT_SAMPLE,
+        "oneshot_sample_s": counters.ONESHOT_SAMPLE,
     }
 
     def __init__(self) -> None:
@@ -155,7 +157,7 @@ class InfinibandProbe(Probe):
         return "no InfiniBand/RoCE ports"
 
     def collect(self, ctx: ProbeContext) -> Any:
-        snap = shared.sampled(ctx, lambda: self._read(ctx), "ports")
+        snap = counters.sampled(ctx, lambda: self._read(ctx), "ports")
         remember(snap, ctx)
         return snap
 
@@ -180,11 +182,11 @@ class InfinibandProbe(Probe):
         )
         out += _eval_states(snapshot, opts)
         out += _eval_rate(ports, snapshot.get("best_rate", {}), opts)
-        base, base_ts = shared.baseline(snapshot, ctx, "ports", strict_boot=True)
+        base, base_ts = counters.baseline(snapshot, ctx, "ports", strict_boot=True)
         dt = float(snapshot.get("ts", 0.0)) - base_ts
         if base is not None and dt > 0:
             codes = ("IB_COUNTER_RATE_WARN", "IB_COUNTER_RATE_CRIT")
-            out += shared.rate_findings(
+            out += counters.rate_findings(
                 codes, "ib", ports, base, dt, opts, counters=_counters, grow=growth
             )
         out += _eval_flaps(snapshot, opts)
@@ -332,7 +334,7 @@ def remember(snap: dict[str, Any], ctx: ProbeContext) -> None:
         kept = [e for e in events if e[0] > horizon]
         if kept:
             flaps[key] = kept
-    base, _ts = shared.baseline(snap, ctx, "ports", strict_boot=True)
+    base, _ts = counters.baseline(snap, ctx, "ports", strict_boot=True)
     for key, info in ports.items():
         now = info.get("counters", {}).get(FLAP_COUNTER)
         before = ((base or {}).get(key) or {}).get("counters", {}).get(FLAP_COUNTER)
@@ -349,7 +351,7 @@ def growth(counter: str, now: Optional[int], before: Optional[int]) -> Optional[
     """Growth of a PMA counter between reads; None when unknown: a value missing, a reset (it
     went down) or a saturated counter (at its maximum it no longer counts)."""
     width = PMA_WIDTHS.get(counter)
-    return shared.growth(now, before, saturates_at=None if width is None else (1 << width) - 1)
+    return counters.growth(now, before, saturates_at=None if width is None else (1 << width) - 1)
 
 
 def _counters(info: Mapping[str, Any]) -> Mapping[str, int]:

@@ -32,9 +32,9 @@ from hma.contracts.catalogue import Entry
 from hma.contracts.model import Finding, Severity
 from hma.contracts.options import Option, positive
 from hma.contracts.source import EventSource, SourceContext
+from hma.probes.kernel_log.dedup import Dedup
 from hma.probes.kernel_log.lines import from_identifier, parse_record
 from hma.probes.kernel_log.rules import RuleSet, load_site
-from hma.probes.nvidia import xid
 
 CURSOR_KEY = "kernel_log.cursor"
 JOURNAL_CURSOR_KEY = "kernel_log.journal_cursor"
@@ -102,9 +102,7 @@ class KernelLogSource(EventSource):
     def run(self, ctx: SourceContext, emit: Callable[[Finding], None]) -> None:
         """Read until ``ctx.stop`` is set."""
         rules = RuleSet.load(ctx.options.get("rules_dir"))
-        # The Xid catalogue is read now, not on the first Xid line: that read (14-28 ms) was on
-        # the path from the line to the drain (docs/scale.md).
-        xid.catalogued_xids()
+        rules.prepare()  # now, not on the first matching line (the path to the drain)
         backend = ctx.options.get("backend", "auto")
         path = str(ctx.options.get("path", "/dev/kmsg"))
         if backend == "journal":
@@ -131,7 +129,7 @@ class KernelLogSource(EventSource):
     ) -> None:
         self.backend_used = "kmsg"
         max_line = int(ctx.options.get("max_line", 16384))
-        dedup = xid.Dedup(float(ctx.options.get("dedupe_s", 10.0)))
+        dedup = Dedup(float(ctx.options.get("dedupe_s", 10.0)), rules.tell_apart())
         matcher = rules.matcher(self.name)
         stored = ctx.kv.get(CURSOR_KEY) or {}
         last_seq = -1
@@ -214,7 +212,7 @@ class KernelLogSource(EventSource):
         if journal is None:
             raise RuntimeError("journald support needs systemd-python (pip install hma[journal])")
         self.backend_used = "journal"
-        dedup = xid.Dedup(float(ctx.options.get("dedupe_s", 10.0)))
+        dedup = Dedup(float(ctx.options.get("dedupe_s", 10.0)), rules.tell_apart())
         matcher = rules.matcher(self.name)
         reader = journal.Reader()
         cursor = _Cursor(ctx, JOURNAL_CURSOR_KEY, "cursor", None)
@@ -260,7 +258,7 @@ class KernelLogSource(EventSource):
             reader.close()
 
 
-def _admit(dedup: xid.Dedup, finding: Finding) -> Optional[Finding]:
+def _admit(dedup: Dedup, finding: Finding) -> Optional[Finding]:
     """The finding to emit (repeats within the window held back); a clearing one (severity
     ``ok``) always goes through and reopens the window of what it clears."""
     if finding.severity is Severity.OK:

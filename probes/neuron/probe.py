@@ -19,10 +19,11 @@ from typing import Any, ClassVar, Iterable, Mapping, Optional
 
 from hma.adapters.files import ReadError, RootReader
 from hma.adapters.strict import ASCII_SPACE, ParseError, parse_uint
-from hma.contracts import counters as shared
 from hma.contracts.model import Finding, Severity
 from hma.contracts.options import Option
-from hma.contracts.probe import Probe, ProbeContext, read_failures
+from hma.contracts.probe import Probe, ProbeContext
+from hma.probes.support import counters
+from hma.probes.support.findings import read_failures
 
 BASE = "devices/virtual/neuron_device"
 MAX_DEVICES = 1024  # a connected_devices entry above this is not a device number
@@ -150,14 +151,14 @@ class NeuronProbe(Probe):
         return f"no Neuron devices ({ctx.sysfs.path(BASE)} does not exist)"
 
     def collect(self, ctx: ProbeContext) -> Any:
-        counters = list(ctx.options["status_counters"])
+        names = list(ctx.options["status_counters"])
 
         def read() -> dict[str, Any]:
-            snap = read_tree(ctx.sysfs, counters)
+            snap = read_tree(ctx.sysfs, names)
             snap["boot_id"], snap["ts"] = ctx.boot_id, ctx.clock()
             return snap
 
-        return shared.sampled(ctx, read, "devices")
+        return counters.sampled(ctx, read, "devices")
 
     def evaluate(self, snapshot: Any, ctx: ProbeContext) -> list[Finding]:
         opts = ctx.options
@@ -385,7 +386,7 @@ def _baseline(
     prev = ctx.previous
     if not isinstance(prev, dict):
         return None, False
-    if shared.rebooted(prev, snapshot, strict=False):
+    if counters.rebooted(prev, snapshot, strict=False):
         return {}, True  # rebooted: the driver's totals started from zero at this boot
     devices = prev.get("devices", {})
     if not isinstance(devices, dict):
@@ -404,7 +405,7 @@ def _grown(now: Any, before: Mapping[str, Any], key: str, zero: bool) -> int:
     was = before.get(key, 0 if zero else None)
     if not isinstance(now, int) or not isinstance(was, int):
         return 0
-    return shared.growth(now, was) or 0
+    return counters.growth(now, was) or 0
 
 
 def _eval_growth(

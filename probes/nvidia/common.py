@@ -1,38 +1,10 @@
 """Shared GPU health rules: two readers (NVML in ``gpu``, ``nvidia-smi -q -x`` in ``nvidia_smi``),
-one normalized reading record, one ``evaluate``.
+one reading record (probes/nvidia/reading.py), one ``evaluate``.
 
-A snapshot (what ``collect`` returns, JSON-able) is a dict::
-
-    {"reader": "nvml"|"nvidia-smi", "driver": "590.48.01" | None, "count": 8 | None,
-     "init_error": {"code": 9, "text": "Driver Not Loaded", "call": "nvmlInit"} | None,
-     "hang": {"call": "...", "device": 3 | None, "after_s": 10.0, "streak": 1} | None,
-     "nvswitch": bool, "fabric_manager": True | False | None,
-     "pci_gpus": ["0000:18:00.0", ...],        # NVIDIA display controllers in sysfs, sorted
-     "gpus": [GPU record, ...]}
-
-and a GPU record is a dict whose keys are all optional (absent or None: not measured / not
-supported, never a finding)::
-
-    {"index": 0, "bus_id": "00000000:18:00.0", "name": "...", "uuid": "...",
-     "arch": "hopper", "error": {"code": 15, "text": "GPU is lost", "call": "..."},
-     "call_errors": {"nvmlDeviceGetTemperature": "Insufficient Permissions"},
-     "ecc_mode": {"current": True, "pending": True},
-     "ecc": {"volatile_uncorrected": 0, "volatile_corrected": 0,
-             "aggregate_uncorrected": 0, "aggregate_corrected": 0},
-     "retired": {"sbe": 0, "dbe": 0, "pending": False},
-     "remap": {"corrected": 0, "uncorrected": 0, "pending": False, "failure": False},
-     "pcie": {"width": 16, "max_width": 16, "gen": 5, "max_gen": 5},
-     "nvlink": {"states": {"0": True, ...}, "errors": {"0": 0, ...}},
-     "clocks": {"gpu_idle": True, "hw_slowdown": False, "hw_thermal_slowdown": False,
-                "hw_power_brake_slowdown": False},
-     "temp": 33, "temp_slowdown": 87,
-     "fabric": {"state": 3, "status": 0, "summary": 1 | None, "health_mask": 0x1aa | None,
-                "cluster_uuid": "8c3e...-..." | None, "clique_id": 7 | None},
-     "recovery_action": 0}
-
-Each snapshot also carries ``pcie_baseline``: per GPU (``bus_id/uuid``) the widest PCIe link width
-seen at full speed, carried forward from the previous snapshot (``with_baseline``), which the
-daemon keeps in the state store, so it survives restarts and reboots.
+The rules judge a snapshot in its stored JSON form (``Snapshot.to_json``), which may be the
+previous run's from an older hma: every reading is looked at defensively, a field absent or None
+is not measured (never a finding), a value of the wrong type is not understood (never a crash).
+``with_baseline`` adds ``pcie_baseline``, carried from one snapshot to the next.
 """
 
 from __future__ import annotations
@@ -424,6 +396,34 @@ def _eval_gpu(
     def add(code: str, message: str, **details: Any) -> None:
         out.append(Finding(code, comp, message, {**base, **details}))
 
+    _eval_memory(gpu, opts, add)
+    _eval_pcie(gpu, opts, prev_snap, add)
+    _eval_nvlink(gpu, prev, opts, elapsed_s, add)
+    clocks = gpu.get("clocks") or {}
+    active = [
+        r
+        for r in ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
+        if clocks.get(r)
+    ]
+    if active:
+        add("GPU_CLOCKS_SLOWDOWN", f"clocks held down by {', '.join(active)}", reasons=active)
+    temp, slow = _num(gpu.get("temp")), _num(gpu.get("temp_slowdown"))
+    if temp is not None and slow is not None and temp >= slow - float(opts["temp_margin_c"]):
+        add(
+            "GPU_TEMP_HIGH",
+            f"{temp:.0f} C at or above the slowdown limit {slow:.0f} C",
+            temp=temp,
+            slowdown=slow,
+        )
+    _eval_fabric(gpu.get("fabric"), add)
+    recovery = _recovery_finding(gpu.get("recovery_action"), comp, base)
+    if recovery is not None:
+        out.append(recovery)
+    return out
+
+
+def _eval_memory(gpu: Mapping[str, Any], opts: Mapping[str, Any], add: Any) -> None:
+    """ECC mode and counts, retired pages (before Ampere), row remapping (Ampere on)."""
     ecc_mode = gpu.get("ecc_mode")
     if isinstance(ecc_mode, Mapping) and ecc_mode.get("current") is False:
         add("GPU_ECC_DISABLED", "ECC is disabled", pending=ecc_mode.get("pending"))
@@ -472,38 +472,22 @@ def _eval_gpu(
         if remap.get("pending"):
             add("GPU_ROW_REMAP_PENDING", "row remapping pending: reset or reboot", **counts)
 
-    _eval_pcie(gpu, opts, prev_snap, add)
-    _eval_nvlink(gpu, prev, opts, elapsed_s, add)
-    clocks = gpu.get("clocks") or {}
-    active = [
-        r
-        for r in ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
-        if clocks.get(r)
-    ]
-    if active:
-        add("GPU_CLOCKS_SLOWDOWN", f"clocks held down by {', '.join(active)}", reasons=active)
-    temp, slow = _num(gpu.get("temp")), _num(gpu.get("temp_slowdown"))
-    if temp is not None and slow is not None and temp >= slow - float(opts["temp_margin_c"]):
-        add(
-            "GPU_TEMP_HIGH",
-            f"{temp:.0f} C at or above the slowdown limit {slow:.0f} C",
-            temp=temp,
-            slowdown=slow,
-        )
-    _eval_fabric(gpu.get("fabric"), add)
-    action = gpu.get("recovery_action")
-    if isinstance(action, int) and action != 0:
-        name = RECOVERY_ACTIONS.get(action, f"unknown ({action})")
-        finding = Finding(
-            "GPU_RECOVERY_ACTION",
-            comp,
-            f"driver asks for recovery action: {name}",
-            {**base, "recovery_action": action, "recovery_action_name": name},
-        )
-        if action in RECOVERY_NO_DRAIN:  # the IMEX domain is recovered without touching GPUs
-            finding = finding.with_(severity=Severity.WARNING, action=Action.NONE)
-        out.append(finding)
-    return out
+
+def _recovery_finding(action: Any, comp: str, base: Mapping[str, Any]) -> Optional[Finding]:
+    """The driver's recovery action (0: none) as a finding; recovering the IMEX domain is a
+    warning without action (it does not touch the GPUs)."""
+    if not isinstance(action, int) or action == 0:
+        return None
+    name = RECOVERY_ACTIONS.get(action, f"unknown ({action})")
+    finding = Finding(
+        "GPU_RECOVERY_ACTION",
+        comp,
+        f"driver asks for recovery action: {name}",
+        {**base, "recovery_action": action, "recovery_action_name": name},
+    )
+    if action in RECOVERY_NO_DRAIN:  # the IMEX domain is recovered without touching GPUs
+        finding = finding.with_(severity=Severity.WARNING, action=Action.NONE)
+    return finding
 
 
 def pcie_key(gpu: Mapping[str, Any]) -> Optional[str]:

@@ -1,6 +1,6 @@
 """``gpu`` probe: NVIDIA GPU health through NVML (the pinned ``nvidia-ml-py`` binding).
 
-Collects one normalized reading record per GPU (probes/nvidia/common.py) and evaluates it with the
+Collects one reading record per GPU (probes/nvidia/reading.py) and evaluates it with the
 rules shared with the ``nvidia_smi`` probe. Runs in a worker process (``isolation = "process"``)
 because it calls into C. Inside the worker the NVML calls run in a thread with a deadline
 (``nvml_deadline_s``, below the probe timeout): when a call does not return the probe still answers,
@@ -14,7 +14,7 @@ from __future__ import annotations
 import ctypes
 import threading
 import uuid
-from typing import Any, Callable, ClassVar, Mapping, Optional
+from typing import Any, Callable, ClassVar, Mapping, Optional, Union
 
 import pynvml
 
@@ -22,8 +22,21 @@ from hma.adapters.files import ReadError, RootReader, running_processes
 from hma.contracts.model import Finding
 from hma.contracts.options import Option, positive
 from hma.contracts.probe import Probe, ProbeContext
-from hma.probes.nvidia import common as rules
-from hma.probes.nvidia import nvml
+from hma.probes.nvidia import common, nvml
+from hma.probes.nvidia.reading import (
+    CallError,
+    Clocks,
+    EccCounts,
+    EccMode,
+    Fabric,
+    GpuReading,
+    Hang,
+    NvLink,
+    Pcie,
+    Remap,
+    Retired,
+    Snapshot,
+)
 
 NVSWITCH_FM = "nv-fabricmanager"
 NVLINK_COUNTERS = (0, 1, 2, 3)  # DL_REPLAY, DL_RECOVERY, DL_CRC_FLIT, DL_CRC_DATA
@@ -66,20 +79,20 @@ class GpuProbe(Probe):
         "fabricmanager_process": Option(
             "str", NVSWITCH_FM, "Process name of the fabric manager on NVSwitch systems."
         ),
-        **rules.RULE_OPTIONS,
+        **common.RULE_OPTIONS,
     }
 
     def applies(self, ctx: ProbeContext) -> Optional[str]:
-        if rules.expected_count(ctx.options, ctx.instance_type) or rules.pci_gpus(ctx.sysfs):
+        if common.expected_count(ctx.options, ctx.instance_type) or common.pci_gpus(ctx.sysfs):
             return None  # GPUs expected or present: a missing library is a finding
         if nvml.library_missing(ctx.options.get("library")):
             return f"{nvml.MISSING}, no GPUs expected or on the PCI bus"
         return None
 
     def collect(self, ctx: ProbeContext) -> Any:
-        return rules.with_baseline(self._read(ctx), ctx.previous)
+        return common.with_baseline(self._read(ctx).to_json(), ctx.previous)
 
-    def _read(self, ctx: ProbeContext) -> dict[str, Any]:
+    def _read(self, ctx: ProbeContext) -> Snapshot:
         stuck = _STATE["stuck"]
         deadline = float(ctx.options["nvml_deadline_s"])
         if ctx.options.get("timeout"):  # answer before the runner gives up on the worker
@@ -108,30 +121,23 @@ class GpuProbe(Probe):
         _STATE["streak"] = 0
         if "exc" in box:
             raise box["exc"]
-        snap: dict[str, Any] = box["snap"]
+        snap: Snapshot = box["snap"]
         return snap
 
     def evaluate(self, snapshot: Any, ctx: ProbeContext) -> list[Finding]:
         elapsed = ctx.clock() - ctx.previous_ts if ctx.previous_ts else 0.0
-        return rules.evaluate(snapshot, ctx.options, ctx.instance_type, ctx.previous, elapsed)
+        return common.evaluate(snapshot, ctx.options, ctx.instance_type, ctx.previous, elapsed)
 
     def summary(self, snapshot: Any) -> Optional[dict]:
-        return rules.summary(snapshot)
+        return common.summary(snapshot)
 
 
-def _hang_snapshot(deadline: float, still_stuck: bool) -> dict[str, Any]:
+def _hang_snapshot(deadline: float, still_stuck: bool) -> Snapshot:
     progress = _STATE["progress"]
-    return {
-        "reader": "nvml",
-        "hang": {
-            "call": progress.get("call", "?"),
-            "device": progress.get("device"),
-            "after_s": deadline,
-            "streak": _STATE["streak"],
-            "still_stuck": still_stuck,
-        },
-        "gpus": [],
-    }
+    hang = Hang(
+        progress.get("call", "?"), progress.get("device"), deadline, _STATE["streak"], still_stuck
+    )
+    return Snapshot("nvml", hang=hang)
 
 
 class _Fatal(Exception):
@@ -139,17 +145,19 @@ class _Fatal(Exception):
 
     def __init__(self, call: str, err: pynvml.NVMLError) -> None:
         super().__init__(call)
-        self.record = {"call": call, "code": int(err.value), "text": str(err)}
+        self.record = _err(call, err)
 
 
-def _err(call: str, err: pynvml.NVMLError) -> dict[str, Any]:
-    return {"call": call, "code": int(err.value), "text": str(err)}
+def _err(call: str, err: pynvml.NVMLError) -> CallError:
+    return CallError(call, int(err.value), str(err))
 
 
 class _Reader:
     """Calls NVML for one GPU, sorting each error: not applicable, fatal, or a read failure."""
 
-    def __init__(self, progress: dict[str, Any], index: Optional[int], record: dict[str, Any]):
+    def __init__(
+        self, progress: dict[str, Any], index: Optional[int], record: Union[Snapshot, GpuReading]
+    ) -> None:
         self.progress = progress
         self.index = index
         self.record = record
@@ -159,46 +167,36 @@ class _Reader:
         try:
             return fn(*args)
         except pynvml.NVMLError as exc:
-            if exc.value in rules.NOT_APPLICABLE:
+            if exc.value in common.NOT_APPLICABLE:
                 return None
-            if exc.value in rules.FATAL_ERRORS:
+            if exc.value in common.FATAL_ERRORS:
                 raise _Fatal(call, exc) from None
-            self.record.setdefault("call_errors", {})[call] = str(exc)
+            self.record.call_errors[call] = str(exc)
             return None
 
 
-def read_all(ctx: ProbeContext, progress: dict[str, Any]) -> dict[str, Any]:
-    """The NVML snapshot (module docstring of _gpu_common describes it)."""
-    snap: dict[str, Any] = {
-        "reader": "nvml",
-        "driver": None,
-        "count": None,
-        "init_error": None,
-        "hang": None,
-        "gpus": [],
-        "pci_gpus": rules.pci_gpus(ctx.sysfs),
-        "nvswitch": False,
-        "fabric_manager": None,
-    }
+def read_all(ctx: ProbeContext, progress: dict[str, Any]) -> Snapshot:
+    """The NVML snapshot of the node."""
+    snap = Snapshot("nvml", pci_gpus=common.pci_gpus(ctx.sysfs))
     progress["call"], progress["device"] = "nvmlInit", None
     try:
         nvml.load_library(ctx.options.get("library"))
         pynvml.nvmlInit()
     except pynvml.NVMLError as exc:
-        snap["init_error"] = _err("nvmlInit", exc)
+        snap.init_error = _err("nvmlInit", exc)
         return snap
     try:
         node = _Reader(progress, None, snap)
         try:
             driver = node("nvmlSystemGetDriverVersion", pynvml.nvmlSystemGetDriverVersion)
-            snap["driver"] = _text(driver)
+            snap.driver = _text(driver)
             count = node("nvmlDeviceGetCount", pynvml.nvmlDeviceGetCount)
         except _Fatal as fatal:
-            snap["init_error"] = fatal.record
+            snap.init_error = fatal.record
             return snap
-        snap["count"] = count
+        snap.count = count
         for index in range(count or 0):
-            snap["gpus"].append(read_gpu(index, progress))
+            snap.gpus.append(read_gpu(index, progress))
     finally:
         try:
             pynvml.nvmlShutdown()
@@ -206,58 +204,55 @@ def read_all(ctx: ProbeContext, progress: dict[str, Any]) -> dict[str, Any]:
             pass
     # NVSwitch system: a GPU takes part in a fabric (Hopper+), or NVSwitch bridges are on the PCI
     # bus (HGX A100 reports no fabric state through NVML).
-    snap["nvswitch"] = bool(rules.pci_devices(ctx.sysfs, ("0x0680",))) or any(
-        (g.get("fabric") or {}).get("state") not in (None, 0) for g in snap["gpus"]
+    snap.nvswitch = bool(common.pci_devices(ctx.sysfs, ("0x0680",))) or any(
+        g.fabric is not None and g.fabric.state != 0 for g in snap.gpus
     )
-    if snap["nvswitch"]:
-        snap["fabric_manager"] = process_running(ctx.procfs, ctx.options["fabricmanager_process"])
+    if snap.nvswitch:
+        snap.fabric_manager = process_running(ctx.procfs, ctx.options["fabricmanager_process"])
     return snap
 
 
-def read_gpu(index: int, progress: dict[str, Any]) -> dict[str, Any]:
-    """The reading record of GPU ``index``; a fatal error leaves only ``error`` (and identity)."""
-    gpu: dict[str, Any] = {"index": index}
+def read_gpu(index: int, progress: dict[str, Any]) -> GpuReading:
+    """The reading record of GPU ``index``; a fatal error leaves ``error`` and what was read."""
+    gpu = GpuReading(index)
     call = _Reader(progress, index, gpu)
     try:
         handle = call("nvmlDeviceGetHandleByIndex", pynvml.nvmlDeviceGetHandleByIndex, index)
         if handle is None:
-            gpu["error"] = {"call": "nvmlDeviceGetHandleByIndex", "code": 3, "text": "no handle"}
+            gpu.error = CallError("nvmlDeviceGetHandleByIndex", 3, "no handle")
             return gpu
         pci = call("nvmlDeviceGetPciInfo", pynvml.nvmlDeviceGetPciInfo, handle)
         if pci is not None:
-            gpu["bus_id"] = _text(pci.busId)
+            gpu.bus_id = _text(pci.busId)
         _read_readings(call, handle, gpu)
     except _Fatal as fatal:
-        gpu["error"] = fatal.record
+        gpu.error = fatal.record
     return gpu
 
 
-def _read_readings(call: _Reader, h: Any, gpu: dict[str, Any]) -> None:
-    gpu["name"] = _text(call("nvmlDeviceGetName", pynvml.nvmlDeviceGetName, h))
-    gpu["uuid"] = _text(call("nvmlDeviceGetUUID", pynvml.nvmlDeviceGetUUID, h))
+def _ecc_counts(call: _Reader, h: Any) -> EccCounts:
+    """ECC counts: corrected and uncorrected, volatile then aggregate."""
+
+    def total(etype: int, ctype: int) -> Optional[int]:
+        return call(
+            "nvmlDeviceGetTotalEccErrors", pynvml.nvmlDeviceGetTotalEccErrors, h, etype, ctype
+        )
+
+    return EccCounts(total(0, 0), total(1, 0), total(0, 1), total(1, 1))  # the calls' order
+
+
+def _read_readings(call: _Reader, h: Any, gpu: GpuReading) -> None:
+    gpu.name = _text(call("nvmlDeviceGetName", pynvml.nvmlDeviceGetName, h))
+    gpu.uuid = _text(call("nvmlDeviceGetUUID", pynvml.nvmlDeviceGetUUID, h))
     arch = call("nvmlDeviceGetArchitecture", pynvml.nvmlDeviceGetArchitecture, h)
-    gpu["arch"] = rules.ARCH_NAMES.get(arch) if arch is not None else None
+    gpu.arch = common.ARCH_NAMES.get(arch) if arch is not None else None
     mode = call("nvmlDeviceGetEccMode", pynvml.nvmlDeviceGetEccMode, h)
     if mode is not None:
-        gpu["ecc_mode"] = {"current": mode[0] == 1, "pending": mode[1] == 1}
+        gpu.ecc_mode = EccMode(mode[0] == 1, mode[1] == 1)
         if mode[0] == 1:
-            ecc = {}
-            for key, etype, ctype in (
-                ("volatile_corrected", 0, 0),
-                ("volatile_uncorrected", 1, 0),
-                ("aggregate_corrected", 0, 1),
-                ("aggregate_uncorrected", 1, 1),
-            ):
-                ecc[key] = call(
-                    "nvmlDeviceGetTotalEccErrors",
-                    pynvml.nvmlDeviceGetTotalEccErrors,
-                    h,
-                    etype,
-                    ctype,
-                )
-            gpu["ecc"] = ecc
-    arch_name = gpu["arch"]
-    if arch_name is None or arch_name in rules.PRE_AMPERE:
+            gpu.ecc = _ecc_counts(call, h)
+    arch_name = gpu.arch
+    if arch_name is None or arch_name in common.PRE_AMPERE:
         pending = call(
             "nvmlDeviceGetRetiredPagesPendingStatus",
             pynvml.nvmlDeviceGetRetiredPagesPendingStatus,
@@ -266,41 +261,32 @@ def _read_readings(call: _Reader, h: Any, gpu: dict[str, Any]) -> None:
         if pending is not None:
             sbe = call("nvmlDeviceGetRetiredPages", pynvml.nvmlDeviceGetRetiredPages, h, 0)
             dbe = call("nvmlDeviceGetRetiredPages", pynvml.nvmlDeviceGetRetiredPages, h, 1)
-            gpu["retired"] = {
-                "sbe": len(sbe) if sbe is not None else None,
-                "dbe": len(dbe) if dbe is not None else None,
-                "pending": pending == 1,
-            }
-    if arch_name is None or arch_name not in rules.PRE_AMPERE:
+            gpu.retired = Retired(
+                len(sbe) if sbe is not None else None,
+                len(dbe) if dbe is not None else None,
+                pending == 1,
+            )
+    if arch_name is None or arch_name not in common.PRE_AMPERE:
         rows = call("nvmlDeviceGetRemappedRows", pynvml.nvmlDeviceGetRemappedRows, h)
         if rows is not None:
-            gpu["remap"] = {
-                "corrected": rows[0],
-                "uncorrected": rows[1],
-                "pending": bool(rows[2]),
-                "failure": bool(rows[3]),
-            }
-    gpu["pcie"] = {
-        "width": call("nvmlDeviceGetCurrPcieLinkWidth", pynvml.nvmlDeviceGetCurrPcieLinkWidth, h),
-        "max_width": call("nvmlDeviceGetMaxPcieLinkWidth", pynvml.nvmlDeviceGetMaxPcieLinkWidth, h),
-        "gen": call(
-            "nvmlDeviceGetCurrPcieLinkGeneration", pynvml.nvmlDeviceGetCurrPcieLinkGeneration, h
-        ),
-        "max_gen": call(
-            "nvmlDeviceGetMaxPcieLinkGeneration", pynvml.nvmlDeviceGetMaxPcieLinkGeneration, h
-        ),
-    }
+            gpu.remap = Remap(rows[0], rows[1], bool(rows[2]), bool(rows[3]))
+    gpu.pcie = Pcie(
+        call("nvmlDeviceGetCurrPcieLinkWidth", pynvml.nvmlDeviceGetCurrPcieLinkWidth, h),
+        call("nvmlDeviceGetMaxPcieLinkWidth", pynvml.nvmlDeviceGetMaxPcieLinkWidth, h),
+        call("nvmlDeviceGetCurrPcieLinkGeneration", pynvml.nvmlDeviceGetCurrPcieLinkGeneration, h),
+        call("nvmlDeviceGetMaxPcieLinkGeneration", pynvml.nvmlDeviceGetMaxPcieLinkGeneration, h),
+    )
     fields = _fields(call, h, (FIELD_RECOVERY_ACTION, FIELD_NVLINK_COUNT))
-    gpu["recovery_action"] = fields.get(FIELD_RECOVERY_ACTION)
-    gpu["nvlink"] = _nvlink(call, h, fields.get(FIELD_NVLINK_COUNT))
+    gpu.recovery_action = fields.get(FIELD_RECOVERY_ACTION)
+    gpu.nvlink = _nvlink(call, h, fields.get(FIELD_NVLINK_COUNT))
     reasons = call("nvmlDeviceGetCurrentClocksEventReasons", _clock_reasons, h)
     if reasons is not None:
-        gpu["clocks"] = {name: bool(reasons & bit) for name, bit in REASON_BITS.items()}
-    gpu["temp"] = call("nvmlDeviceGetTemperature", pynvml.nvmlDeviceGetTemperature, h, 0)
-    gpu["temp_slowdown"] = call(
+        gpu.clocks = Clocks(**{name: bool(reasons & bit) for name, bit in REASON_BITS.items()})
+    gpu.temp = call("nvmlDeviceGetTemperature", pynvml.nvmlDeviceGetTemperature, h, 0)
+    gpu.temp_slowdown = call(
         "nvmlDeviceGetTemperatureThreshold", pynvml.nvmlDeviceGetTemperatureThreshold, h, 1
     )
-    gpu["fabric"] = call("nvmlDeviceGetGpuFabricInfoV", _fabric, h)
+    gpu.fabric = call("nvmlDeviceGetGpuFabricInfoV", _fabric, h)
 
 
 def _clock_reasons(h: Any) -> int:
@@ -332,7 +318,7 @@ def _fields(call: _Reader, h: Any, ids: tuple[int, ...]) -> dict[int, int]:
     return out
 
 
-def _nvlink(call: _Reader, h: Any, count: Optional[int]) -> Optional[dict[str, Any]]:
+def _nvlink(call: _Reader, h: Any, count: Optional[int]) -> Optional[NvLink]:
     """Link states and summed error counters; None on GPUs without NVLink."""
     states: dict[str, bool] = {}
     errors: dict[str, int] = {}
@@ -342,12 +328,12 @@ def _nvlink(call: _Reader, h: Any, count: Optional[int]) -> Optional[dict[str, A
             call.progress["call"], call.progress["device"] = "nvmlDeviceGetNvLinkState", call.index
             state = pynvml.nvmlDeviceGetNvLinkState(h, link)
         except pynvml.NVMLError as exc:
-            if exc.value in rules.FATAL_ERRORS:
+            if exc.value in common.FATAL_ERRORS:
                 raise _Fatal("nvmlDeviceGetNvLinkState", exc) from None
             if count is None:  # past the last link (INVALID_ARGUMENT) or no NVLink at all
                 break
-            if exc.value not in rules.NOT_APPLICABLE:
-                call.record.setdefault("call_errors", {})["nvmlDeviceGetNvLinkState"] = str(exc)
+            if exc.value not in common.NOT_APPLICABLE:
+                call.record.call_errors["nvmlDeviceGetNvLinkState"] = str(exc)
             continue
         states[str(link)] = state == 1
         total = 0
@@ -361,7 +347,7 @@ def _nvlink(call: _Reader, h: Any, count: Optional[int]) -> Optional[dict[str, A
             )
             total += int(value or 0)
         errors[str(link)] = total
-    return {"states": states, "errors": errors} if states else None
+    return NvLink(states, errors) if states else None
 
 
 class FabricInfoV1(ctypes.Structure):
@@ -377,7 +363,7 @@ class FabricInfoV1(ctypes.Structure):
     ]
 
 
-def _fabric(h: Any) -> dict[str, Any]:
+def _fabric(h: Any) -> Fabric:
     """Fabric state via the newest struct the driver takes (v3, v2, then the deprecated v1)."""
     info: Any
     try:
@@ -392,14 +378,14 @@ def _fabric(h: Any) -> dict[str, Any]:
     except pynvml.NVMLError_FunctionNotFound:
         info = FabricInfoV1()
         pynvml.nvmlDeviceGetGpuFabricInfo(h, ctypes.byref(info))
-    return {
-        "state": int(info.state),
-        "status": int(info.status),
-        "health_mask": int(getattr(info, "healthMask", 0)) if hasattr(info, "healthMask") else None,
-        "summary": int(info.healthSummary) if hasattr(info, "healthSummary") else None,
-        "cluster_uuid": str(uuid.UUID(bytes=bytes(info.clusterUuid))),
-        "clique_id": int(info.cliqueId),
-    }
+    return Fabric(
+        state=int(info.state),
+        status=int(info.status),
+        summary=int(info.healthSummary) if hasattr(info, "healthSummary") else None,
+        health_mask=int(getattr(info, "healthMask", 0)) if hasattr(info, "healthMask") else None,
+        cluster_uuid=str(uuid.UUID(bytes=bytes(info.clusterUuid))),
+        clique_id=int(info.cliqueId),
+    )
 
 
 def _text(value: Any) -> Optional[str]:

@@ -1,5 +1,5 @@
 """``nvidia_smi`` probe: ``nvidia-smi -q -x`` read into the same per-GPU records as the ``gpu``
-probe and judged by the same rules (probes/nvidia/common.py).
+probe (probes/nvidia/reading.py) and judged by the same rules (probes/nvidia/common.py).
 
 Handles XML schema versions v11 to v13 (``clocks_throttle_reasons`` vs ``clocks_event_reasons``,
 ``gpu_reset_status`` vs ``gpu_recovery_action``, absolute vs T.Limit temperatures, ``N/A``, units
@@ -14,7 +14,7 @@ import re
 import shutil
 import uuid
 import xml.etree.ElementTree as ET
-from typing import Any, ClassVar, Iterator, Mapping, Optional
+from typing import Any, ClassVar, Iterator, Mapping, Optional, Sequence
 
 from hma.adapters.strict import (
     ASCII_SPACE,
@@ -27,7 +27,20 @@ from hma.adapters.strict import (
 from hma.contracts.model import Finding
 from hma.contracts.options import Option, positive
 from hma.contracts.probe import Probe, ProbeContext
-from hma.probes.nvidia import common as rules
+from hma.probes.nvidia import common
+from hma.probes.nvidia.reading import (
+    CallError,
+    Clocks,
+    EccCounts,
+    EccMode,
+    Fabric,
+    GpuReading,
+    Hang,
+    Pcie,
+    Remap,
+    Retired,
+    Snapshot,
+)
 
 # nvidia-smi exit code -> the NVML error number the rules know (nvidia-smi(1) "RETURN VALUE").
 EXIT_CODES: Mapping[int, int] = {
@@ -77,30 +90,26 @@ class NvidiaSmiProbe(Probe):
             check=positive,
             below="timeout",
         ),
-        **rules.RULE_OPTIONS,
+        **common.RULE_OPTIONS,
     }
 
     def applies(self, ctx: ProbeContext) -> Optional[str]:
         exe = ctx.options["command"][0]
-        if shutil.which(exe) is not None or rules.expected_count(ctx.options, ctx.instance_type):
+        if shutil.which(exe) is not None or common.expected_count(ctx.options, ctx.instance_type):
             return None
-        if rules.pci_gpus(ctx.sysfs):
+        if common.pci_gpus(ctx.sysfs):
             return None  # GPUs on the PCI bus: a missing nvidia-smi is a finding
         return f"{exe} not found, no GPUs expected or on the PCI bus"
 
     def collect(self, ctx: ProbeContext) -> Any:
-        return rules.with_baseline(self._read(ctx), ctx.previous)
+        return common.with_baseline(self._read(ctx), ctx.previous)
 
     def _read(self, ctx: ProbeContext) -> dict[str, Any]:
         argv = list(ctx.options["command"])
         timeout = float(ctx.options["command_timeout"])
         result = ctx.runner.run(argv, timeout)
         if result.timed_out:
-            return {
-                "reader": "nvidia-smi",
-                "hang": {"call": " ".join(argv), "device": None, "after_s": timeout, "streak": 1},
-                "gpus": [],
-            }
+            return Snapshot("nvidia-smi", hang=Hang(" ".join(argv), None, timeout, 1)).to_json()
         raw = {
             "rc": result.rc,
             "start_error": result.error,
@@ -108,53 +117,60 @@ class NvidiaSmiProbe(Probe):
             "stdout": result.stdout,
             "stderr": result.stderr[-4000:],
         }
-        return {**parse_result(raw), "pci_gpus": rules.pci_gpus(ctx.sysfs)}
+        return parse_result(raw, common.pci_gpus(ctx.sysfs))
 
     def evaluate(self, snapshot: Any, ctx: ProbeContext) -> list[Finding]:
         elapsed = ctx.clock() - ctx.previous_ts if ctx.previous_ts else 0.0
-        return rules.evaluate(snapshot, ctx.options, ctx.instance_type, ctx.previous, elapsed)
+        return common.evaluate(snapshot, ctx.options, ctx.instance_type, ctx.previous, elapsed)
 
     def summary(self, snapshot: Any) -> Optional[dict]:
-        return rules.summary(snapshot)
+        return common.summary(snapshot)
 
 
-def parse_result(raw: Mapping[str, Any]) -> dict[str, Any]:
-    """The normalized snapshot from one nvidia-smi run (exit code, stdout, stderr)."""
-    snap: dict[str, Any] = {"reader": "nvidia-smi", "gpus": [], "init_error": None}
+def parse_result(raw: Mapping[str, Any], pci_gpus: Sequence[str] = ()) -> dict[str, Any]:
+    """The probe's snapshot (the JSON form of a :class:`Snapshot`) from one nvidia-smi run (exit
+    code, stdout, stderr), with the NVIDIA GPUs on the PCI bus."""
+    snap = _snapshot(raw)
+    snap.pci_gpus = list(pci_gpus)
+    return snap.to_json()
+
+
+def _snapshot(raw: Mapping[str, Any]) -> Snapshot:
+    snap = Snapshot("nvidia-smi")
     argv = "nvidia-smi"
     if raw.get("start_error"):
-        snap["init_error"] = {"call": argv, "code": 12, "text": str(raw["start_error"])}
+        snap.init_error = CallError(argv, 12, str(raw["start_error"]))
         return snap
     if raw.get("cut"):  # never parse part of a document
-        snap["init_error"] = {"call": argv, "code": -1, "text": str(raw["cut"])}
+        snap.init_error = CallError(argv, -1, str(raw["cut"]))
         return snap
     rc = raw.get("rc")
     document, outside = split_output(str(raw.get("stdout") or ""))
     own_lines = outside + "\n" + str(raw.get("stderr") or "")
     handle_errors = _handle_errors(own_lines)
-    parsed: Optional[dict[str, Any]] = None
+    parsed: Optional[Snapshot] = None
     parse_error = ""
     if document:
         try:
-            parsed = parse_xml(document)
+            parsed = _document(document)
         except (ET.ParseError, ValueError) as exc:
             parse_error = f"malformed nvidia-smi XML: {exc}"
     if parsed is not None:
-        snap.update(parsed)
-    snap["gpus"] = list(snap.get("gpus") or []) + handle_errors
+        snap = parsed
+    snap.gpus = [*snap.gpus, *handle_errors]
     if parsed is None and re.search(r"^\s*No devices were found\s*$", own_lines, re.M):
-        snap["count"] = 0
+        snap.count = 0
         return snap
     if isinstance(rc, int) and rc != 0 and not handle_errors:
         code = EXIT_CODES.get(rc, -rc)
         why = EXIT_TEXT.get(rc, "unexpected exit status")
         message = f"exit status {rc}: {why}"
-        if parsed is None or code in rules.FATAL_ERRORS:
-            snap["init_error"] = {"call": argv, "code": code, "text": message}
+        if parsed is None or code in common.FATAL_ERRORS:
+            snap.init_error = CallError(argv, code, message)
         return snap
     if parsed is None and not handle_errors:
         why = parse_error or "no <nvidia_smi_log> document in the output"
-        snap["init_error"] = {"call": argv, "code": -1, "text": why}
+        snap.init_error = CallError(argv, -1, why)
     return snap
 
 
@@ -174,21 +190,22 @@ def split_output(stdout: str) -> tuple[str, str]:
     return stdout[start:end], stdout[:start] + "\n" + stdout[end:]
 
 
-def _handle_errors(text: str) -> list[dict[str, Any]]:
+def _handle_errors(text: str) -> list[GpuReading]:
     out = []
     for match in HANDLE_RE.finditer(text):
         message = match.group(2).strip()
         code = HANDLE_ERRORS.get(message.lower(), 999)
-        out.append(
-            {
-                "bus_id": match.group(1),
-                "error": {"call": "nvidia-smi (device handle)", "code": code, "text": message},
-            }
-        )
+        error = CallError("nvidia-smi (device handle)", code, message)
+        out.append(GpuReading(bus_id=match.group(1), error=error))
     return out
 
 
 def parse_xml(text: str) -> dict[str, Any]:
+    """The snapshot (JSON form) of an ``nvidia-smi -q -x`` document: :func:`_document`."""
+    return _document(text).to_json()
+
+
+def _document(text: str) -> Snapshot:
     """Node readings and GPU records from an ``nvidia-smi -q -x`` document (v11..v13).
 
     Every value is parsed strictly (``hma.adapters.strict``): one that is not what its element
@@ -206,16 +223,15 @@ def parse_xml(text: str) -> dict[str, Any]:
         raise ValueError("<nvidia_smi_log> holds no <gpu> and no driver version")
     node = _Fields(root)
     count = node.uint("attached_gpus", limit=MAX_GPUS)
-    out: dict[str, Any] = {
-        "driver": driver,
-        "count": count if count is not None else len(gpus),
-        "gpus": gpus,
-        "nvswitch": any((g.get("fabric") or {}).get("state") not in (None, 0) for g in gpus),
-        "fabric_manager": None,  # nvidia-smi does not tell; the gpu probe checks the process
-    }
-    if node.bad:
-        out["call_errors"] = node.call_errors()
-    return out
+    return Snapshot(
+        "nvidia-smi",
+        driver=driver,
+        count=count if count is not None else len(gpus),
+        gpus=gpus,
+        nvswitch=any(g.fabric is not None and g.fabric.state != 0 for g in gpus),
+        fabric_manager=None,  # nvidia-smi does not tell; the gpu probe checks the process
+        call_errors=node.call_errors() if node.bad else {},
+    )
 
 
 MAX_GPUS = 1024
@@ -356,28 +372,30 @@ def _sum(*values: Optional[int]) -> Optional[int]:
     return sum(known) if known else None
 
 
-def _gpu(index: int, node: ET.Element) -> dict[str, Any]:
+def _gpu(index: int, node: ET.Element) -> GpuReading:
     f = _Fields(node)
     arch = f.text("product_architecture")
     bus = node.get("id") or f.text("pci/pci_bus_id")
     if bus is not None and not _BUS_ID.match(bus.strip()):
         f.bad["id"] = f"not a PCI bus id: {bus[:40]!r}"
         bus = None
-    gpu: dict[str, Any] = {
-        "index": index,
-        "bus_id": bus,
-        "name": f.text("product_name"),
-        "uuid": f.text("uuid"),
-        "arch": arch.lower() if arch else None,
-    }
+    gpu = GpuReading(
+        index=index,
+        bus_id=bus,
+        name=f.text("product_name"),
+        uuid=f.text("uuid"),
+        arch=arch.lower() if arch else None,
+    )
     current_ecc = f.flag("ecc_mode/current_ecc")
     if current_ecc is not None:
-        gpu["ecc_mode"] = {"current": current_ecc, "pending": f.flag("ecc_mode/pending_ecc")}
-    gpu["ecc"] = {
-        f"{scope}_{kind}": _ecc(f, scope, kind)
-        for scope in ("volatile", "aggregate")
-        for kind in ("corrected", "uncorrected")
-    }
+        gpu.ecc_mode = EccMode(current_ecc, f.flag("ecc_mode/pending_ecc"))
+    gpu.ecc = EccCounts(
+        *(
+            _ecc(f, scope, kind)
+            for scope in ("volatile", "aggregate")
+            for kind in ("corrected", "uncorrected")
+        )
+    )
     if node.find("retired_pages") is not None:
         pending = f.flag("retired_pages/pending_retirement")
         if pending is None:
@@ -385,29 +403,29 @@ def _gpu(index: int, node: ET.Element) -> dict[str, Any]:
         sbe = f.uint("retired_pages/multiple_single_bit_retirement/retired_count")
         dbe = f.uint("retired_pages/double_bit_retirement/retired_count")
         if pending is not None or sbe is not None or dbe is not None:
-            gpu["retired"] = {"sbe": sbe, "dbe": dbe, "pending": bool(pending)}
+            gpu.retired = Retired(sbe, dbe, bool(pending))
     remap = node.find("remapped_rows")
     if remap is not None and len(remap):  # the whole element is "N/A" without remapping / MIG
-        gpu["remap"] = {
-            "corrected": f.uint("remapped_rows/remapped_row_corr"),
-            "uncorrected": f.uint("remapped_rows/remapped_row_unc"),
-            "pending": bool(f.flag("remapped_rows/remapped_row_pending")),
-            "failure": bool(f.flag("remapped_rows/remapped_row_failure")),
-        }
+        gpu.remap = Remap(
+            f.uint("remapped_rows/remapped_row_corr"),
+            f.uint("remapped_rows/remapped_row_unc"),
+            bool(f.flag("remapped_rows/remapped_row_pending")),
+            bool(f.flag("remapped_rows/remapped_row_failure")),
+        )
     link = "pci/pci_gpu_link_info"
-    gpu["pcie"] = {
-        "width": f.uint(f"{link}/link_widths/current_link_width", "x", MAX_LINK_WIDTH),
-        "max_width": f.uint(f"{link}/link_widths/max_link_width", "x", MAX_LINK_WIDTH),
-        "gen": f.uint(f"{link}/pcie_gen/current_link_gen", limit=MAX_LINK_GEN),
-        "max_gen": f.uint(f"{link}/pcie_gen/max_link_gen", limit=MAX_LINK_GEN),
-    }
-    gpu["clocks"] = _clocks(f)
+    gpu.pcie = Pcie(
+        f.uint(f"{link}/link_widths/current_link_width", "x", MAX_LINK_WIDTH),
+        f.uint(f"{link}/link_widths/max_link_width", "x", MAX_LINK_WIDTH),
+        f.uint(f"{link}/pcie_gen/current_link_gen", limit=MAX_LINK_GEN),
+        f.uint(f"{link}/pcie_gen/max_link_gen", limit=MAX_LINK_GEN),
+    )
+    gpu.clocks = _clocks(f)
     _temperature(f, gpu)
-    gpu["fabric"] = _fabric(f)
-    gpu["recovery_action"] = _recovery(f)
+    gpu.fabric = _fabric(f)
+    gpu.recovery_action = _recovery(f)
     _value_errors(node, gpu)
-    if f.bad and "error" not in gpu:
-        gpu.setdefault("call_errors", {}).update(f.call_errors())
+    if f.bad and gpu.error is None:
+        gpu.call_errors.update(f.call_errors())
     return gpu
 
 
@@ -423,7 +441,7 @@ def _driver_elements(node: ET.Element) -> Iterator[ET.Element]:
             yield from _driver_elements(child)
 
 
-def _value_errors(node: ET.Element, gpu: dict[str, Any]) -> None:
+def _value_errors(node: ET.Element, gpu: GpuReading) -> None:
     """Values that nvidia-smi could not read: "GPU is lost" as the whole value of an element
     makes the GPU lost; "Unknown Error" fields are a read failure (unknown), never silently N/A.
     Process lists are skipped: a process name is never read as a status."""
@@ -432,12 +450,12 @@ def _value_errors(node: ET.Element, gpu: dict[str, Any]) -> None:
         for el in _driver_elements(node)
     ]
     if any(text == "gpu is lost" for _tag, text in texts):
-        gpu["error"] = {"call": "nvidia-smi", "code": 15, "text": "GPU is lost"}
+        gpu.error = CallError("nvidia-smi", 15, "GPU is lost")
         return
     failed = sorted({tag for tag, text in texts if text == "unknown error"})
     if failed:
         shown = ", ".join(failed[:5]) + (" ..." if len(failed) > 5 else "")
-        gpu["call_errors"] = {"nvidia-smi": f"Unknown Error in {len(failed)} field(s): {shown}"}
+        gpu.call_errors = {"nvidia-smi": f"Unknown Error in {len(failed)} field(s): {shown}"}
 
 
 def _ecc(f: _Fields, scope: str, kind: str) -> Optional[int]:
@@ -456,44 +474,46 @@ def _ecc(f: _Fields, scope: str, kind: str) -> Optional[int]:
     return _sum(*(f.uint(f"ecc_errors/{scope}/{name}") for name in names))
 
 
-def _clocks(f: _Fields) -> Optional[dict[str, bool]]:
+def _clocks(f: _Fields) -> Optional[Clocks]:
     for group, prefix in (
         ("clocks_event_reasons", "clocks_event_reason_"),
         ("clocks_throttle_reasons", "clocks_throttle_reason_"),  # v11 and drivers before 535
     ):
         if f.node.find(group) is None:
             continue
-        return {
-            name: bool(f.flag(f"{group}/{prefix}{name}"))
-            for name in (
-                "gpu_idle",
-                "hw_slowdown",
-                "hw_thermal_slowdown",
-                "hw_power_brake_slowdown",
-            )
-        }
+        return Clocks(
+            **{
+                name: bool(f.flag(f"{group}/{prefix}{name}"))
+                for name in (
+                    "gpu_idle",
+                    "hw_slowdown",
+                    "hw_thermal_slowdown",
+                    "hw_power_brake_slowdown",
+                )
+            }
+        )
     return None
 
 
-def _temperature(f: _Fields, gpu: dict[str, Any]) -> None:
+def _temperature(f: _Fields, gpu: GpuReading) -> None:
     if f.node.find("temperature") is None:
         return
     slow = f.degrees("temperature/gpu_temp_slow_threshold")
     if slow is not None:
-        gpu["temp"], gpu["temp_slowdown"] = f.degrees("temperature/gpu_temp"), slow
+        gpu.temp, gpu.temp_slowdown = f.degrees("temperature/gpu_temp"), slow
         return
     # Drivers 590+ on H100/H200 report T.Limit: degrees *below* the limit, and the slowdown point
     # on that scale (e.g. margin 46 C, slowdown at -2 C). Negate both so "temp >= slowdown" holds.
     margin = f.degrees("temperature/gpu_temp_tlimit")
     slow_tlimit = f.degrees("temperature/gpu_temp_slow_tlimit_threshold")
     if margin is not None and slow_tlimit is not None:
-        gpu["temp"], gpu["temp_slowdown"] = -margin, -slow_tlimit
-        gpu["temp_scale"] = "tlimit"
+        gpu.temp, gpu.temp_slowdown = -margin, -slow_tlimit
+        gpu.temp_scale = "tlimit"
     else:
-        gpu["temp"] = f.degrees("temperature/gpu_temp")
+        gpu.temp = f.degrees("temperature/gpu_temp")
 
 
-def _fabric(f: _Fields) -> Optional[dict[str, Any]]:
+def _fabric(f: _Fields) -> Optional[Fabric]:
     if f.node.find("fabric") is None:
         return None
     state = f.word("fabric/state", FABRIC_STATE_TEXT)
@@ -506,14 +526,14 @@ def _fabric(f: _Fields) -> Optional[dict[str, Any]]:
         except ParseError as exc:
             f.bad["fabric/status"] = str(exc)
             return None
-    return {
-        "state": state,
-        "status": 0 if status in (None, "Success") else status,
-        "summary": f.word("fabric/health/summary", SUMMARY_TEXT),
-        "health_mask": None,
-        "cluster_uuid": _cluster_uuid(f),
-        "clique_id": f.uint("fabric/cliqueId", limit=0xFFFFFFFF),
-    }
+    return Fabric(
+        state=state,
+        status=0 if status is None or status == "Success" else status,
+        summary=f.word("fabric/health/summary", SUMMARY_TEXT),
+        health_mask=None,
+        cluster_uuid=_cluster_uuid(f),
+        clique_id=f.uint("fabric/cliqueId", limit=0xFFFFFFFF),
+    )
 
 
 def _cluster_uuid(f: _Fields) -> Optional[str]:

@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from netns_fabric import Fabric, ip, sweep, usable  # noqa: E402
 from test_daemon import agent_factory  # noqa: E402,F401 (fixture)
 
+from hma.health.records import load_records  # noqa: E402
 from hma.health.store import Store  # noqa: E402
 
 pytestmark = pytest.mark.integration
@@ -63,7 +64,7 @@ def deep_check(cfg: Path, *args: str, timeout: float = 60) -> tuple[int, dict[st
 def faults(tmp: Path) -> dict[tuple[str, str], str]:
     store = Store(str(tmp / "state" / "state.db"))
     try:
-        return {(r.code, r.component): r.probe for r in store.load_records()[0]}
+        return {(r.code, r.component): r.probe for r in load_records(store)[0]}
     finally:
         store.close()
 

@@ -20,6 +20,7 @@ from typing import Any, Iterator
 import pytest
 from conftest import Env, journald_usable, read_back
 
+from hma.health import history
 from hma.health.store import Store
 from tests.simnode import SimNode
 from tests.slurmcluster import SlurmCluster, available
@@ -162,7 +163,7 @@ def test_the_daemon_store_starts_on_a_full_disk_and_writes_everything_later(
     assert store.write_error.startswith("OperationalError")
     assert store.kv_get("cursor") == {"seq": 41}  # read without writing
     store.kv_set("cursor", {"seq": 42})
-    store.add_history(1.0, "raised", "GPU_XID_79", "gpu:0000:01:00", "critical", "m")
+    history.add(store, 1.0, "raised", "GPU_XID_79", "gpu:0000:01:00", "critical", "m")
     clock[0] = 100.0
     assert store.flush() is False and store.write_error  # still full
     filler.unlink()
@@ -170,7 +171,9 @@ def test_the_daemon_store_starts_on_a_full_disk_and_writes_everything_later(
     assert store.flush() is True and store.write_error == ""
     store.close()
     after = Store(str(path))
-    assert after.kv_get("cursor") == {"seq": 42} and after.history(1)[0]["code"] == "GPU_XID_79"
+    assert (
+        after.kv_get("cursor") == {"seq": 42} and history.rows(after, 1)[0]["code"] == "GPU_XID_79"
+    )
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     after.close()
 

@@ -60,6 +60,15 @@ def test_agent_codes_never_drain() -> None:
             assert not entry.drains, entry.code
 
 
+def test_scheduler_codes_are_the_schedulers_drains() -> None:
+    """``scheduler = true`` marks the drains the scheduler made (what remediation adopts)."""
+    assert sorted(e.code for e in load_builtin() if e.scheduler) == [
+        "SLURM_GRES_COUNT_LOW",
+        "SLURM_KILL_TASK_FAILED",
+        "SLURM_NODE_RESOURCES_LOW",
+    ]
+
+
 @pytest.mark.parametrize(
     "code, raw, problem",
     [
@@ -91,6 +100,19 @@ def test_agent_codes_never_drain() -> None:
                 "drains": True,
             },
             "never drain",
+        ),
+        (
+            "SLURM_X",
+            {
+                "summary": "s",
+                "remedy": "r",
+                "severity": "critical",
+                "action": "reboot",
+                "clears": "reboot",
+                "drains": False,
+                "scheduler": True,
+            },
+            "scheduler: only for codes that drain",
         ),
         ("SYS_X", {"summary": "s"}, "missing"),
         (

@@ -1,5 +1,5 @@
-"""The shared event-counter logic (hma.contracts.counters) the infiniband, efa and neuron probes
-judge their counters with."""
+"""The shared event-counter logic (hma.probes.support.counters) the infiniband, efa and neuron
+probes judge their counters with."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from typing import Any, Optional
 import pytest
 
 from hma.adapters.files import ReadError, RootReader, reason
-from hma.contracts.counters import baseline, growth, rate_findings, rebooted, sampled
 from hma.contracts.model import Severity
-from hma.contracts.probe import ProbeContext, read_failures
+from hma.contracts.probe import ProbeContext
+from hma.probes.support.counters import baseline, growth, rate_findings, rebooted, sampled
+from hma.probes.support.findings import read_failures
 
 U64 = 1 << 64
 OPTS = {"rate_limits": {"a": 1.0, "b": 10.0}, "critical_factor": 10.0}

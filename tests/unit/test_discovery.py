@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from hma.adapters.files import ReadError, RootReader
-from hma.contracts.probe import Discovery, ProbeContext
+from hma.contracts.probe import ProbeContext
+from hma.probes.support.discovery import Discovery
 
 
 def _ctx(root: Path, events: int = 0, boot: str = "b1") -> ProbeContext:

@@ -20,6 +20,7 @@ from hma.contracts.maintenance import (
     in_field,
     parse_duration,
 )
+from hma.health import history, maintenance_mode
 from hma.health.store import Store
 from hma.reporters import prometheus
 
@@ -64,13 +65,13 @@ def test_reasons_are_one_printable_line() -> None:
 
 def test_the_window_survives_reopening_the_store(tmp_path: Path) -> None:
     store = Store(str(tmp_path / "state.db"))
-    store.set_maintenance(Maintenance(10.0, 20.0, "bios", "bob"), "bob", 10.0)
+    maintenance_mode.save(store, Maintenance(10.0, 20.0, "bios", "bob"), "bob", 10.0)
     store.close()
     again = Store(str(tmp_path / "state.db"))
-    assert again.maintenance() == Maintenance(10.0, 20.0, "bios", "bob")
-    again.set_maintenance(None, "bob", 11.0)
-    assert again.maintenance() is None
-    kinds = [h["kind"] for h in again.history()]
+    assert maintenance_mode.load(again) == Maintenance(10.0, 20.0, "bios", "bob")
+    maintenance_mode.save(again, None, "bob", 11.0)
+    assert maintenance_mode.load(again) is None
+    kinds = [h["kind"] for h in history.rows(again)]
     assert kinds[:2] == ["maintenance_off", "maintenance_on"]
     again.close()
 

@@ -11,7 +11,9 @@ from hma import assembly
 from hma.commands import ack, healthcheck
 from hma.contracts.alert import Alert
 from hma.contracts.model import Severity
+from hma.health import history
 from hma.health.pipeline import Pipeline
+from hma.health.records import load_records
 from hma.health.store import Store
 
 
@@ -23,7 +25,7 @@ def corrupt_state(env: Any) -> Path:
 
 
 def kinds(store: Store, code: str) -> list[str]:
-    return [h["kind"] for h in reversed(store.history()) if h["code"] == code]
+    return [h["kind"] for h in reversed(history.rows(store)) if h["code"] == code]
 
 
 def test_start_raises_a_reset_database_with_history_and_alert(hma_env: Any) -> None:
@@ -35,7 +37,7 @@ def test_start_raises_a_reset_database_with_history_and_alert(hma_env: Any) -> N
         pipeline = Pipeline(setup, store, "boot-a", alerts.append)
         pipeline.start(time.time())
         assert kinds(store, "HMA_STATE_RESET") == ["raised"]
-        records, _ = store.load_records()
+        records, _ = load_records(store)
         assert [(r.code, r.active) for r in records] == [("HMA_STATE_RESET", True)]
     finally:
         store.close()
@@ -52,7 +54,7 @@ def test_ack_without_daemon_records_the_clear_as_the_daemon_does(hma_env: Any) -
     store = Store(str(hma_env.state / "state.db"))
     try:
         assert kinds(store, "HMA_STATE_RESET") == ["raised", "acknowledged", "cleared"]
-        records, _ = store.load_records()
+        records, _ = load_records(store)
         assert not any(r.active for r in records if r.code == "HMA_STATE_RESET")
     finally:
         store.close()

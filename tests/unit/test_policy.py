@@ -14,6 +14,7 @@ from hma.contracts.catalogue import CatalogueError, load_builtin, parse_entry
 from hma.contracts.model import Action, Finding, ProbeRun, RunStatus, Severity
 from hma.contracts.options import parse_duration
 from hma.health.model import MERGE_S, HealthModel
+from hma.health.records import load_occurrences, save_occurrences
 from hma.health.store import Store
 from hma.probes.nvidia.xid import xid_finding
 
@@ -186,9 +187,9 @@ def test_store_keeps_occurrences_across_a_restart(tmp_path: Path) -> None:
     model = HealthModel(cat, "b")
     for t in (1.0, 30.0):
         model.observe_event(xid(cat, 13, GPU3), t)
-    store.save_occurrences(sorted(model.changed_occurrences), model.occurrences())
+    save_occurrences(store, sorted(model.changed_occurrences), model.occurrences())
     store.close()
-    again, bad = Store(path).load_occurrences()
+    again, bad = load_occurrences(Store(path))
     assert bad == [] and again == model.occurrences()
     restarted = HealthModel(cat, "b", model.records(), again)
     assert len(restarted.observe_event(xid(cat, 13, GPU3), 60.0).draining) == 1
@@ -329,7 +330,7 @@ def test_a_gpu_reset_keeps_the_counts_of_counted_codes(hma_env: Any) -> None:
         assert [f.code for f in cleared.verdict.faults] == ["GPU_XID_13"]
         (third,) = pipeline.event(xid(setup.catalogue, 13, GPU3), 300.0)
         assert [f.code for f in third.verdict.draining] == ["GPU_XID_13"]
-        assert store.load_occurrences()[0] == pipeline.model.occurrences()
+        assert load_occurrences(store)[0] == pipeline.model.occurrences()
     finally:
         store.close()
 

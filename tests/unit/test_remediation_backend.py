@@ -13,10 +13,13 @@ import pytest
 
 from hma import assembly
 from hma.config.schema import ConfigError
+from hma.contracts.cluster import NodeState
+from hma.contracts.options import Option
 from hma.detection import registry
 from hma.health.model import Verdict
 from hma.health.store import Store
 from hma.remediation.engine import Remediator
+from hma.remediation.options import RECOVERY, recovery_options
 from tests.faults import fault
 
 pytestmark = pytest.mark.timeout(30)
@@ -177,3 +180,58 @@ def test_one_probe_load_checks_only_the_backends_the_config_names(
     with pytest.raises(ConfigError) as err:
         assembly.load(str(config(tmp_path, "[memroy]", 'me = "m3"')), only=["system"])
     assert "memroy: unknown section" in str(err.value)
+
+
+def test_recovery_keys_a_backend_declares_are_checked_without_the_daemon(tmp_path: Path) -> None:
+    """`hma check NAME` loads the backend whose ``[recovery]`` keys the file sets."""
+    path = config(tmp_path, 'label_field = "comment"', 'reboot_mode = "hyperpod"')
+    setup = assembly.load(str(path), only=["system"])
+    recovery = setup.config.section("recovery")
+    assert (recovery["label_field"], recovery["reboot_mode"]) == ("comment", "hyperpod")
+    with pytest.raises(ConfigError) as err:
+        assembly.load(str(config(tmp_path, 'label_field = "nope"')), only=["system"])
+    assert "recovery.label_field" in str(err.value)
+    plain = assembly.load(str(config(tmp_path)), only=["system"]).config
+    assert "label_field" not in plain.section("recovery") and "slurm" not in plain.sections
+
+
+def _choice(default: str, *choices: str) -> Option:
+    return Option("choice", default, f"{default} text", choices=choices)
+
+
+@pytest.mark.parametrize(
+    "declared, want",
+    [
+        ([], {}),
+        ([{"label_field": _choice("a", "a", "b")}], {"label_field": ("a", ("a", "b"))}),
+        (  # the first backend's default, the choices of both
+            [{"label_field": _choice("a", "a", "b")}, {"label_field": _choice("c", "c", "a")}],
+            {"label_field": ("a", ("a", "b", "c"))},
+        ),
+        (
+            [{"reboot_mode": _choice("x", "x", "command")}, {"label_field": _choice("a", "a")}],
+            {"reboot_mode": ("x", ("x", "command")), "label_field": ("a", ("a",))},
+        ),
+    ],
+)
+def test_recovery_options_add_what_backends_declare_after_dry_run(
+    declared: list[dict[str, Option]], want: dict[str, tuple[str, tuple[str, ...]]]
+) -> None:
+    got = recovery_options(declared)
+    keys = list(got)
+    assert keys[:2] == ["policy", "dry_run"] and keys[2 + len(want) :] == list(RECOVERY)[2:]
+    assert {k: (got[k].default, tuple(got[k].choices)) for k in keys[2 : 2 + len(want)]} == want
+
+
+@pytest.mark.parametrize(
+    "name, text, want",
+    [
+        ("extra", "hma=x", ("hma=x", "c")),
+        ("comment", "hma=x", ("e", "hma=x")),
+    ],
+)
+def test_with_field_sets_the_field_that_field_reads(
+    name: str, text: str, want: tuple[str, str]
+) -> None:
+    node = NodeState("n1", "idle", extra="e", comment="c").with_field(name, text)
+    assert (node.extra, node.comment) == want and node.field(name) == text

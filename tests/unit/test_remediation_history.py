@@ -15,6 +15,7 @@ import pytest
 from hma import cli
 from hma.contracts import label as label_mod
 from hma.contracts.model import Action, Clears
+from hma.health import history
 from hma.health.store import Store
 from hma.remediation import remediations
 from hma.remediation.engine import Remediator
@@ -199,6 +200,6 @@ def test_hma_reset_without_a_daemon_or_slurm_records_who_and_why(
             "carol",
             "new GPU",
         )
-        assert store.history(1)[0]["who"] == "carol"
+        assert history.rows(store, 1)[0]["who"] == "carol"
     finally:
         store.close()

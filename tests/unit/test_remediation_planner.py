@@ -127,7 +127,23 @@ def kinds(result: Plan) -> list[str]:
         ),
         (episode(owned=None), (), node(), Policy(), ["resume@ep1:resume"]),
         # Slurm's own drains are only acted on when adopted
-        (None, (fault(code="SLURM_NODE_DRAINED_KILL_TASK"),), node(), Policy(), []),
+        (
+            None,
+            (fault(code="SLURM_NODE_DRAINED_KILL_TASK"),),
+            node(),
+            Policy(scheduler_codes=frozenset({"SLURM_NODE_DRAINED_KILL_TASK"})),
+            [],
+        ),
+        (
+            None,
+            (fault(code="SLURM_NODE_DRAINED_KILL_TASK"),),
+            node(),
+            Policy(
+                adopt_slurm_drains=True,
+                scheduler_codes=frozenset({"SLURM_NODE_DRAINED_KILL_TASK"}),
+            ),
+            ["drain@ep1:drain"],
+        ),
     ],
 )
 def test_rules(

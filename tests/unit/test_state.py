@@ -11,8 +11,10 @@ import pytest
 
 from hma.contracts.catalogue import load_builtin
 from hma.contracts.model import Finding
+from hma.health import history
 from hma.health import store as state
 from hma.health.model import HealthModel
+from hma.health.records import load_records, save_records
 from hma.health.store import MIGRATIONS, SCHEMA_VERSION, Store
 
 
@@ -21,11 +23,11 @@ def test_records_survive_reopen(tmp_path: Path) -> None:
     store = Store(path)
     model = HealthModel(load_builtin(), "b1")
     model.observe_event(Finding("SYS_MEM_ECC_UE", "node:edac/mc0", "ue", probe="system"), 1.0)
-    store.save_records(sorted(model.changed), {(r.component, r.code): r for r in model.records()})
+    save_records(store, sorted(model.changed), {(r.component, r.code): r for r in model.records()})
     store.kv_set("counter", {"reboots": 2})
     store.close()
     again = Store(path)
-    records, bad = again.load_records()
+    records, bad = load_records(again)
     assert bad == [] and [(r.code, r.active) for r in records] == [("SYS_MEM_ECC_UE", True)]
     assert again.kv_get("counter") == {"reboots": 2} and again.reset_reason == ""
 
@@ -45,7 +47,7 @@ def test_unreadable_row_is_dropped_not_fatal(tmp_path: Path) -> None:
     store = Store(str(tmp_path / "s.db"))
     with store.transaction() as conn:
         conn.execute("INSERT INTO faults VALUES ('node', 'SYS_X', '{not json')")
-    records, bad = store.load_records()
+    records, bad = load_records(store)
     assert records == [] and len(bad) == 1 and "SYS_X" in bad[0]
 
 
@@ -70,7 +72,7 @@ def test_migration_from_previous_version_keeps_data(tmp_path: Path) -> None:
     store = Store(str(path))
     assert store.reset_reason == ""
     assert store.kv_get("keep") == 42
-    [row] = store.history()
+    [row] = history.rows(store)
     assert row["kind"] == "raised" and row["who"] == ""
     rid = store.add_request("ack", {"code": "X"}, "alice", 2.0)
     assert [r["id"] for r in store.take_requests(3.0)] == [rid]
@@ -141,9 +143,9 @@ def test_memory_store_keeps_working_when_the_file_is_full_and_catches_up(tmp_pat
     _fill(store)
     big = "x" * 20000  # needs new pages
     store.kv_set("during", big)
-    store.add_history(1.0, "raised", "GPU_XID_79", "gpu:0000:01:00", "critical", "m")
+    history.add(store, 1.0, "raised", "GPU_XID_79", "gpu:0000:01:00", "critical", "m")
     assert "full" in store.write_error
-    assert store.kv_get("during") == big and store.history(1)[0]["code"] == "GPU_XID_79"
+    assert store.kv_get("during") == big and history.rows(store, 1)[0]["code"] == "GPU_XID_79"
     _free(store)
     assert store.flush() is False  # the retry is not due yet (backoff 1 s)
     clock.now += 1.0
@@ -151,7 +153,7 @@ def test_memory_store_keeps_working_when_the_file_is_full_and_catches_up(tmp_pat
     store._disk.close()  # the file alone, as the next start sees it
     again = Store(path)
     assert again.kv_get("before") == 1 and again.kv_get("during") == big
-    assert again.history(1)[0]["code"] == "GPU_XID_79"
+    assert history.rows(again, 1)[0]["code"] == "GPU_XID_79"
 
 
 def test_retries_back_off_doubling_up_to_a_minute(tmp_path: Path) -> None:

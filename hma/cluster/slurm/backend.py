@@ -67,6 +67,32 @@ OPTIONS: dict[str, Option] = {
     ),
 }
 
+# ``[recovery]`` keys whose choices are Slurm's (``Backend.recovery``): the node field that
+# carries the label, and the reboot and replace modes (HyperPod's among them; ``command`` runs
+# the hook whatever the backend, ``drain_only`` leaves the node to a human).
+RECOVERY: dict[str, Option] = {
+    "label_field": Option(
+        "choice",
+        "extra",
+        "Node field that carries the hma=... label token (edited in place).",
+        choices=("extra", "comment"),
+    ),
+    "reboot_mode": Option(
+        "choice",
+        "scontrol",
+        "How a reboot is done: scontrol reboot (node stays drained), HyperPod "
+        "State=FAIL Reason=Action:Reboot, or reboot_command.",
+        choices=("scontrol", "hyperpod", "command"),
+    ),
+    "replace_mode": Option(
+        "choice",
+        "drain_only",
+        "How a replacement is asked for: stay drained for a human, HyperPod "
+        "State=FAIL Reason=Action:Replace, or replace_command.",
+        choices=("drain_only", "hyperpod", "command"),
+    ),
+}
+
 
 class SlurmBackend(Backend, Reboots, Replaces, SetsDown, TakesSpares, RequeuesJobs):
     """The Slurm backend: ``SlurmClient`` calls behind the ``Backend`` contract, with every
@@ -75,6 +101,8 @@ class SlurmBackend(Backend, Reboots, Replaces, SetsDown, TakesSpares, RequeuesJo
 
     name = "slurm"
     options = OPTIONS
+    recovery = RECOVERY
+    no_node = "this host matches no NodeHostname/NodeName in Slurm"
 
     def __init__(
         self, options: Mapping[str, Any], label_field: str, client: Optional[SlurmClient] = None

@@ -49,6 +49,9 @@ class Entry:
     mode: str = "act"
     reset_gpu: bool = False  # a GPU reset may clear it (NVIDIA's resolution RESET_GPU)
     source: str = ""  # what the detector is grounded in: driver source file and format, document
+    # The cluster's scheduler took the node out itself (a drain hma reports, and takes over only
+    # with [recovery] adopt_slurm_drains); never on a code hma's own probes detect
+    scheduler: bool = False
 
     @property
     def family(self) -> str:
@@ -113,6 +116,7 @@ _FIELDS: dict[str, Any] = {
     "mode": str,
     "reset_gpu": bool,
     "source": str,
+    "scheduler": bool,
 }
 
 
@@ -153,6 +157,7 @@ def parse_entry(code: str, raw: Mapping[str, Any]) -> Entry:
             mode=str(raw.get("mode", "act")),
             reset_gpu=bool(raw.get("reset_gpu", False)),
             source=str(raw.get("source", "")),
+            scheduler=bool(raw.get("scheduler", False)),
         )
     except ValueError as exc:
         raise CatalogueError(f"{code}: {exc}") from None
@@ -165,6 +170,8 @@ def parse_entry(code: str, raw: Mapping[str, Any]) -> Entry:
         raise CatalogueError(f"{code}.window_s: required when clears = 'window'")
     if entry.reset_gpu and (entry.family != "GPU" or not entry.drains):
         raise CatalogueError(f"{code}.reset_gpu: only for GPU codes that drain")
+    if entry.scheduler and not entry.drains:
+        raise CatalogueError(f"{code}.scheduler: only for codes that drain")
     if entry.fail_after < 1 or entry.clear_after < 1:
         raise CatalogueError(f"{code}: fail_after and clear_after must be >= 1")
     return entry

@@ -13,7 +13,8 @@ A rule file::
     code = "GPU_FALLEN_OFF_BUS"
     component = ["{gpu}", "node"]         # first template whose groups matched; {gpu} <- pci
     message = "GPU {pci} has fallen off the bus"
-    # optional: severity / action (override the catalogue for this rule), kind = "xid",
+    # optional: severity / action (override the catalogue for this rule), kind = "xid" (a
+    # decoder registered in the hma.kernel_log.decoders entry point group, built-in rules only),
     # before = 'regex' + before_lines = N (fill missing groups from the N previous lines),
     # count = N + window_s = S (raise only on the N-th match for one component within S seconds:
     # a storm), clears = true (the line says the fault is over: it clears (component, code))
@@ -41,7 +42,7 @@ except ImportError:  # pragma: no cover - Python 3.9, 3.10
 from hma.adapters import tomlcompat
 from hma.contracts.catalogue import Catalogue, CatalogueError, Entry, parse_entry
 from hma.contracts.model import Action, Finding, Severity
-from hma.probes.nvidia import xid
+from hma.probes.kernel_log import decoders
 
 MAX_MESSAGE = 4096  # characters of a message that rules see (longer ones are cut)
 _RULE_KEYS = {
@@ -77,7 +78,7 @@ class Rule:
     """One compiled rule."""
 
     name: str
-    kind: str  # "code" (raise ``code``) or "xid" (code from the Xid number, hma.probes.nvidia.xid)
+    kind: str  # "code" (raise ``code``) or the name of a registered decoder (decoders.load)
     pattern: re.Pattern[str]
     code: str
     needles: tuple[str, ...] = ()
@@ -91,6 +92,7 @@ class Rule:
     window_s: float = 0.0
     clears: bool = False  # a match clears (component, code) instead of raising it
     origin: str = ""
+    decoder: Optional[decoders.Decoder] = None  # the decoder of a kind other than "code"
 
 
 def derive_needles(pattern: re.Pattern[str]) -> list[str]:
@@ -127,9 +129,8 @@ def compile_rule(raw: Mapping[str, Any], origin: str) -> Rule:
     if not isinstance(name, str) or not name:
         raise ValueError("name: required string")
     kind = raw.get("kind", "code")
-    if kind not in ("code", "xid"):
-        raise ValueError(f"{name}: kind must be 'code' or 'xid'")
-    pattern_text = raw.get("pattern", xid.XID_RE.pattern if kind == "xid" else None)
+    decoder = _decoder(name, kind)
+    pattern_text = raw.get("pattern", decoder.pattern if decoder else None)
     if not isinstance(pattern_text, str) or not pattern_text:
         raise ValueError(f"{name}: pattern: required string")
     try:
@@ -137,7 +138,7 @@ def compile_rule(raw: Mapping[str, Any], origin: str) -> Rule:
         before = re.compile(raw["before"]) if "before" in raw else None
     except (re.error, TypeError) as exc:
         raise ValueError(f"{name}: bad regular expression: {exc}") from None
-    code = raw.get("code", xid.OTHER if kind == "xid" else None)
+    code = raw.get("code", decoder.code if decoder else None)
     if not isinstance(code, str) or not code:
         raise ValueError(f"{name}: code: required string")
     needles = raw.get("needles", [])
@@ -190,7 +191,24 @@ def compile_rule(raw: Mapping[str, Any], origin: str) -> Rule:
         window_s=float(window_s),
         clears=clears,
         origin=origin,
+        decoder=decoder,
     )
+
+
+def _decoder(name: str, kind: Any) -> Optional[decoders.Decoder]:
+    """The decoder of a rule's ``kind`` (None for ``code``); raises ``ValueError``."""
+    if kind == "code":
+        return None
+    if not isinstance(kind, str) or not kind:
+        raise ValueError(f"{name}: kind must be 'code' or a registered decoder")
+    try:
+        return decoders.load(kind)
+    except LookupError:
+        raise ValueError(
+            f"{name}: kind must be 'code' or a registered decoder ({decoders.GROUP}), not {kind!r}"
+        ) from None
+    except ValueError as exc:
+        raise ValueError(f"{name}: {exc}") from None
 
 
 def _parse_file(name: str, text: str, site: bool) -> tuple[list[Rule], list[Entry], list[str]]:
@@ -331,10 +349,32 @@ class RuleSet:
         return cls([*builtin_rules(), *site])
 
     def codes(self) -> set[str]:
-        """Codes the rules can raise (Xid rules: every GPU_XID_ code)."""
+        """Codes the rules can raise (a decoder's rules: every code the decoder can raise)."""
         out = {r.code for r in self.rules if r.kind == "code"}
-        if any(r.kind == "xid" for r in self.rules):
-            out |= {xid.xid_code(n) for n in xid.catalogued_xids()} | {xid.OTHER}
+        for decoder in self._decoders():
+            out |= decoder.codes()
+        return out
+
+    def prepare(self) -> None:
+        """Let the decoders read ahead what their first line would read (the Xid catalogue:
+        14-28 ms that were on the path from the line to the drain, docs/scale.md)."""
+        for decoder in self._decoders():
+            decoder.prepare()
+
+    def tell_apart(self) -> dict[str, str]:
+        """The catch-all codes of the decoders and the detail that tells their faults apart
+        (for :class:`hma.probes.kernel_log.dedup.Dedup`)."""
+        out: dict[str, str] = {}
+        for decoder in self._decoders():
+            out.update(decoder.tell_apart)
+        return out
+
+    def _decoders(self) -> list[decoders.Decoder]:
+        """The decoders of the rules, each once, in rule order."""
+        out: list[decoders.Decoder] = []
+        for rule in self.rules:
+            if rule.decoder is not None and rule.decoder not in out:
+                out.append(rule.decoder)
         return out
 
     def check(self, catalogue: Catalogue) -> list[str]:
@@ -396,6 +436,8 @@ class Matcher:
         self._components = [
             tuple((t, frozenset(_fields(t))) for t in rule.component) for rule in self.rules
         ]
+        # each rule's decoder (its bound ``fault``), None for a code rule: looked up once
+        self._decode = tuple(None if r.decoder is None else r.decoder.fault for r in self.rules)
         self.source = source
         self._recent: collections.deque[str] = collections.deque(maxlen=max(ruleset.history, 1))
         self._pending: Optional[Callable[[], Sequence[str]]] = None
@@ -472,14 +514,14 @@ class Matcher:
         """The first of the ``candidates`` rules (positions, in rule order) that matches."""
         for i in candidates:
             rule = self.rules[i]
-            if rule.kind == "xid":  # its pattern is the Xid parser's: parse once
-                fault = xid.parse_xid_fault(message)
+            decode = self._decode[i]
+            if decode is not None:  # its pattern is the decoder's: decode once
+                fault = decode(message)
                 if fault is None:
                     continue
-                number, pci, severity = fault
+                code, component, severity = fault
                 severity = rule.severity or severity  # as _override decides
-                code, component = xid.xid_code(number), xid.component_of(pci)
-                return Match(code, component, severity, self._xid_finding, (rule, message))
+                return Match(code, component, severity, self._decoded, (rule, message))
             m = rule.pattern.search(message)
             if m is None:
                 continue
@@ -489,7 +531,7 @@ class Matcher:
             if rule.before is not None and not groups.keys() >= rule.before.groupindex.keys():
                 groups.update(self._look_back(rule))
             if "pci" in groups:
-                groups["gpu"] = xid.component_of(groups["pci"])
+                groups["gpu"] = decoders.component_of(groups["pci"])
             component = _component(self._components[i], groups)
             if rule.count > 1 and not self._storm(rule, component, at):
                 return None  # one more match counted; not (yet) a storm
@@ -498,13 +540,10 @@ class Matcher:
             return Match(rule.code, component, severity, self._finding, args)
         return None
 
-    def _xid_finding(
-        self, rule: Rule, message: str, evidence: Mapping[str, Any], ts: float
-    ) -> Finding:
-        line = xid.parse_xid_line(message)
-        assert line is not None  # parse_xid_fault found it
+    def _decoded(self, rule: Rule, message: str, evidence: Mapping[str, Any], ts: float) -> Finding:
+        assert rule.decoder is not None  # only a decoder's rule matched so
         details = {"line": message[:1000], "rule": rule.name, **evidence}
-        return _override(xid.line_finding(line, details, self.source, ts), rule)
+        return _override(rule.decoder.finding(message, details, self.source, ts), rule)
 
     def _finding(
         self,
