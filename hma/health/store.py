@@ -5,9 +5,9 @@ its owner, which reads through ``rows`` and writes inside ``transaction``: ``fau
 ``occurrences`` and ``boots`` in hma.health.records, ``history`` (findings, transitions and
 operators' acts, bounded by ``[agent] history_days``) in hma.health.history, ``maintenance`` (the
 window of ``hma maintenance``) in hma.health.maintenance_mode, ``actions`` (the remediation
-outbox) in hma.remediation.outbox, ``requests`` (operator requests such as ``hma ack`` for the
-daemon, read from the file through ``on_file``) in hma.health.requests. ``remediations`` (the
-node's history of remediations: repeat offenders, ``hma reset``) is still written here. ``kv``
+outbox) in hma.remediation.outbox, ``remediations`` (the node's history of remediations: repeat
+offenders, ``hma reset``) in hma.remediation.remediations, ``requests`` (operator requests such as
+``hma ack`` for the daemon, read from the file through ``on_file``) in hma.health.requests. ``kv``
 (cursors, probe baselines, remediation state) is the engine's own facility for the small JSON
 values that many owners keep (``kv_get``, ``kv_set``).
 
@@ -38,7 +38,7 @@ import threading
 import time
 import urllib.parse
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 SCHEMA_VERSION = 5
 
@@ -92,9 +92,6 @@ MAX_PENDING = 8 << 20  # bytes of queued statements; beyond, the whole memory co
 RETRY_MIN_S, RETRY_MAX_S = 1.0, 60.0
 LOCKED_WAIT_S = 0.5
 Statement = tuple[str, tuple[Any, ...]]
-# Columns of a ``remediations`` row (``add_remediation``, ``remediations``).
-REMEDIATION_KEYS = ("ts", "episode", "code", "component", "action", "boot_id", "who", "note")
-_EMPTY: dict[str, Any] = {"episode": None}
 
 
 class _Recorder:
@@ -331,38 +328,6 @@ class Store:
                 "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                 (key, json.dumps(value)),
             )
-
-    # --- remediations --------------------------------------------------------------------------
-
-    def add_remediation(self, row: Mapping[str, Any]) -> None:
-        """Append one remediation (keys of ``REMEDIATION_KEYS``; absent ones empty)."""
-        with self.transaction() as conn:
-            conn.execute(
-                f"INSERT INTO remediations ({', '.join(REMEDIATION_KEYS)}) VALUES "  # noqa: S608
-                f"({', '.join('?' for _k in REMEDIATION_KEYS)})",
-                tuple(row.get(k, _EMPTY.get(k, "")) for k in REMEDIATION_KEYS),
-            )
-
-    def remediations(self) -> list[dict[str, Any]]:
-        """Every recorded remediation, oldest first."""
-        with self._lock:
-            rows = self._conn.execute(
-                f"SELECT {', '.join(REMEDIATION_KEYS)} FROM remediations ORDER BY ts, id"  # noqa: S608
-            ).fetchall()
-        return [dict(zip(REMEDIATION_KEYS, r)) for r in rows]
-
-    def delete_remediations(self, **match: Any) -> int:
-        """Delete the remediations whose columns equal ``match`` (a column given None matches
-        every value; ``hma reset`` records are kept); returns how many went."""
-        sql, params = "DELETE FROM remediations WHERE action != 'reset'", []
-        for key, value in match.items():
-            if key not in REMEDIATION_KEYS:
-                raise ValueError(f"no column {key!r}")
-            if value is not None:
-                sql += f" AND {key} = ?"
-                params.append(value)
-        with self.transaction() as conn:
-            return int(conn.execute(sql, tuple(params)).rowcount)
 
     @contextlib.contextmanager
     def on_file(self) -> Iterator[Optional[sqlite3.Connection]]:

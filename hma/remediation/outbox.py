@@ -4,19 +4,21 @@ Every SQL statement on the ``actions`` table lives here: an action is written (o
 before it is attempted, applied strictly in order, retried with backoff while it fails, held
 and re-tried while a rule holds it, cancelled when the fault goes away (see docs/remediation.md).
 The open episode, the reboot counts and whether the node is held for a human are kept in the
-store's key-value table, the node's remediations in its ``remediations`` table; the planner's
-pass and the actions change them from different threads under the outbox's ``lock``.
+store's key-value table, the node's remediations in its ``remediations`` table (SQL in the
+module ``remediations``); the planner's pass and the worker's attempts change them from different
+threads under the outbox's ``lock``.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from hma.contracts.label import History
 from hma.health.store import Store
+from hma.remediation import remediations
 from hma.remediation.planner import ACTIONS_COUNTED, Enqueue, Episode, Reboot, Remediation
 
 KV_STATE = "remediation"
@@ -76,14 +78,6 @@ class Outbox:
         with self.lock:
             return self.load()[1]
 
-    def change(self, **changes: Any) -> None:
-        """Change fields of the open episode (none open: nothing)."""
-        with self.lock:
-            seq, ep = self.load()
-            if ep is not None:
-                with self.store.transaction() as conn:
-                    self.save(conn, seq, replace(ep, **changes))
-
     def load(self) -> tuple[int, Optional[Episode]]:
         """(last episode id, the open episode)."""
         value = self.store.kv_get(KV_STATE, None)
@@ -142,7 +136,7 @@ class Outbox:
                 str(r["action"]),
                 str(r["boot_id"] or ""),
             )
-            for r in self.store.remediations()
+            for r in remediations.rows(self.store)
             if r["action"] in ACTIONS_COUNTED
         ]
 
@@ -153,7 +147,8 @@ class Outbox:
             for r in self.remediations():
                 if (r.episode, r.action, r.boot_id) == (ep.id, action, boot_id):
                     return False
-            self.store.add_remediation(
+            remediations.add(
+                self.store,
                 {
                     "ts": now,
                     "episode": ep.id,
@@ -162,7 +157,7 @@ class Outbox:
                     "action": action,
                     "boot_id": boot_id,
                     "who": "hma",
-                }
+                },
             )
             return True
 
@@ -189,11 +184,11 @@ class Outbox:
         """After a wiped state store: the remediations and the hold as the cluster mirrors them
         (only when the store has none of its own); whether anything was taken."""
         with self.lock:
-            if self.store.remediations() or self.human():  # hma reset's records count here
+            if remediations.rows(self.store) or self.human():  # hma reset's records count here
                 return False
             for i, (ts, code) in enumerate(mirror.entries):  # episodes before the wipe: < 0
                 row = {"ts": ts, "episode": -1 - i, "code": code, "component": "", "who": "mirror"}
-                self.store.add_remediation({**row, "action": "drain"})
+                remediations.add(self.store, {**row, "action": "drain"})
             if mirror.held:
                 self.set_human(mirror.held)
             return True

@@ -21,6 +21,7 @@ from hma import assembly
 from hma.contracts import label as label_mod
 from hma.contracts.model import Action, Clears
 from hma.health.store import Store
+from hma.remediation import remediations
 from hma.remediation.engine import Remediator
 from tests.integration.remediation_helpers import (  # noqa: F401 (fixtures)
     back_in_service,
@@ -80,7 +81,7 @@ def test_reset_code_is_repaired_by_a_gpu_reset_without_a_reboot(
         assert [k for k, _s in kinds(rem)] == ["drain", "reset_gpu", "resume"]
         mirror = label_mod.find_history(fresh.node("node1")["extra"])
         assert mirror is not None and [c for _t, c in mirror.entries] == [XID46]
-        assert [r["action"] for r in store.remediations()] == ["drain", "reset_gpu"]
+        assert [r["action"] for r in remediations.rows(store)] == ["drain", "reset_gpu"]
     finally:
         rem.close()
 
@@ -204,7 +205,7 @@ def test_repeat_offender_stays_drained_across_a_wipe_until_hma_reset(
         rem.probe_ran("system", time.time())
         wait(lambda: back_in_service(fresh, fresh.node("node3")), what="resume after hma reset")
         assert "hma" not in fresh.node("node3")["extra"]  # no label, count or history left
-        rows = [r for r in store.remediations() if r["action"] == "reset"]
+        rows = [r for r in remediations.rows(store) if r["action"] == "reset"]
         assert [(r["who"], r["note"]) for r in rows] == [("alice", "replaced the PSU")]
         assert rem.status()["remediations"] == 0 and not rem.status()["held_for_human"]
     finally:

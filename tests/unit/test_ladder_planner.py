@@ -13,7 +13,7 @@ from hma.contracts.catalogue import load_builtin
 from hma.contracts.cluster import NodeState
 from hma.contracts.model import Action
 from hma.health.model import Fault, Verdict
-from hma.remediation.actions import pci_bus_id
+from hma.probes.nvidia.reset import pci_bus_id
 from hma.remediation.planner import (
     Acted,
     Enqueue,

@@ -121,6 +121,9 @@ def _lint_imports(tmp_path: Path) -> subprocess.CompletedProcess[str]:
         ("hma/config/schema.py", "from hma.topology import options", "One way down"),
         ("hma/remediation/engine.py", "from hma.cluster import slurm", "cluster backend"),
         ("hma/detection/runner.py", "from hma.probes.system import probe", "One way down"),
+        ("hma/remediation/repair.py", "import subprocess", "hook runner"),
+        ("hma/remediation/worker.py", "from hma.adapters import command", "hook runner"),
+        ("hma/remediation/transitions.py", "from hma.remediation import outbox", "are pure"),
     ],
 )
 def test_a_planted_forbidden_import_breaks_the_contracts(
@@ -136,3 +139,17 @@ def test_a_planted_forbidden_import_breaks_the_contracts(
     res = _lint_imports(tmp_path)
     assert res.returncode == 1, res.stdout
     assert contract in res.stdout.replace("\n", " ")
+
+
+def test_every_remediation_module_but_the_hook_runner_is_kept_from_running_commands() -> None:
+    """A module added to hma/remediation/ is in the contract that keeps commands in the hook
+    runner (the contract names its modules one by one)."""
+    contract = _setup_cfg()["importlinter:contract:commands-in-hooks"]
+    listed = set(contract["source_modules"].split())
+    modules = {
+        f"hma.remediation.{p.stem}"
+        for p in (ROOT / "hma" / "remediation").glob("*.py")
+        if p.stem != "__init__"
+    }
+    assert modules - listed == {"hma.remediation.hooks"}
+    assert listed <= modules

@@ -258,7 +258,7 @@ def test_drain_that_raced_past_the_recount_undoes_itself(tmp_path: Path) -> None
         reason="HMA: GPU_XID_79 gpu:0000:3b:00",
         extra="hma=unhealthy:GPU_XID_79:none,d=1.000",
     )
-    rem.applier.recheck()  # what the worker does every recheck_interval
+    rem.worker.recheck()  # what the worker does every recheck_interval
     rem.flush(5)
     assert "DRAIN" not in fake.state["n1"].flags and "h=breaker" in fake.state["n1"].extra
     assert rem.status()["held"].startswith("breaker")

@@ -17,6 +17,7 @@ from hma.contracts import label as label_mod
 from hma.contracts.model import Action, Clears
 from hma.health import history
 from hma.health.store import Store
+from hma.remediation import remediations
 from hma.remediation.engine import Remediator
 from tests.faults import fault
 from tests.standin import nvmlstub
@@ -66,7 +67,7 @@ def test_gpu_reset_repairs_without_a_reboot(
     rem.probe_ran("gpu", time.time())
     run(rem, ())
     assert "DRAIN" not in fake.state["n1"].flags and "reboot" not in writes(fake)
-    assert [r["action"] for r in rem.store.remediations()] == ["drain", "reset_gpu"]
+    assert [r["action"] for r in remediations.rows(rem.store)] == ["drain", "reset_gpu"]
 
 
 @pytest.mark.parametrize("how", ["refused", "failed"])
@@ -140,7 +141,7 @@ def test_fourth_remediation_holds_for_a_human_and_survives_a_wipe(tmp_path: Path
     run(fresh, ())
     node = fake.state["n1"]
     assert "DRAIN" not in node.flags and "hma" not in node.extra
-    rows = Store(str(tmp_path / "state" / "state.db")).remediations()
+    rows = remediations.rows(Store(str(tmp_path / "state" / "state.db")))
     assert [(r["action"], r["who"], r["note"]) for r in rows] == [
         ("reset", "alice", "replaced the PSU")
     ]
@@ -192,7 +193,7 @@ def test_hma_reset_without_a_daemon_or_slurm_records_who_and_why(
     assert rc == 0 and "reset GPU_XID_46: 0 remediation(s)" in out and "no daemon" in out
     store = Store(str(hma_env.state / "state.db"))
     try:
-        (row,) = store.remediations()
+        (row,) = remediations.rows(store)
         assert (row["action"], row["code"], row["who"], row["note"]) == (
             "reset",
             "GPU_XID_46",

@@ -1,0 +1,69 @@
+"""The hook runner: a reboot or replace in mode ``command`` runs the configured hook
+(``[recovery] reboot_command``/``replace_command``) with the node, the action, the findings and
+the spare in its environment and a findings file. The only module of remediation that runs a
+command (an import contract in setup.cfg keeps it so)."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from typing import Callable, Mapping, Optional
+
+from hma.adapters.command import CommandRunner
+from hma.contracts.cluster import BackendError
+from hma.health.model import Verdict
+from hma.remediation.options import Recovery
+from hma.remediation.planner import Episode
+
+
+def run_hook(
+    rec: Recovery,
+    kind: str,
+    node: str,
+    action: tuple[str, str],
+    ep: Optional[Episode],
+    known: tuple[Optional[Verdict], str],
+    spare: Callable[[], str],
+    backend_env: Mapping[str, str],
+) -> None:
+    """Run the ``kind`` hook for ``node``; ``action``: the outbox row's (reason, key),
+    ``known``: the engine's verdict and the node's domain, ``spare``: the spare taken for a
+    replace, ``backend_env``: what the backend adds to the environment. Raises
+    ``BackendError`` when the hook fails (retried)."""
+    reason, key = action
+    verdict, domain = known
+    findings = [f.to_json() for f in (verdict.draining if verdict is not None else ())]
+    fd, path = tempfile.mkstemp(prefix="hma-findings-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(
+                {
+                    "node": node,
+                    "action": kind,
+                    "reason": reason,
+                    "jobs": list(ep.jobs) if ep else [],
+                    "findings": findings,
+                    "domain": domain,
+                    "spare": spare() if kind == "replace" else "",
+                },
+                fh,
+            )
+        env = {**os.environ, **backend_env}
+        env.update(
+            HMA_NODE=node,
+            HMA_ACTION=kind,
+            HMA_REASON=reason,
+            HMA_ACTION_ID=key,
+            HMA_FINDINGS_FILE=path,
+            HMA_DOMAIN=domain,
+            HMA_SPARE=spare() if kind == "replace" else "",
+        )
+        argv = list(rec.command(kind))
+        result = CommandRunner().run(argv, rec.command_timeout, env=env)
+    finally:
+        os.unlink(path)
+    if not result.ok:
+        err = (result.stderr.strip() or result.stdout.strip() or result.error)[-300:]
+        what = "timed out" if result.timed_out else f"exited {result.rc}"
+        raise BackendError(f"{kind} hook {what}: {err}")
