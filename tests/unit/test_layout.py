@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import configparser
 import os
 import shutil
@@ -153,3 +154,22 @@ def test_every_remediation_module_but_the_hook_runner_is_kept_from_running_comma
     }
     assert modules - listed == {"hma.remediation.hooks"}
     assert listed <= modules
+
+
+def _definitions() -> list[tuple[str, str, str, int]]:
+    """(kind, file, name, lines) of every class and function in hma/ and probes/."""
+    found = []
+    for path in sorted([*(ROOT / "hma").rglob("*.py"), *(ROOT / "probes").rglob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                kind = "class" if isinstance(node, ast.ClassDef) else "function"
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                found.append((kind, str(path.relative_to(ROOT)), node.name, lines))
+    return found
+
+
+def test_no_class_over_300_lines_no_function_over_80() -> None:
+    """Classes split along their seams (issue 27): a class over 300 lines or a function over 80
+    is where the next feature would pile up."""
+    limits = {"class": 300, "function": 80}
+    assert [d for d in _definitions() if d[3] > limits[d[0]]] == []
