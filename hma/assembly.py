@@ -69,13 +69,13 @@ def schema_for(
 
         backends, failed = discover(BACKEND_GROUP, Backend, backend_names)
         broken += failed
-    reporters: dict[str, Mapping[str, Option]] = {}
+    reporter_options: dict[str, Mapping[str, Option]] = {}
     if reporter_names is None or reporter_names:  # `hma check` on a file without one: none
-        from hma import reporters as reporters_mod
+        from hma import reporters
 
-        reporter_classes, failed = reporters_mod.discover(reporter_names)
+        reporter_classes, failed = reporters.discover(reporter_names)
         broken += failed
-        reporters = reporters_mod.schemas(reporter_classes)
+        reporter_options = reporters.schemas(reporter_classes)
     return Schema(
         sections={
             **CORE_SECTIONS,
@@ -95,7 +95,7 @@ def schema_for(
         },
         checks={"recovery": problems},
         probes=probes,
-        reporters=reporters,
+        reporters=reporter_options,
         catalogue=cat,
         sources={
             name: {
