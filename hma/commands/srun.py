@@ -136,15 +136,20 @@ def fault_of(node: NodeState) -> str:
     """Why ``node`` counts as failed hardware ("" when it does not)."""
     if node.out_of_service and (node.owned or node.reason.startswith("Action:")):
         return f"{node.label_text}, reason {node.reason!r}"
-    lab = label.find(node.extra) or label.find(node.comment)
+    lab = _label(node)
     if lab is not None and lab.state == "unhealthy":
         held = f", held: {lab.held}" if lab.held else ""
         return f"{node.label_text}, hma label {lab.code} {lab.component}{held}".replace(" ,", ",")
     return ""
 
 
+def _label(node: NodeState) -> Optional[label.Label]:
+    """The hma label of the node: in the first of its fields (Extra, then Comment) with one."""
+    return next((lab for lab in (label.find(text) for _name, text in node.texts) if lab), None)
+
+
 def _held(node: NodeState) -> bool:
-    lab = label.find(node.extra) or label.find(node.comment)
+    lab = _label(node)
     return lab is not None and bool(lab.held)
 
 
@@ -352,11 +357,11 @@ def main(
         )
         return 2
     attempt = _attempt(env)
-    old = find_marker(job.comment)
+    old = find_marker(job.note)
     marker = Marker(opts.attempts, old.attempt if old else 0, old.nodes if old else ())
     if old != marker:
         try:  # the agents learn from it that this job auto-resumes (replace, not reboot)
-            client.update_job(job_id, Comment=with_marker(job.comment, marker))
+            client.update_job(job_id, Comment=with_marker(job.note, marker))
         except SlurmError as exc:
             log(f"cannot mark job {job_id} in its Comment: {exc}", Severity.WARNING, job=job_id)
     try:
@@ -396,7 +401,7 @@ def _requeue(
     details: dict[str, Any],
 ) -> int:
     try:  # fresh: the user may have changed the comment meanwhile
-        comment = client.job_info(job_id).comment
+        comment = client.job_info(job_id).note
         marker = Marker(attempts, attempt + 1, decision.faulty)
         client.update_job(job_id, Comment=with_marker(comment, marker))
     except SlurmError as exc:

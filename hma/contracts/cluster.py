@@ -71,8 +71,9 @@ class NodeState:
     reason: str = ""
     reason_time: float = 0.0
     reason_user: str = ""
-    comment: str = ""
-    extra: str = ""
+    # The backend's free-text fields of the node, by name in the backend's order (a backend fills
+    # every one it has, empty ones too); the label field (``[recovery] label_field``) is one of them
+    texts: tuple[tuple[str, str], ...] = ()
     partitions: tuple[str, ...] = ()
     hostname: str = ""
     boot_time: float = 0.0
@@ -168,12 +169,16 @@ class NodeState:
         return text
 
     def field(self, name: str) -> str:
-        """The label field's text (``extra`` or ``comment``; ``extra`` when unnamed)."""
-        return self.comment if name == "comment" else self.extra
+        """The text of the node's field ``name`` (``texts``); "" when it has none of that name."""
+        return next((text for key, text in self.texts if key == name), "")
 
     def with_field(self, name: str, text: str) -> NodeState:
-        """This state with the label field ``name`` holding ``text`` (as ``field`` reads it)."""
-        return replace(self, comment=text) if name == "comment" else replace(self, extra=text)
+        """This state with its field ``name`` holding ``text`` (in its place in ``texts``; added
+        at the end when the node had none of that name)."""
+        texts = [(key, text if key == name else old) for key, old in self.texts]
+        if all(key != name for key, _old in self.texts):
+            texts.append((name, text))
+        return replace(self, texts=tuple(texts))
 
 
 @dataclass(frozen=True)
@@ -183,7 +188,7 @@ class Job:
     id: str
     user: str
     state: str = ""
-    comment: str = ""
+    note: str = ""  # the job's free-text field (where ``hma srun`` keeps its auto-resume marker)
 
 
 class BackendError(Exception):
@@ -199,7 +204,7 @@ class JobInfo:
     state: str  # RUNNING, PENDING, COMPLETING, ... (upper case)
     reason: str = ""  # state_reason: BeginTime, Resources, None, ...
     nodes: str = ""  # node list expression (empty while pending)
-    comment: str = ""
+    note: str = ""  # the job's free-text field, as ``Job.note``
     requeue: bool = True
     batch: bool = True
     restarts: int = 0

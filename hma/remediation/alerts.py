@@ -43,9 +43,9 @@ class Alerts:
         return out
 
     def about(
-        self, kind: str, ep: Episode, message: str, action_kind: str, extra: dict[str, Any]
+        self, kind: str, ep: Episode, message: str, action_kind: str, more: dict[str, Any]
     ) -> None:
-        """An alert about an action of episode ``ep``."""
+        """An alert about an action of episode ``ep`` (``more``: details besides the episode's)."""
         details = {
             "node": self.node(),
             "action_kind": action_kind,
@@ -53,7 +53,7 @@ class Alerts:
             "jobs": list(ep.jobs),
             "users": list(ep.users),
             "episode": ep.id,
-            **extra,
+            **more,
         }
         jobs = f" (jobs {','.join(ep.jobs)})" if ep.jobs else ""
         self.add(

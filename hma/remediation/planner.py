@@ -246,7 +246,7 @@ class Policy:
     reboot_window: float = 7 * 86400.0
     resume_after: float = 120.0
     drain_timeout: float = 3600.0
-    label_field: str = ""  # [recovery] label_field ("": the field NodeState.field reads unnamed)
+    label_field: str = ""  # [recovery] label_field: the name of the node's field with the label
     gpu_reset: bool = True
     gpu_reset_verify: float = 300.0
     reset_codes: frozenset[str] = frozenset()

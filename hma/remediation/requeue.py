@@ -1,7 +1,7 @@
-"""The agent's side of ``hma srun --auto-resume``: the job-comment marker and the engine's hook.
+"""The agent's side of ``hma srun --auto-resume``: the marker in a job's note and the engine's hook.
 
-``hma srun --auto-resume=N`` puts one token in the job's Comment (the rest of the comment is the
-user's and is never touched)::
+``hma srun --auto-resume=N`` puts one token in the job's note (``Job.note``, the job's free-text
+field; the rest of the note is the user's and is never touched)::
 
     hma-resume=<N>,a=<attempt>,n=<node>+<node>
 
@@ -35,7 +35,7 @@ MAX_REMEMBERED = 256
 
 @dataclass(frozen=True)
 class Marker:
-    """The parsed ``hma-resume=`` token of a job comment."""
+    """The parsed ``hma-resume=`` token of a job's note."""
 
     attempts: int  # N of --auto-resume=N
     attempt: int = 0  # requeues done by hma srun so far
@@ -66,15 +66,15 @@ def parse_marker(token: str) -> Optional[Marker]:
     return Marker(attempts, attempt, nodes)
 
 
-def find_marker(comment: str) -> Optional[Marker]:
-    """The marker in a job comment, if any."""
-    token = label_mod.find_token(comment, MARKER)
+def find_marker(note: str) -> Optional[Marker]:
+    """The marker in a job's note, if any."""
+    token = label_mod.find_token(note, MARKER)
     return parse_marker(token) if token else None
 
 
-def with_marker(comment: str, marker: Marker) -> str:
-    """``comment`` with its marker replaced (or added at the end); the user's text is kept."""
-    return label_mod.edit_token(comment, MARKER, marker.token())
+def with_marker(note: str, marker: Marker) -> str:
+    """``note`` with its marker replaced (or added at the end); the user's text is kept."""
+    return label_mod.edit_token(note, MARKER, marker.token())
 
 
 class JobClient(Protocol):
@@ -103,7 +103,7 @@ class AutoResume:
         now = self.clock()
         here = {j.id for j in jobs}
         for job in jobs:
-            if find_marker(job.comment) is not None:
+            if find_marker(job.note) is not None:
                 self.marked[job.id] = now
                 self.watch.pop(job.id, None)
         if client is not None:  # a marked job that left is watched only where it can be hurried
@@ -127,7 +127,7 @@ class AutoResume:
             if info is None or info.state not in ("PENDING", "COMPLETING"):
                 self.watch[job_id] = 0.0  # finished, cancelled or running elsewhere: done
             else:
-                marker = find_marker(info.comment)
+                marker = find_marker(info.note)
                 ours = marker is not None and marker.attempt > 0 and marker.attempt == info.restarts
                 if info.state == "PENDING" and ours and info.eligible_time > now + 1:
                     client.update_job(job_id, StartTime="now")

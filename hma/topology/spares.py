@@ -21,8 +21,9 @@ SPARE_REASON = "hma-spare"
 
 
 def published(node: NodeState) -> str:
-    """The domain text a node publishes (Extra first, then Comment), as written; "" when none."""
-    return domain_mod.of(node.extra) or domain_mod.of(node.comment)
+    """The domain text a node publishes (the first of its fields, in the backend's order, that
+    has one: Extra, then Comment on Slurm), as written; "" when none."""
+    return next((dom for dom in (domain_mod.of(text) for _name, text in node.texts) if dom), "")
 
 
 def node_domain(node: NodeState) -> str:
@@ -38,7 +39,7 @@ def is_spare(node: NodeState) -> bool:
 
 def healthy(node: NodeState) -> bool:
     """Reachable, not down or failed, understood, and no unhealthy hma label."""
-    labels = (label.find(node.extra), label.find(node.comment))
+    labels = [label.find(text) for _name, text in node.texts]
     return (
         node.understood
         and not node.not_responding

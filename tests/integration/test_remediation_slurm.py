@@ -302,10 +302,14 @@ def test_hostile_node_and_job_text_leaves_every_read_whole(
     client = SlurmClient(conf=str(fresh.conf), **fresh.agent_slurm())
     four, one = client.node("node4"), client.node("node1")
     assert four.reason == NODE_TEXT and four.drained and four.address == "127.0.0.1"
-    assert (one.comment, one.extra, one.address) == (NODE_TEXT, NODE_TEXT, "127.0.0.1")
+    assert (one.field("comment"), one.field("extra"), one.address) == (
+        NODE_TEXT,
+        NODE_TEXT,
+        "127.0.0.1",
+    )
     assert sorted(n.name for n in client.nodes()) == ["node1", "node2", "node3", "node4"]
     info = client.job_info(job)
-    assert (info.comment, info.nodes, info.state) == (JOB_TEXT, "node1", "RUNNING")
+    assert (info.note, info.nodes, info.state) == (JOB_TEXT, "node1", "RUNNING")
     values = job_env(client, {"SLURM_JOB_ID": job, "SLURMD_NODENAME": "node1"})
     assert values["MASTER_ADDR"] == "127.0.0.1" and values["NODE_LIST"] == ["node1"]
     rem, _store = make(tmp_path, fresh, "node1")

@@ -64,19 +64,21 @@ class CoreBackend(Backend):
 
     def label(self, name: str, text: str) -> None:
         self.calls.append(("label", name, text))
-        self._set(name, extra=text)
+        self.state[name] = self._get(name).with_field(self.label_field, text)
 
     def drain(self, name: str, reason: str, label: Optional[str] = None) -> None:
         self.calls.append(("drain", name, reason))
         node = self._get(name)
-        extra = node.extra if label is None else label
-        self._set(name, flags=node.flags | {"DRAIN"}, reason=reason, extra=extra)
+        if label is not None:
+            node = node.with_field(self.label_field, label)
+        self.state[name] = replace(node, flags=node.flags | {"DRAIN"}, reason=reason)
 
     def resume(self, name: str, label: Optional[str] = None) -> None:
         self.calls.append(("resume", name))
         node = self._get(name)
-        extra = node.extra if label is None else label
-        self._set(name, flags=node.flags - {"DRAIN", "FAIL"}, reason="", extra=extra)
+        if label is not None:
+            node = node.with_field(self.label_field, label)
+        self.state[name] = replace(node, flags=node.flags - {"DRAIN", "FAIL"}, reason="")
 
 
 class MemoryBackend(CoreBackend, Reboots, Replaces, SetsDown, RequeuesJobs):

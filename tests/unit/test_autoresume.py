@@ -480,6 +480,6 @@ def test_watch_never_reads_the_whole_cluster() -> None:
 def test_job_infos_are_single_job_queries() -> None:
     cl, runner = client({("squeue",): fixture("squeue-running.txt")})
     assert [j.id for j in cl.job_infos(["99"])] == []  # squeue answered another job: not it
-    assert cl.job_info("1").comment == "my run hma-resume=1,a=0"
+    assert cl.job_info("1").note == "my run hma-resume=1,a=0"
     assert cl.job_info("1").nodes == "node[1-2]" and cl.job_info("1").restarts == 0
     assert all(c[:4] == ["squeue", "-h", "-j", c[3]] for c in runner.calls)

@@ -73,7 +73,7 @@ def test_memory_backend_drains_reboots_and_resumes(tmp_path: Path, plugins: None
         assert calls == ["drain", "reboot"]  # the label goes with the drain, in one call
         drained = mem.node("m2")
         assert drained.reason == "HMA: GPU_XID_79 gpu:0000:3b:00"
-        assert drained.extra.startswith("hma=unhealthy:GPU_XID_79:reboot,")
+        assert drained.field("extra").startswith("hma=unhealthy:GPU_XID_79:reboot,")
         assert rem.status()["breaker"]["total"] == 4  # counted through the backend's peers
         later = time.time()
         rem.update(Verdict(later, "b2", ()), "b2")  # rebooted, healthy
@@ -99,7 +99,7 @@ def test_missing_capability_holds_the_action(tmp_path: Path, plugins: None) -> N
         rem.update(Verdict(now, "b1", (fault(first=now, last=now),)), "b1")
         rem.flush(5)
         assert [c[0] for c in core.calls] == ["drain", "label"]  # the label says why it waits
-        assert "h=unsupported" in core.node("m2").extra and core.node("m2").drain
+        assert "h=unsupported" in core.node("m2").field("extra") and core.node("m2").drain
         status = rem.status()
         assert status["held"] == (
             "unsupported: the memory backend cannot reboot a node (reboot_mode = scontrol)"
@@ -233,5 +233,23 @@ def test_recovery_options_add_what_backends_declare_after_dry_run(
 def test_with_field_sets_the_field_that_field_reads(
     name: str, text: str, want: tuple[str, str]
 ) -> None:
-    node = NodeState("n1", "idle", extra="e", comment="c").with_field(name, text)
-    assert (node.extra, node.comment) == want and node.field(name) == text
+    node = NodeState("n1", "idle", texts=(("extra", "e"), ("comment", "c"))).with_field(name, text)
+    assert (node.field("extra"), node.field("comment")) == want and node.field(name) == text
+
+
+@pytest.mark.parametrize(
+    "texts, name, text, want",
+    [
+        ((), "a", "x", (("a", "x"),)),  # a field the node lacks is added
+        ((("a", "1"), ("b", "2")), "b", "x", (("a", "1"), ("b", "x"))),  # kept in its place
+        ((("a", "1"), ("b", "2")), "a", "", (("a", ""), ("b", "2"))),  # emptied, not dropped
+        ((("a", "1"),), "", "x", (("a", "1"), ("", "x"))),  # "" is a name like any other
+    ],
+)
+def test_texts_by_name(
+    texts: tuple[tuple[str, str], ...], name: str, text: str, want: tuple[tuple[str, str], ...]
+) -> None:
+    before = NodeState("n1", "idle", texts=texts)
+    after = before.with_field(name, text)
+    assert after.texts == want and after.field(name) == text and before.texts == texts
+    assert NodeState("n1", "idle", texts=texts).field("absent") == ""

@@ -14,7 +14,7 @@ def node(
     when: float = 0.0,
     parts: tuple[str, ...] = ("gpu",),
 ) -> NodeState:
-    return NodeState(name, "idle", frozenset(flags), reason, when, "", "", extra, parts)
+    return NodeState(name, "idle", frozenset(flags), reason, when, "", (("extra", extra),), parts)
 
 
 def test_limits() -> None:

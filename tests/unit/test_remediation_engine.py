@@ -68,10 +68,9 @@ class FakeSlurm(SlurmClient):
             flags.add("FAIL")
         reason = fields.get("Reason", "" if state == "RESUME" else n.reason)
         self.state[node] = replace(
-            n,
+            n.with_field("extra", fields.get("Extra", n.field("extra"))),
             flags=frozenset(flags),
             reason=reason,
-            extra=fields.get("Extra", n.extra),
             reason_time=time.time() if "Reason" in fields else n.reason_time,
         )
 
@@ -140,7 +139,7 @@ def test_automatic_drain_reboot_resume(tmp_path: Path) -> None:
     assert writes(fake) == ["DRAIN", "reboot"]
     run(rem, (), boot="b2")  # back, healthy
     assert writes(fake)[-1] == "RESUME" and "DRAIN" not in fake.state["n1"].flags
-    assert "hma=recovered:GPU_XID_79:reboot" in fake.state["n1"].extra
+    assert "hma=recovered:GPU_XID_79:reboot" in fake.state["n1"].field("extra")
     assert rem.status()["reboots"] == {"GPU_XID_79 gpu:0000:3b:00": 1}
 
 
@@ -152,8 +151,8 @@ def test_escalates_to_replace_after_max_reboots(tmp_path: Path) -> None:
     assert writes(fake).count("reboot") == 2
     run(rem, (fault(),), boot="b3")
     assert fake.state["n1"].reason == "Action:Replace" and "FAIL" in fake.state["n1"].flags
-    assert "hma=unhealthy:GPU_XID_79:replace" in fake.state["n1"].extra and ",r=2" in (
-        fake.state["n1"].extra
+    assert "hma=unhealthy:GPU_XID_79:replace" in fake.state["n1"].field("extra") and ",r=2" in (
+        fake.state["n1"].field("extra")
     )
 
 
@@ -181,7 +180,7 @@ def test_reboot_rate_limit_holds(tmp_path: Path) -> None:
     assert status["held"].startswith("rate") and ("reboot", "held") in [
         (r["kind"], r["state"]) for r in status["actions"]
     ]
-    assert "h=rate" in fake.state["n1"].extra
+    assert "h=rate" in fake.state["n1"].field("extra")
 
 
 def test_state_not_understood_does_nothing(tmp_path: Path) -> None:
@@ -206,9 +205,9 @@ def test_dry_run_and_policy_none(tmp_path: Path) -> None:
     (tmp_path / "b").mkdir()
     rem = make(tmp_path / "b", fake, policy="none")
     run(rem, (fault(),))
-    assert writes(fake) == ["label"] and "h=policy" in fake.state["n1"].extra
+    assert writes(fake) == ["label"] and "h=policy" in fake.state["n1"].field("extra")
     run(rem, ())
-    assert fake.state["n1"].extra == "" and "DRAIN" not in fake.state["n1"].flags
+    assert fake.state["n1"].field("extra") == "" and "DRAIN" not in fake.state["n1"].flags
 
 
 def test_outage_retries_with_backoff_then_applies(tmp_path: Path) -> None:
@@ -230,7 +229,8 @@ def test_seeds_reboot_count_from_label_after_wiped_disk(tmp_path: Path) -> None:
     fake = FakeSlurm("n1")
     now = int(time.time())
     fake.state["n1"] = replace(
-        fake.state["n1"], extra=f"hma=recovered:GPU_XID_79:reboot,c=gpu:0000:3b:00,t={now},r=2"
+        fake.state["n1"],
+        texts=(("extra", f"hma=recovered:GPU_XID_79:reboot,c=gpu:0000:3b:00,t={now},r=2"),),
     )
     rem = make(tmp_path, fake, replace_mode="hyperpod")
     rem.refresh()
@@ -256,11 +256,11 @@ def test_drain_that_raced_past_the_recount_undoes_itself(tmp_path: Path) -> None
         fake.state["n2"],
         flags=frozenset({"DRAIN"}),
         reason="HMA: GPU_XID_79 gpu:0000:3b:00",
-        extra="hma=unhealthy:GPU_XID_79:none,d=1.000",
+        texts=(("extra", "hma=unhealthy:GPU_XID_79:none,d=1.000"),),
     )
     rem.worker.recheck()  # what the worker does every recheck_interval
     rem.flush(5)
-    assert "DRAIN" not in fake.state["n1"].flags and "h=breaker" in fake.state["n1"].extra
+    assert "DRAIN" not in fake.state["n1"].flags and "h=breaker" in fake.state["n1"].field("extra")
     assert rem.status()["held"].startswith("breaker")
     assert [a.code for a in rem.alerts()].count("HMA_BREAKER_OPEN") == 1
 
@@ -271,19 +271,23 @@ def test_drain_found_in_slurm_without_state_is_resumed_when_healthy(tmp_path: Pa
         fake.state["n1"],
         flags=frozenset({"DRAIN"}),
         reason="HMA: GPU_XID_79 gpu:0000:3b:00 : reboot issued",
-        extra="rack=1 hma=unhealthy:GPU_XID_79:reboot,c=gpu:0000:3b:00",
+        texts=(("extra", "rack=1 hma=unhealthy:GPU_XID_79:reboot,c=gpu:0000:3b:00"),),
     )
-    fake.state["n2"] = replace(fake.state["n2"], extra="hma=unhealthy:GPU_XID_79:reboot")
+    fake.state["n2"] = replace(
+        fake.state["n2"], texts=(("extra", "hma=unhealthy:GPU_XID_79:reboot"),)
+    )
     rem = make(tmp_path, fake)  # a fresh state database (the disk was wiped)
     rem.refresh()
     run(rem, ())
-    assert "DRAIN" not in fake.state["n1"].flags and fake.state["n1"].extra == "rack=1"
-    assert fake.state["n2"].extra == "hma=unhealthy:GPU_XID_79:reboot"  # n1's agent: only n1
+    assert "DRAIN" not in fake.state["n1"].flags and fake.state["n1"].field("extra") == "rack=1"
+    assert (
+        fake.state["n2"].field("extra") == "hma=unhealthy:GPU_XID_79:reboot"
+    )  # n1's agent: only n1
     (tmp_path / "b").mkdir()
     rem2 = make(tmp_path / "b", fake, "n2")
     rem2.refresh()
     run(rem2, ())
-    assert fake.state["n2"].extra == ""
+    assert fake.state["n2"].field("extra") == ""
 
 
 def test_stale_facts_after_the_resume_are_not_taken_up(tmp_path: Path) -> None:
@@ -404,14 +408,21 @@ def test_state_reset_keeps_a_drain_whose_reboot_is_owed(tmp_path: Path) -> None:
         flags=frozenset({"DRAIN"}),
         reason="HMA: GPU_XID_79 gpu:0000:3b:00 : reboot issued",
         reason_time=drained,
-        extra=f"hma=unhealthy:GPU_XID_79:reboot,c=gpu:0000:3b:00,t={int(drained)},d={drained:.3f}",
+        texts=(
+            (
+                "extra",
+                f"hma=unhealthy:GPU_XID_79:reboot,c=gpu:0000:3b:00,t={int(drained)},d={drained:.3f}",
+            ),
+        ),
     )
     rem = make(tmp_path, fake)  # a fresh state database: the Xid is forgotten
     rem.refresh()
     for _ in range(3):
         run(rem, ())
     assert "DRAIN" in fake.state["n1"].flags and "reboot" not in writes(fake)
-    assert ",h=repair" in fake.state["n1"].extra and rem.status()["held"].startswith("repair")
+    assert ",h=repair" in fake.state["n1"].field("extra") and rem.status()["held"].startswith(
+        "repair"
+    )
     assert "action_held" in [a.kind for a in rem.alerts()]
     run(rem, (), boot="b2")  # rebooted, healthy
     assert writes(fake)[-1] == "RESUME" and "DRAIN" not in fake.state["n1"].flags
@@ -424,7 +435,7 @@ def test_state_reset_with_a_forged_label_holds_and_never_reboots(tmp_path: Path)
         flags=frozenset({"DRAIN"}),
         reason="HMA: GPU_XID_79 gpu:0000:3b:00",
         reason_time=time.time() - 60,
-        extra="hma=unhealthy:GPU_XID_79:reboot,c=gpu:0000:3b:00,t=1;reboot",
+        texts=(("extra", "hma=unhealthy:GPU_XID_79:reboot,c=gpu:0000:3b:00,t=1;reboot"),),
     )
     rem = make(tmp_path, fake, max_drained_percent=100.0)
     rem.refresh()
@@ -432,4 +443,6 @@ def test_state_reset_with_a_forged_label_holds_and_never_reboots(tmp_path: Path)
     run(rem, (fault(),))  # even a fault hma sees itself: nothing until someone lets go
     run(rem, (), boot="b2")
     assert "DRAIN" in fake.state["n1"].flags and "reboot" not in writes(fake)
-    assert ",h=label" in fake.state["n1"].extra and rem.status()["held"].startswith("label")
+    assert ",h=label" in fake.state["n1"].field("extra") and rem.status()["held"].startswith(
+        "label"
+    )

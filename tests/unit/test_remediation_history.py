@@ -111,7 +111,7 @@ def test_fourth_remediation_holds_for_a_human_and_survives_a_wipe(tmp_path: Path
     four_episodes(rem, fake)
     node = fake.state["n1"]
     assert node.reason.startswith("HMA: SYS_D node : repeat offender (4 remediations in 7 d)")
-    mirror = label_mod.find_history(node.extra)
+    mirror = label_mod.find_history(node.field("extra"))
     assert (
         mirror is not None
         and mirror.held
@@ -123,7 +123,7 @@ def test_fourth_remediation_holds_for_a_human_and_survives_a_wipe(tmp_path: Path
             "SYS_D",
         ]
     )
-    assert "h=human" in node.extra
+    assert "h=human" in node.field("extra")
     assert rem.status()["remediations"] == 4 and rem.status()["held_for_human"]
     # the state store is wiped (an agent reinstall): the mirror keeps the node held
     (tmp_path / "state" / "state.db").unlink()
@@ -136,11 +136,11 @@ def test_fourth_remediation_holds_for_a_human_and_survives_a_wipe(tmp_path: Path
     done = fresh.release(None, None, "alice", "replaced the PSU")
     assert done["released"] and done["cleared"] == 4
     fresh.flush(5)
-    assert "hmah=" not in fake.state["n1"].extra and "DRAIN" in fake.state["n1"].flags
+    assert "hmah=" not in fake.state["n1"].field("extra") and "DRAIN" in fake.state["n1"].flags
     fresh.probe_ran("system", time.time())
     run(fresh, ())
     node = fake.state["n1"]
-    assert "DRAIN" not in node.flags and "hma" not in node.extra
+    assert "DRAIN" not in node.flags and "hma" not in node.field("extra")
     rows = remediations.rows(Store(str(tmp_path / "state" / "state.db")))
     assert [(r["action"], r["who"], r["note"]) for r in rows] == [
         ("reset", "alice", "replaced the PSU")

@@ -35,7 +35,7 @@ def fault(action: Action = Action.REBOOT, **given: Any) -> Fault:
 
 
 def node(base: str = "idle", *flags: str, reason: str = "", extra: str = "") -> NodeState:
-    return NodeState("n1", base, frozenset(flags), reason, NOW - 60, extra=extra)
+    return NodeState("n1", base, frozenset(flags), reason, NOW - 60, texts=(("", extra),))
 
 
 def episode(**changes: object) -> Episode:

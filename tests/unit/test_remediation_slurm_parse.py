@@ -31,15 +31,19 @@ def test_sinfo_free_text_fields_keep_spaces_and_key_like_text() -> None:
     assert one.base == "allocated" and one.flags == {"DRAIN"} and one.draining and one.owned
     assert one.reason == "HMA: GPU_XID_79 gpu:0000:3b:00" and one.reason_user == "root"
     assert one.reason_time > 0 and one.partitions == ("batch",) and one.address == "127.0.0.1"
-    assert one.extra.startswith("hma=unhealthy:GPU_XID_79:replace,") and one.comment == ""
     assert (
-        nodes["node2"].extra == "rack=12 hma=unhealthy:GPU_XID_79:reboot,c=gpu:0000:3b:00,h=breaker"
+        one.field("extra").startswith("hma=unhealthy:GPU_XID_79:replace,")
+        and one.field("comment") == ""
+    )
+    assert (
+        nodes["node2"].field("extra")
+        == "rack=12 hma=unhealthy:GPU_XID_79:reboot,c=gpu:0000:3b:00,h=breaker"
     )
     assert nodes["node2"].reason == "" and not nodes["node2"].out_of_service
     assert nodes["node3"].fail and nodes["node3"].reason == "Action:Replace"
     four = nodes["node4"]  # an admin's drain whose comment looks like more fields
     assert four.reason == "maintenance window [ops]" and four.drained and not four.owned
-    assert four.comment == "ticket 7 Extra=none Reason=x" and four.extra == ""
+    assert four.field("comment") == "ticket 7 Extra=none Reason=x" and four.field("extra") == ""
     healthy = parse_sinfo(recorded("sinfo-healthy.txt"))
     assert [n.label_text for n in healthy] == ["idle"] * 4
     assert all(n.reason == "" and n.reason_user == "" and n.reason_time == 0 for n in healthy)
@@ -61,7 +65,7 @@ def test_squeue_and_listpids_recorded() -> None:
         "RUNNING",
         "node[1-2]",
     )
-    assert running.comment == "my run hma-resume=1,a=0" and running.requeue and running.batch
+    assert running.note == "my run hma-resume=1,a=0" and running.requeue and running.batch
     (requeued,) = parse_squeue(recorded("squeue-requeued.txt"))
     assert requeued.state == "PENDING" and requeued.reason == "BeginTime"
     assert requeued.nodes == "" and requeued.restarts == 1 and requeued.eligible_time > 0
@@ -178,6 +182,6 @@ def test_slurm_24_11_prints_the_same_fields() -> None:
     assert nodes["node1"].base == "allocated" and nodes["node1"].reason == ""
     two = nodes["node2"]
     assert two.drained and two.reason == "maint window [ops]" and two.reason_user == "root"
-    assert two.comment == "ticket 7 Extra=none" and two.extra == "hma=x y"
+    assert two.field("comment") == "ticket 7 Extra=none" and two.field("extra") == "hma=x y"
     (job,) = parse_squeue((base / "squeue-24.11.txt").read_text())
-    assert (job.id, job.state, job.nodes, job.comment) == ("1", "RUNNING", "node1", "my c Extra=x")
+    assert (job.id, job.state, job.nodes, job.note) == ("1", "RUNNING", "node1", "my c Extra=x")

@@ -42,9 +42,12 @@ def test_sinfo_fields_give_the_captured_state(version: str) -> None:
     one, two, three, four = (nodes[f"node{i}"] for i in range(1, 5))
     assert one.drained and one.owned and one.reason == "HMA: a b Extra=x"
     assert one.reason_user == "root" and one.reason_time > 0
-    assert one.comment == "my comment Reason=z" and one.extra == "foo hma=unhealthy:X bar"
+    assert (
+        one.field("comment") == "my comment Reason=z"
+        and one.field("extra") == "foo hma=unhealthy:X bar"
+    )
     assert two.draining and two.reason == "HMA: GPU_XID_79 gpu:0000:3b:00"
-    assert two.extra == "hma=draining:GPU_XID_79" and two.comment == ""
+    assert two.field("extra") == "hma=draining:GPU_XID_79" and two.field("comment") == ""
     assert three.down and not three.owned and three.reason == "disk swap by bob"
     assert four.base == "idle" and not four.flags and not four.out_of_service
     # drained by hma, then resumed: 22.05 clears the reason, 24.11 keeps it; not hma's either way
@@ -68,7 +71,7 @@ def test_squeue_fields_on_both_versions(version: str) -> None:
     jobs = {j.id: j for j in parse_squeue(capture(version, "squeue-jobs.txt"))}
     running, held = jobs["1"], jobs["2"]
     assert (running.state, running.nodes) == ("RUNNING", "node2")
-    assert running.comment == "train run 7" and running.user == "root"
+    assert running.note == "train run 7" and running.user == "root"
     assert running.requeue and running.batch and running.restarts == 0
     assert running.eligible_time > 1.7e9
     assert (held.state, held.reason, held.nodes, held.eligible_time) == (

@@ -107,7 +107,7 @@ def test_hostile_node_text_is_kept_whole_in_a_fleet_and_a_node_read(text: str) -
     nodes = {n.name: n for n in client(slurm).nodes()}
     assert sorted(nodes) == ["node1", "node2"]
     one = nodes["node1"]
-    assert (one.reason, one.comment, one.extra) == (text, text, text)
+    assert (one.reason, one.field("comment"), one.field("extra")) == (text, text, text)
     assert (one.address, one.hostname, one.partitions) == ("10.0.0.1", "node1", ("batch",))
     assert one.base == "idle" and one.flags == {"DRAIN"} and one.reason_user == "root"
     assert client(slurm).node("node2").address == "10.0.0.2"
@@ -118,7 +118,7 @@ def test_hostile_job_comment_keeps_the_job_in_sight(text: str) -> None:
     slurm = Slurm([node("node1")], [job("7", Comment=text, Reason=text)])
     (info,) = client(slurm).job_infos(["7"])
     assert (info.id, info.user, info.state, info.nodes) == ("7", "alice", "RUNNING", "node1,node2")
-    assert (info.comment, info.reason, info.requeue, info.restarts) == (text, text, True, 0)
+    assert (info.note, info.reason, info.requeue, info.restarts) == (text, text, True, 0)
 
 
 @pytest.mark.parametrize("text", HOSTILE)
@@ -206,8 +206,8 @@ def test_any_node_free_text_gives_back_the_same_fixed_fields(
             "idle",
         )
         assert n.reason == r["Reason"]
-        assert n.comment == ("" if r["Comment"] in ("(null)", "N/A") else r["Comment"])
-        assert n.extra == ("" if r["Extra"] in ("(null)", "N/A") else r["Extra"])
+        assert n.field("comment") == ("" if r["Comment"] in ("(null)", "N/A") else r["Comment"])
+        assert n.field("extra") == ("" if r["Extra"] in ("(null)", "N/A") else r["Extra"])
 
 
 @settings(max_examples=200, deadline=None)
@@ -218,7 +218,7 @@ def test_any_job_free_text_gives_back_the_same_fixed_fields(texts: list[tuple[st
     assert [(j.id, j.user, j.state, j.nodes, j.restarts) for j in got] == [
         (r["JobID"], "alice", "RUNNING", "node1,node2", 0) for r in rows
     ]
-    assert [j.comment for j in got] == [
+    assert [j.note for j in got] == [
         "" if r["Comment"] in ("(null)", "N/A") else r["Comment"] for r in rows
     ]
 

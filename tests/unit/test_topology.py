@@ -105,14 +105,20 @@ class Recorder:
 def test_publish_only_when_changed() -> None:
     client = Recorder()
     backend = SlurmBackend({}, "extra", client=client)  # type: ignore[arg-type]
-    node = NodeState("node1", "idle", extra="x=1")
+    node = NodeState("node1", "idle", texts=(("extra", "x=1"),))
     assert domain.publish(backend, node, "d.1") == "x=1 hma-domain=d.1"
     assert client.updates == [("node1", {"Extra": "x=1 hma-domain=d.1"})]
     assert (
-        domain.publish(backend, NodeState("node1", "idle", extra="hma-domain=d.1"), "d.1") is None
+        domain.publish(
+            backend, NodeState("node1", "idle", texts=(("extra", "hma-domain=d.1"),)), "d.1"
+        )
+        is None
     )
     backend = SlurmBackend({}, "comment", client=client)  # type: ignore[arg-type]
-    assert domain.publish(backend, NodeState("node1", "idle", extra="x"), "d.1") == "hma-domain=d.1"
+    assert (
+        domain.publish(backend, NodeState("node1", "idle", texts=(("extra", "x"),)), "d.1")
+        == "hma-domain=d.1"
+    )
     assert client.updates[-1] == ("node1", {"Comment": "hma-domain=d.1"})
     assert len(client.updates) == 2
 
@@ -125,7 +131,8 @@ def test_domain_option_check() -> None:
 
 def node(name: str, dom: str, base: str = "idle", **kw: Any) -> NodeState:
     extra = kw.pop("extra", "")
-    return NodeState(name, base, extra=f"{extra} hma-domain={dom}".strip() if dom else extra, **kw)
+    text = f"{extra} hma-domain={dom}".strip() if dom else extra
+    return NodeState(name, base, texts=(("extra", text),), **kw)
 
 
 SPARE = {"flags": frozenset({"DRAIN"}), "reason": "hma-spare"}

@@ -8,7 +8,7 @@ import shutil
 from typing import Any, Collection, Mapping, Optional, Sequence
 
 from hma.cluster.slurm.client import SlurmClient
-from hma.cluster.slurm.parse import HYPERPOD_REBOOT, HYPERPOD_REPLACE
+from hma.cluster.slurm.parse import COMMENT, EXTRA, HYPERPOD_REBOOT, HYPERPOD_REPLACE
 from hma.contracts.cluster import (
     Backend,
     Job,
@@ -73,9 +73,9 @@ OPTIONS: dict[str, Option] = {
 RECOVERY: dict[str, Option] = {
     "label_field": Option(
         "choice",
-        "extra",
+        EXTRA,
         "Node field that carries the hma=... label token (edited in place).",
-        choices=("extra", "comment"),
+        choices=(EXTRA, COMMENT),
     ),
     "reboot_mode": Option(
         "choice",
@@ -109,7 +109,7 @@ class SlurmBackend(Backend, Reboots, Replaces, SetsDown, TakesSpares, RequeuesJo
     ) -> None:
         super().__init__(options, label_field)
         self.client = client or SlurmClient.from_options(options)
-        self._key = "Comment" if label_field == "comment" else "Extra"
+        self._key = "Comment" if label_field == COMMENT else "Extra"
 
     @property
     def enabled(self) -> bool:

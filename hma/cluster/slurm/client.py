@@ -164,9 +164,10 @@ class SlurmClient:
         return self.spool_dir.replace("%n", node).replace("%h", host)
 
     def jobs(self, node: str) -> list[Job]:
-        """Jobs with steps on ``node`` (``steps``: no controller query). User and comment come
-        from a single-job query when a job or one of its steps is first seen (``hma srun`` marks
-        the comment before it starts its step); a job Slurm says is over is left out."""
+        """Jobs with steps on ``node`` (``steps``: no controller query). User and note (the job's
+        Comment) come from a single-job query when a job or one of its steps is first seen (``hma
+        srun`` marks the Comment before it starts its step); a job Slurm says is over is left
+        out."""
         seen: dict[str, tuple[tuple[str, ...], Optional[Job]]] = {}
         for job_id, ids in self.steps(node).items():
             known = self.jobs_seen.get(job_id)
@@ -174,7 +175,7 @@ class SlurmClient:
                 seen[job_id] = known
                 continue
             infos = [i for i in self.job_infos([job_id]) if i.state in LIVE_JOB_STATES]
-            job = Job(job_id, infos[0].user, infos[0].state, infos[0].comment) if infos else None
+            job = Job(job_id, infos[0].user, infos[0].state, infos[0].note) if infos else None
             seen[job_id] = (ids, job)  # None: a leftover socket, not asked about again
         self.jobs_seen = seen
         return [job for _ids, job in seen.values() if job is not None]

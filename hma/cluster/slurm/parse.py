@@ -26,6 +26,11 @@ HYPERPOD_REBOOT = "Action:Reboot"
 HYPERPOD_REPLACE = "Action:Replace"
 HYPERPOD = {HYPERPOD_REBOOT: "reboot", HYPERPOD_REPLACE: "replace"}
 
+# A node's free-text fields (``NodeState.texts``, Extra first) by the names ``[recovery]
+# label_field`` gives them.
+EXTRA = "extra"
+COMMENT = "comment"
+
 
 class SlurmNodeState(NodeState):
     """A node as Slurm reports it: a HyperPod ``Action:Reboot``/``Action:Replace`` FAIL is a
@@ -163,8 +168,7 @@ def parse_sinfo(text: str, nonce: str = "") -> list[NodeState]:
             reason="" if no_reason else reason,
             reason_time=0.0 if no_reason else _iso_time(when),
             reason_user="" if no_reason or user == "Unknown" else user,
-            comment=_text(comment),
-            extra=_text(extra),
+            texts=((EXTRA, _text(extra)), (COMMENT, _text(comment))),
             partitions=(partition,) if partition else (),
             hostname=host,
             address=addr,
@@ -219,7 +223,7 @@ def parse_squeue(text: str, nonce: str = "") -> list[JobInfo]:
                 state=_fixed(state, _JOB_STATE, "squeue", "state").upper(),
                 reason=reason,
                 nodes=_text(_fixed(nodes, _NODELIST, "squeue", "node list")),
-                comment=_text(comment),
+                note=_text(comment),
                 requeue=_fixed(requeue, _COUNT, "squeue", "requeue") != "0",
                 batch=_fixed(batch, _COUNT, "squeue", "batch flag") != "0",
                 restarts=int(_fixed(restarts, _COUNT, "squeue", "restart count")),
