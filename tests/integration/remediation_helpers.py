@@ -122,6 +122,20 @@ def wait(predicate: Any, timeout: float = 20.0, what: str = "condition") -> None
         time.sleep(0.05)
 
 
+def wait_alert(rem: Remediator, predicate: Any, what: str, timeout: float = 20.0) -> list[Any]:
+    """Take the remediator's alerts until one satisfies ``predicate`` (an alert is queued after
+    the cluster call it reports returns, so it may come a moment after the state Slurm shows);
+    returns every alert taken."""
+    taken: list[Any] = []
+
+    def found() -> bool:
+        taken.extend(rem.alerts())
+        return any(predicate(a) for a in taken)
+
+    wait(found, timeout, what)
+    return taken
+
+
 def back_in_service(cluster: SlurmCluster, node: dict[str, Any]) -> bool:
     """A ``cluster.node()`` object that is neither drained nor down, with no reason left where
     Slurm clears it on resume (22.05; 24.11 keeps a resumed node's last reason)."""

@@ -21,6 +21,7 @@ from tests.integration.remediation_helpers import (  # noqa: F401 (fixtures)
     make,
     verdict,
     wait,
+    wait_alert,
     write_config,
 )
 from tests.slurmcluster import SlurmCluster
@@ -56,7 +57,7 @@ def test_breaker_holds_the_second_drain(fresh: SlurmCluster, tmp_path: Path) -> 
         assert "h=breaker" in fresh.node("node2")["extra"]
         assert "DRAIN" not in fresh.state("node2")  # drained at once, counted, undone
         wait(lambda: fresh.state("node2") == "IDLE", what="idle (Slurm pings it after RESUME)")
-        alerts = rem2.alerts()
+        alerts = wait_alert(rem2, lambda a: a.code == "HMA_BREAKER_OPEN", "breaker alert")
         breaker = [a for a in alerts if a.code == "HMA_BREAKER_OPEN"]
         assert breaker and breaker[0].severity.name == "CRITICAL"
         # node1 recovers: the held drain is re-evaluated and goes ahead

@@ -19,6 +19,7 @@ from tests.integration.remediation_helpers import (  # noqa: F401 (fixtures)
     make,
     verdict,
     wait,
+    wait_alert,
     write_hook,
 )
 from tests.slurmcluster import SlurmCluster
@@ -40,8 +41,7 @@ def test_fault_drains_with_hma_reason_and_label(fresh: SlurmCluster, tmp_path: P
         found = label_mod.find(node["extra"])
         assert found is not None and found.code == "GPU_XID_79" and found.jobs == (job,)
         assert node["state"] in ("allocated", "mixed")  # draining: the job still runs
-        alerts = rem.alerts()
-        assert any(a.kind == "action_applied" and job in a.message for a in alerts)
+        wait_alert(rem, lambda a: a.kind == "action_applied" and job in a.message, "applied")
         assert rem.status()["jobs"] == [job]
     finally:
         rem.close()
@@ -165,7 +165,7 @@ def test_policy_none_labels_only(fresh: SlurmCluster, tmp_path: Path) -> None:
         rem.update(verdict(fault()), "boot-1")
         wait(lambda: "hma=unhealthy" in fresh.node("node4")["extra"], what="label")
         assert fresh.state("node4") == "IDLE"
-        assert any(a.kind == "action_held" for a in rem.alerts())
+        wait_alert(rem, lambda a: a.kind == "action_held", "held alert")
         rem.update(verdict(), "boot-1")
         wait(lambda: fresh.node("node4")["extra"] == "", what="label cleared")
         assert fresh.state("node4") == "IDLE" and "node4" not in fresh.reboots()
@@ -210,7 +210,7 @@ def test_stuck_drain_escalates_to_down_and_the_action(fresh: SlurmCluster, tmp_p
         wait(lambda: fresh.node("node4")["reason"] == "Action:Replace", 30, "replace after DOWN")
         assert [k for k, _s in kinds(rem)] == ["drain", "down", "replace"]
         assert "FAIL" in fresh.node("node4")["state_flags"]
-        assert any(job in a.message for a in rem.alerts() if a.kind == "action_applied")
+        wait_alert(rem, lambda a: a.kind == "action_applied" and job in a.message, "applied")
     finally:
         rem.close()
 
