@@ -5,12 +5,13 @@ from __future__ import annotations
 import ast
 import configparser
 import os
+import re
 import shutil
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 
@@ -173,3 +174,42 @@ def test_no_class_over_300_lines_no_function_over_80() -> None:
     is where the next feature would pile up."""
     limits = {"class": 300, "function": 80}
     assert [d for d in _definitions() if d[3] > limits[d[0]]] == []
+
+
+def _code_words(path: Path) -> Iterator[tuple[int, str]]:
+    """(line, text) of every name, attribute, argument, definition and string in ``path`` that
+    is not a docstring: what the code says, leaving out what it documents."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docs = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+            yield node.lineno, node.value
+        elif isinstance(node, ast.Name):
+            yield node.lineno, node.id
+        elif isinstance(node, ast.Attribute):
+            yield node.lineno, node.attr
+        elif isinstance(node, ast.arg):
+            yield node.lineno, node.arg
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            yield node.lineno, node.name
+
+
+def test_contracts_and_remediation_speak_no_scheduler_words() -> None:
+    """HyperPod, Slurm's commands and its node/job field names stay in hma/cluster/slurm/
+    (issue 27): the contracts and remediation name them only in comments and docstrings."""
+    words = re.compile(r"hyperpod|scontrol|sinfo|squeue|\b(extra|comment)\b", re.IGNORECASE)
+    found = [
+        f"{path.relative_to(ROOT)}:{line}: {text[:60]!r}"
+        for folder in ("hma/contracts", "hma/remediation")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        for line, text in _code_words(path)
+        if words.search(text)
+    ]
+    assert found == []

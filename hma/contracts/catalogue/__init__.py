@@ -298,12 +298,12 @@ class Catalogue:
     def extended(self, entries: Iterable[Entry]) -> Catalogue:
         """A new catalogue with more entries (site codes declared in rule files); only ``SITE_``
         codes may be added and none may be declared twice (``CatalogueError``)."""
-        extra = list(entries)
-        for entry in extra:
+        added = list(entries)
+        for entry in added:
             if entry.family != "SITE":
                 raise CatalogueError(f"{entry.code}: site declarations must use SITE_ codes")
         read = [e for e in self._entries.values() if not self._is_shipped(e.code)]
-        return Catalogue([*read, *extra], self._overridden, self._shipped, self._overrides)
+        return Catalogue([*read, *added], self._overridden, self._shipped, self._overrides)
 
     def with_overrides(self, overrides: Mapping[str, Mapping[str, Any]]) -> Catalogue:
         """A new catalogue with ``[codes.<CODE>]`` tables applied (validated by the config)."""
