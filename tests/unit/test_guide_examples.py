@@ -112,7 +112,7 @@ def test_backend_example_drains_through_remediation(tmp_path: Path, install: Any
         rem.flush(5)
         node = json.loads(state.read_text())
         assert "DRAIN" in node["flags"] and node["reason"] == "HMA: GPU_XID_79 gpu:0000:3b:00"
-        assert node["extra"].startswith("hma=unhealthy:GPU_XID_79:reboot,")
+        assert node["label"].startswith("hma=unhealthy:GPU_XID_79:reboot,")
         assert rem.status()["held"].startswith("unsupported: the file backend cannot reboot")
     finally:
         rem.close()
