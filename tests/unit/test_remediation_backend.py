@@ -12,10 +12,10 @@ from typing import Iterator
 import pytest
 
 from hma import assembly
+from hma.adapters import entrypoints
 from hma.config.schema import ConfigError
 from hma.contracts.cluster import NodeState
 from hma.contracts.options import Option
-from hma.detection import registry
 from hma.health.model import Verdict
 from hma.health.store import Store
 from hma.remediation.engine import Remediator
@@ -29,11 +29,11 @@ PLUGINS = Path(__file__).resolve().parent.parent / "plugins"
 @pytest.fixture
 def plugins(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.syspath_prepend(str(PLUGINS))
-    registry.rescan()
+    entrypoints.rescan()
     yield
     monkeypatch.undo()
     sys.modules.pop("hma_testbackend", None)
-    registry.rescan()
+    entrypoints.rescan()
 
 
 def config(tmp: Path, *lines: str) -> Path:
