@@ -1,7 +1,9 @@
 """Probe discovery: entry points (``hma.probes``) and executables in ``[agent] probes_dir``.
 
 Built-in probes register through the same entry point group as third-party ones, so the core
-never imports a probe module by name. A plugin that fails to load is reported, never fatal.
+never imports a probe module by name (the entry points are read by ``hma.adapters.entrypoints``).
+A plugin that fails to load is reported, never fatal. The cluster backend that ``[cluster]
+backend`` names is made here (``make_backend``), for remediation and the commands alike.
 """
 
 from __future__ import annotations
