@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Collection, Mapping, Optional, Sequence
 
+from hma.adapters import entrypoints
 from hma.config import files, schema
 from hma.config.files import ConfigError
 from hma.config.schema import CORE_SECTIONS, Schema
@@ -21,7 +22,6 @@ from hma.detection.registry import (
     discover,
     entry_point_names,
     exec_probes,
-    rescan,
 )
 from hma.detection.setup import Setup
 from hma.remediation.options import RECOVERY, cluster_options, problems, recovery_options
@@ -240,7 +240,7 @@ def load(
     read = files.read_layers(files.config_path(config_file))  # once for everything
     raw = files.merged(read[0])[0]
     if only is None:
-        rescan()
+        entrypoints.rescan()
     classes, broken = discover(names=only)
     # probes_dir is read before validation, since it decides the probe set
     executables = exec_probes(files.agent_path(raw, "probes_dir")[0])

@@ -483,7 +483,10 @@ def cmd_srun_argv(config: Optional[str], argv: Sequence[str]) -> int:
     """Run ``hma srun`` with srun's arguments untouched (hma.commands.srun)."""
     from hma.commands import srun
 
-    client, journal = srun.from_config(config)
+    try:
+        client, journal = srun.from_config(config)
+    except ConfigError as exc:
+        return common.config_failed(exc, 2)
     return srun.main(argv, client, srun.Log(journal))
 
 
@@ -508,7 +511,10 @@ def cmd_job_env(args: argparse.Namespace) -> int:
     """Print the job's node list, master node/address, node count and rank (hma.commands.srun)."""
     from hma.commands import srun
 
-    client, _journal = srun.from_config(args.config)
+    try:
+        client, _journal = srun.from_config(args.config)
+    except ConfigError as exc:
+        return common.config_failed(exc, 2)
     return srun.job_env_main(client, args.format)
 
 

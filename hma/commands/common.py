@@ -1,5 +1,6 @@
 """What the commands share: who runs them, the root check, exit codes, the JSON document of a
-``--json`` command, configuration errors, the state store and the way to the scheduler.
+``--json`` command, configuration errors, the state store and the way to the scheduler (the
+configured backend, and the Slurm client for what only Slurm has).
 
 Light to import (``hma status`` uses it): what a helper needs beyond the standard library is
 imported when it is called.
@@ -12,8 +13,9 @@ import sys
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 if TYPE_CHECKING:
-    from hma.cluster.slurm.backend import SlurmBackend
+    from hma.cluster.slurm.client import SlurmClient
     from hma.config.files import ConfigError
+    from hma.contracts.cluster import Backend
     from hma.detection.setup import Setup
     from hma.health.store import Store
 
@@ -90,10 +92,25 @@ def boot_id_in(raw: Mapping[str, Any]) -> Optional[str]:
     return statusfile.boot_id(procfs)
 
 
-def scheduler(setup: Setup) -> SlurmBackend:
-    """The scheduler as every command reaches it: the Slurm backend of ``[slurm]`` (its
-    ``client`` for what only Slurm has: the node list, host lists, jobs, reconfigure)."""
-    from hma.cluster.slurm.backend import SlurmBackend
+def scheduler(setup: Setup) -> Backend:
+    """The scheduler as every command reaches it: the backend ``[cluster] backend`` names, made
+    as remediation makes it (``ConfigError`` when it cannot be loaded)."""
+    from hma.detection.registry import make_backend
 
-    label_field = str(setup.config.section("recovery")["label_field"])
-    return SlurmBackend(setup.config.section("slurm"), label_field)
+    return make_backend(setup.config)
+
+
+def slurm_client(setup: Setup) -> SlurmClient:
+    """The Slurm client of the configured backend, for what only Slurm has (the node list, host
+    lists, jobs, reconfigure); ``ConfigError`` when ``[cluster] backend`` is not Slurm's (the
+    command exits with its code for an invalid configuration)."""
+    from hma.cluster.slurm.backend import SlurmBackend
+    from hma.config.files import ConfigError
+
+    backend = scheduler(setup)
+    if not isinstance(backend, SlurmBackend):
+        name = setup.config.section("cluster")["backend"]
+        raise ConfigError(
+            [f"cluster.backend: {name!r} is not Slurm: this command needs the Slurm backend"]
+        )
+    return backend.client

@@ -131,7 +131,10 @@ def _run(setup: Setup, args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"hma deep-check: {exc}", file=sys.stderr)
         return EX_USAGE
-    client = common.scheduler(setup).client
+    try:
+        client = common.slurm_client(setup)
+    except ConfigError as exc:
+        return common.config_failed(exc, EXIT["unknown"], "deep-check" if args.json else "")
     try:
         names = [n for word in args.words[1:] for n in client.hostnames(word)]
     except SlurmError as exc:

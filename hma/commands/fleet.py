@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from hma.adapters.text import printable
 from hma.cluster.slurm.parse import SlurmError
 from hma.commands import common
+from hma.config.files import ConfigError
 from hma.contracts import label, maintenance
 from hma.contracts.cluster import OWNED_PREFIX, NodeState
 from hma.detection.setup import Setup
@@ -145,7 +146,10 @@ def render_text(doc: dict[str, Any]) -> str:
 def main(setup: Setup, as_json: bool) -> int:
     """``hma fleet [--json]`` with the configuration's Slurm client; 3 when Slurm cannot say."""
     rec = setup.config.section("recovery")
-    client = common.scheduler(setup).client
+    try:
+        client = common.slurm_client(setup)
+    except ConfigError as exc:
+        return common.config_failed(exc, 3, "fleet" if as_json else "")
     try:
         doc = collect(
             client,

@@ -16,6 +16,7 @@ from typing import Any, Optional
 
 from hma.adapters.text import printable
 from hma.commands import common
+from hma.config.files import ConfigError
 from hma.contracts import label
 from hma.contracts.cluster import BackendError
 from hma.contracts.maintenance import (
@@ -35,9 +36,13 @@ EX_USAGE = 2
 
 
 def mark_in_slurm(setup: Setup, window: Optional[Maintenance]) -> str:
-    """Write (or remove) the node's ``hma-maint=`` word in its Slurm label field: one node read
-    and at most one update. Returns what happened, for the operator."""
-    backend = common.scheduler(setup)
+    """Write (or remove) the node's ``hma-maint=`` word in its Slurm label field through the
+    configured backend: one node read and at most one update. Returns what happened, for the
+    operator."""
+    try:
+        backend = common.scheduler(setup)
+    except ConfigError as exc:
+        return f"not marked in Slurm ({printable('; '.join(exc.errors))})"
     if not backend.enabled:
         return "not marked in Slurm (Slurm is not used here)"
     try:

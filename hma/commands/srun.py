@@ -488,8 +488,9 @@ def job_env_main(client: SlurmClient, fmt: str) -> int:
 
 
 def from_config(config_file: Optional[str]) -> tuple[SlurmClient, Optional[Reporter]]:
-    """The Slurm client of ``[slurm]`` and the journald reporter of ``[reporters.journald]``;
-    defaults (with a warning) when the configuration cannot be read."""
+    """The Slurm client of the configured backend and the journald reporter of
+    ``[reporters.journald]``; defaults (with a warning) when the configuration cannot be read,
+    ``ConfigError`` when ``[cluster] backend`` is not Slurm's."""
     from hma import assembly
     from hma.config.schema import ConfigError
     from hma.reporters.journal import JournalReporter
@@ -500,7 +501,7 @@ def from_config(config_file: Optional[str]) -> tuple[SlurmClient, Optional[Repor
     except (ConfigError, OSError) as exc:
         print(f"hma: configuration not usable ({exc}); using defaults", file=sys.stderr)
         return SlurmClient(), JournalReporter({}, stderr=quiet)
-    client = common.scheduler(setup).client
+    client = common.slurm_client(setup)
     journal_opts = setup.config.reporters.get("journald") or {}
     journal = JournalReporter(journal_opts, stderr=quiet) if journal_opts.get("enabled") else None
     return client, journal

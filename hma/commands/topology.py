@@ -128,14 +128,12 @@ def main(config: Optional[str], fmt: Optional[str], path: Optional[str], check: 
 
     try:
         setup = assembly.load(config)
+        client = common.slurm_client(setup)
     except ConfigError as exc:
-        for line in exc.errors:
-            print(line, file=sys.stderr)
-        return EX_CONFIG
+        return common.config_failed(exc, EX_CONFIG)
     topo = dict(setup.config.section("topology"))
     sl = setup.config.section("slurm")
     fmt = fmt or str(topo["format"])
-    client = common.scheduler(setup).client
     try:
         return run(client, topo, Path(path) if path else target(topo, sl, fmt), fmt, check)
     except (SlurmError, OSError) as exc:

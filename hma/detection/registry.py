@@ -1,26 +1,29 @@
 """Probe discovery: entry points (``hma.probes``) and executables in ``[agent] probes_dir``.
 
 Built-in probes register through the same entry point group as third-party ones, so the core
-never imports a probe module by name. A plugin that fails to load is reported, never fatal.
+never imports a probe module by name (the entry points are read by ``hma.adapters.entrypoints``).
+A plugin that fails to load is reported, never fatal. The cluster backend that ``[cluster]
+backend`` names is made here (``make_backend``), for remediation and the commands alike.
 """
 
 from __future__ import annotations
 
-import functools
-import importlib
 import inspect
 import os
-import re
 import shutil
 import stat
-import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Collection, Iterator, Mapping, Optional
+from typing import TYPE_CHECKING, Any, ClassVar, Collection, Mapping, Optional
 
+from hma.adapters import entrypoints
 from hma.contracts.model import Finding, Severity
 from hma.contracts.options import Option
 from hma.contracts.probe import Probe, ProbeContext
+
+if TYPE_CHECKING:  # the cluster contract is imported where a backend is made
+    from hma.config.schema import Config
+    from hma.contracts.cluster import Backend
 
 GROUP = "hma.probes"
 # what each plugin group holds (the groups are declared in hma.contracts)
@@ -52,119 +55,10 @@ class Broken:
         return self.name if self.kind == "backend" else f"{self.kind}s.{self.name}"
 
 
-@dataclass(frozen=True)
-class _EntryPoint:
-    """An entry point of hma's own distribution (what discovery uses of
-    ``importlib.metadata.EntryPoint``, read without importing it)."""
-
-    name: str
-    value: str
-    group: str
-
-    def load(self) -> Any:
-        """The object ``module:attr`` names."""
-        module, _, attr = self.value.partition(":")
-        obj = importlib.import_module(module.strip())
-        for part in filter(None, attr.strip().split(".")):
-            obj = getattr(obj, part)
-        return obj
-
-
-def _dist_folders() -> Iterator[tuple[str, str]]:
-    """(normalized distribution name, metadata folder) of every ``*.dist-info`` / ``*.egg-info``
-    folder on ``sys.path``, in path order (the folders ``importlib.metadata`` reads; the name
-    comes from the folder's name, as it normalizes it, not from parsing METADATA)."""
-    for folder in sys.path:
-        try:
-            names = sorted(os.listdir(folder or "."))
-        except OSError:
-            continue
-        for name in names:
-            stem, _, suffix = name.rpartition(".")
-            if suffix in ("dist-info", "egg-info"):
-                dist = re.sub(r"[-_.]+", "_", stem.split("-")[0]).lower()
-                yield dist, os.path.join(folder or ".", name)
-
-
-@functools.cache
-def _own_entry_points() -> tuple[_EntryPoint, ...]:
-    """The entry points of the first ``hma`` distribution on ``sys.path``, read from its
-    ``entry_points.txt`` alone: looking up a built-in probe costs a directory listing."""
-    for dist, folder in _dist_folders():
-        if dist == "hma":
-            return _parse_entry_points(os.path.join(folder, "entry_points.txt"))
-    return ()
-
-
-def _parse_entry_points(path: str) -> tuple[_EntryPoint, ...]:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            lines = fh.read().splitlines()
-    except OSError:
-        return ()
-    out, group = [], ""
-    for line in map(str.strip, lines):
-        if line.startswith("[") and line.endswith("]"):
-            group = line[1:-1].strip()
-        elif "=" in line and group and not line.startswith(("#", ";")):
-            name, _, value = line.partition("=")
-            out.append(_EntryPoint(name.strip(), value.strip(), group))
-    return tuple(out)
-
-
-@functools.cache
-def _all_entry_points() -> tuple[tuple[str, Any], ...]:
-    """(group, entry point) of hma's groups in every installed distribution (the first of each
-    name on the path, as ``importlib.metadata.entry_points`` does); ``rescan`` forgets it.
-    hma's own come from ``_own_entry_points``; a third-party distribution's are read by
-    ``importlib.metadata``, imported only when one declares an hma group (its import costs more
-    than the health check's probes)."""
-    seen: set[str] = set()
-    out: list[tuple[str, Any]] = []
-    for dist, folder in _dist_folders():
-        if dist in seen:
-            continue
-        seen.add(dist)
-        eps = _own_entry_points() if dist == "hma" else _third_party(folder)
-        out += [(ep.group, ep) for ep in eps if ep.group in KINDS]
-    return tuple(out)
-
-
-def _third_party(folder: str) -> tuple[Any, ...]:
-    """The entry points of the distribution whose metadata is in ``folder`` (none unless its
-    ``entry_points.txt`` names an hma group)."""
-    try:
-        with open(os.path.join(folder, "entry_points.txt"), encoding="utf-8") as fh:
-            if "hma." not in fh.read():
-                return ()
-    except OSError:
-        return ()
-    from importlib import metadata
-
-    return tuple(metadata.Distribution.at(folder).entry_points)
-
-
-def _entry_points(group: str, among: Optional[Collection[str]] = None) -> list[Any]:
-    """The group's entry points; with ``among``, hma's own suffice when they name all of
-    ``among`` (third-party plugins are looked for only otherwise)."""
-    if among is not None:
-        own = [ep for ep in _own_entry_points() if ep.group == group]
-        if set(among) <= {ep.name for ep in own}:
-            return own
-    return [ep for g, ep in _all_entry_points() if g == group]
-
-
-def rescan() -> None:
-    """Read the installed entry points again at the next discovery (a reload may follow an
-    installation)."""
-    _own_entry_points.cache_clear()
-    _all_entry_points.cache_clear()
-
-
 def entry_point_names(group: str = GROUP, among: Optional[Collection[str]] = None) -> list[str]:
     """Names registered in an entry point group, without loading them (with ``among``: enough
     of them to tell which of ``among`` are registered)."""
-    return sorted({ep.name for ep in _entry_points(group, among)})
+    return sorted({ep.name for ep in entrypoints.entry_points(group, among)})
 
 
 def discover(
@@ -175,7 +69,7 @@ def discover(
     no concrete ``base`` subclass of its own name, is broken."""
     found: dict[str, Any] = {}
     broken: list[Broken] = []
-    for ep in sorted(_entry_points(group, names), key=lambda e: e.name):
+    for ep in sorted(entrypoints.entry_points(group, names), key=lambda e: e.name):
         if names is not None and ep.name not in names:
             continue
         try:
@@ -192,6 +86,24 @@ def discover(
             continue
         found[ep.name] = cls
     return found, broken
+
+
+def make_backend(config: Config) -> Backend:
+    """The backend ``[cluster] backend`` names (entry point group ``hma.backends``),
+    configured from its own section; ``ConfigError`` when it cannot be loaded."""
+    from hma.config.schema import ConfigError
+    from hma.contracts.cluster import GROUP as BACKENDS
+    from hma.contracts.cluster import Backend
+
+    name = str(config.section("cluster")["backend"])
+    classes, broken = discover(BACKENDS, Backend, [name])
+    if name not in classes:
+        why = next((b.error for b in broken if b.name == name), "not installed")
+        raise ConfigError([f"cluster.backend: {name!r}: {why}"])
+    backend: Backend = classes[name](
+        config.section(name), str(config.section("recovery")["label_field"])
+    )
+    return backend
 
 
 def broken_finding(item: Broken) -> Finding:

@@ -17,12 +17,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from hma.config.schema import Config, ConfigError
+from hma.config.schema import ConfigError
 from hma.contracts.alert import Alert
-from hma.contracts.cluster import GROUP, Backend, NodeState
+from hma.contracts.cluster import Backend, NodeState
 from hma.contracts.model import Severity
 from hma.contracts.probe import NodeFacts
-from hma.detection.registry import discover
+from hma.detection.registry import make_backend
 from hma.detection.setup import Setup
 from hma.health.model import Verdict
 from hma.health.store import Store
@@ -38,17 +38,6 @@ from hma.remediation.requeue import AutoResume
 from hma.remediation.worker import Worker
 
 MAX_ROWS_SHOWN = 20
-
-
-def make_backend(config: Config) -> Backend:
-    """The backend ``[cluster] backend`` names (entry point group ``hma.backends``),
-    configured from its own section; ``ConfigError`` when it cannot be loaded."""
-    name = str(config.section("cluster")["backend"])
-    classes, broken = discover(GROUP, Backend, [name])
-    if name not in classes:
-        why = next((b.error for b in broken if b.name == name), "not installed")
-        raise ConfigError([f"cluster.backend: {name!r}: {why}"])
-    return classes[name](config.section(name), str(config.section("recovery")["label_field"]))
 
 
 def reset_alert(request: dict[str, Any], who: str, done: dict[str, Any], now: float) -> Alert:

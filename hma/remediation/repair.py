@@ -6,14 +6,15 @@ them.
 Remediation knows what a GPU reset is for (the first rung of the repair ladder), not how one is
 done: a hardware family registers it in entry point group ``hma.repairs`` (the NVIDIA family's
 ``gpu_reset``, a factory taking the ``[recovery]`` command and timeout), loaded through
-``importlib.metadata`` when the first reset is carried out.
+``hma.adapters.entrypoints`` when the first reset is carried out.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Callable, Optional, Protocol, Sequence
+from typing import Callable, Optional, Protocol, Sequence
 
+from hma.adapters import entrypoints
 from hma.contracts.cluster import Backend, NodeState, Reboots, Replaces
 from hma.remediation import hooks
 from hma.remediation.facts import EngineView
@@ -45,24 +46,9 @@ class GpuResetter(Protocol):
         """Reset ``component``: (whether it worked, its output or why it failed)."""
 
 
-def load(name: str) -> Any:
-    """The object entry point ``name`` of ``GROUP`` names; ``LookupError`` when none does."""
-    from importlib import metadata
-
-    eps: Any = metadata.entry_points()
-    found = (
-        eps.select(group=GROUP, name=name)
-        if hasattr(eps, "select")
-        else [ep for ep in eps.get(GROUP, ()) if ep.name == name]  # Python 3.9
-    )
-    for ep in found:
-        return ep.load()
-    raise LookupError(f"no {name} in entry point group {GROUP} (is hma installed?)")
-
-
 def gpu_reset(command: Sequence[str], timeout: float) -> GpuResetter:
     """The installed GPU reset, running ``command`` within ``timeout`` seconds."""
-    factory = load("gpu_reset")
+    factory = entrypoints.load(GROUP, "gpu_reset")
     resetter: GpuResetter = factory(tuple(command), timeout)
     return resetter
 

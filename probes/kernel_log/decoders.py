@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import abc
 import functools
-import sys
 from typing import Any, Mapping, Optional
 
+from hma.adapters import entrypoints
 from hma.contracts.model import Finding, Severity, gpu_component
 
 GROUP = "hma.kernel_log.decoders"
@@ -46,7 +46,7 @@ class Decoder(abc.ABC):
 def load(kind: str) -> Decoder:
     """The decoder registered as ``kind``; raises ``LookupError`` when none is, ``ValueError``
     when it does not load."""
-    ep = _entry_point(kind)
+    ep = entrypoints.find(GROUP, kind)
     if ep is None:
         raise LookupError(kind)
     try:
@@ -56,25 +56,6 @@ def load(kind: str) -> Decoder:
     if not (isinstance(cls, type) and issubclass(cls, Decoder)):
         raise ValueError(f"decoder {kind}: {ep.value} is not a {__name__}.Decoder subclass")
     return cls()
-
-
-def _entry_point(kind: str) -> Any:
-    """The entry point of decoder ``kind``: hma's own (one small file) before a scan of every
-    distribution's; None when none registers it."""
-    from importlib import metadata  # only where a rule names a decoder
-
-    try:
-        own = list(metadata.distribution("hma").entry_points)
-    except metadata.PackageNotFoundError:
-        own = []
-    for ep in own:
-        if ep.group == GROUP and ep.name == kind:
-            return ep
-    if sys.version_info >= (3, 10):
-        others = list(metadata.entry_points(group=GROUP))
-    else:  # pragma: no cover - Python 3.9: a mapping of groups
-        others = list(metadata.entry_points().get(GROUP, ()))
-    return next((ep for ep in others if ep.name == kind), None)
 
 
 @functools.lru_cache(maxsize=4096)

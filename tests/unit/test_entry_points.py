@@ -11,6 +11,7 @@ from typing import Any, Iterator
 import pytest
 
 from hma import assembly
+from hma.adapters import entrypoints
 from hma.detection import registry
 
 
@@ -30,9 +31,9 @@ def path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     second.mkdir()
     monkeypatch.syspath_prepend(str(second))
     monkeypatch.syspath_prepend(str(first))
-    registry.rescan()
+    entrypoints.rescan()
     yield tmp_path
-    registry.rescan()
+    entrypoints.rescan()
 
 
 @pytest.mark.parametrize(
@@ -60,8 +61,8 @@ def test_third_party_entry_points(
 
     monkeypatch.setattr(metadata.Distribution, "at", staticmethod(counted))
     third = [
-        (group, ep.name, ep.value)
-        for group, ep in registry._all_entry_points()
+        (ep.group, ep.name, ep.value)
+        for ep in entrypoints.installed()
         if ep.value.startswith(("hma_extra", "m:"))
     ]
     assert third == found
@@ -105,3 +106,29 @@ def test_plugin_names_load_imports(
     raw: dict[str, Any], only: Any, remediates: bool, expected: Any
 ) -> None:
     assert assembly._plugin_names(raw, only, remediates) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "parsed"),
+    [
+        ("[hma.probes]\na = m:A\n", [("hma.probes", "a", "m:A")]),
+        ("[ hma.probes ]\n  a=m:A.b  \n", [("hma.probes", "a", "m:A.b")]),
+        ("a = m:A\n[hma.probes]\n", []),  # before any group: not an entry point
+        ("[hma.probes]\n# a = m:A\n; b = m:B\n\n", []),  # comments and blank lines
+        (
+            "[hma.probes]\na = m:A\n[hma.repairs]\nr = n:R\n",
+            [("hma.probes", "a", "m:A"), ("hma.repairs", "r", "n:R")],
+        ),
+    ],
+)
+def test_parse_entry_points_txt(text: str, parsed: list[Any]) -> None:
+    assert [(ep.group, ep.name, ep.value) for ep in entrypoints.parse(text)] == parsed
+
+
+def test_one_by_name_hma_s_own_first_then_the_first_on_the_path(path: Path) -> None:
+    dist(path / "first", "hma_shadow", "[hma.repairs]\ngpu_reset = elsewhere:R\nx = mod:X\n")
+    assert entrypoints.find("hma.repairs", "gpu_reset").value == "hma.probes.nvidia.reset:GpuReset"
+    assert entrypoints.find("hma.repairs", "x").value == "mod:X"
+    assert entrypoints.find("hma.repairs", "none") is None
+    with pytest.raises(LookupError):
+        entrypoints.load("hma.repairs", "none")

@@ -12,10 +12,10 @@ from typing import Iterator
 import pytest
 
 from hma import assembly
+from hma.adapters import entrypoints
 from hma.config.schema import ConfigError
 from hma.contracts.cluster import NodeState
 from hma.contracts.options import Option
-from hma.detection import registry
 from hma.health.model import Verdict
 from hma.health.store import Store
 from hma.remediation.engine import Remediator
@@ -29,11 +29,11 @@ PLUGINS = Path(__file__).resolve().parent.parent / "plugins"
 @pytest.fixture
 def plugins(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.syspath_prepend(str(PLUGINS))
-    registry.rescan()
+    entrypoints.rescan()
     yield
     monkeypatch.undo()
     sys.modules.pop("hma_testbackend", None)
-    registry.rescan()
+    entrypoints.rescan()
 
 
 def config(tmp: Path, *lines: str) -> Path:
@@ -253,3 +253,42 @@ def test_texts_by_name(
     after = before.with_field(name, text)
     assert after.texts == want and after.field(name) == text and before.texts == texts
     assert NodeState("n1", "idle", texts=texts).field("absent") == ""
+
+
+def test_commands_reach_the_configured_backend(tmp_path: Path, plugins: None) -> None:
+    """`hma maintenance` marks the node through the backend `[cluster] backend` names."""
+    from hma.commands import common, maintenance
+    from hma.contracts.maintenance import Maintenance
+
+    memory = assembly.load(str(config(tmp_path, "[cluster]", 'backend = "memory"')))
+    assert type(common.scheduler(memory)).__name__ == "MemoryBackend"
+    window = Maintenance(since=time.time(), until=None, who="root", reason="")
+    assert maintenance.mark_in_slurm(memory, window) == "marked in Slurm (m1 extra)"
+    slurm = assembly.load(str(config(tmp_path, "[slurm]", "enabled = false")))
+    assert type(common.scheduler(slurm)).__name__ == "SlurmBackend"
+    assert (
+        maintenance.mark_in_slurm(slurm, window) == "not marked in Slurm (Slurm is not used here)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "code"),
+    [
+        (["fleet"], 3),
+        (["topology", "--check"], 2),
+        (["deep-check", "run", "n[1-2]"], 3),
+        (["job-env"], 2),
+        (["srun", "true"], 2),
+    ],
+)
+def test_slurm_only_commands_refuse_another_backend(
+    tmp_path: Path, plugins: None, capsys: pytest.CaptureFixture[str], argv: list[str], code: int
+) -> None:
+    """What only Slurm has comes from the configured backend; with another, the command says so
+    and exits with its code for an invalid configuration."""
+    from hma import cli
+
+    path = config(tmp_path, "[cluster]", 'backend = "memory"')
+    assert cli.main(["--config", str(path), *argv]) == code
+    err = capsys.readouterr().err
+    assert "cluster.backend: 'memory' is not Slurm: this command needs the Slurm backend" in err
