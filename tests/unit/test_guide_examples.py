@@ -14,6 +14,7 @@ from typing import Any, Iterator
 import pytest
 
 from hma import assembly
+from hma.adapters import entrypoints
 from hma.contracts import cluster, reporter
 from hma.contracts.alert import Alert
 from hma.contracts.model import Severity
@@ -48,13 +49,13 @@ def install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
         (dist / "entry_points.txt").write_text(f"[{group}]\n{name} = {module}:{cls}\n")
         monkeypatch.syspath_prepend(str(site))
         installed.append(module)
-        registry.rescan()
+        entrypoints.rescan()
 
     yield put
     monkeypatch.undo()
     for module in installed:
         sys.modules.pop(module, None)
-    registry.rescan()
+    entrypoints.rescan()
 
 
 def test_reporter_example_loads_and_appends_alerts(tmp_path: Path, install: Any) -> None:
