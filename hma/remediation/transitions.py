@@ -26,38 +26,32 @@ from hma.remediation.planner import (
 
 
 @dataclass(frozen=True)
-class Done:
-    """The step is done (or was in effect already); the episode stays as it is."""
+class _Noted:
+    """An outcome that carries only its note: the class says what happened. Each kind below
+    is a plain subclass (equal only to its own kind, shown by its own name): one dataclass
+    built at import instead of seven, which the health check pays for at every start."""
 
     note: str = ""
 
 
-@dataclass(frozen=True)
-class Skipped:
+class Done(_Noted):
+    """The step is done (or was in effect already); the episode stays as it is."""
+
+
+class Skipped(_Noted):
     """The step is not needed any more (or cannot be done); the episode stays as it is."""
 
-    note: str
 
-
-@dataclass(frozen=True)
-class Held:
+class Held(_Noted):
     """A rule holds the step (maintenance, a missing capability, the reboot rate, a hold)."""
 
-    note: str
 
-
-@dataclass(frozen=True)
-class HeldByBreaker:
+class HeldByBreaker(_Noted):
     """The circuit breaker holds the step: too many nodes are out already."""
 
-    note: str
 
-
-@dataclass(frozen=True)
-class Failed:
+class Failed(_Noted):
     """The step failed with a reason (retried with backoff)."""
-
-    note: str
 
 
 @dataclass(frozen=True)
@@ -77,18 +71,12 @@ class Adopted:
     note: str = ""
 
 
-@dataclass(frozen=True)
-class NotOwned:
+class NotOwned(_Noted):
     """Someone else holds the node out of scheduling: labelled only."""
 
-    note: str
 
-
-@dataclass(frozen=True)
-class Undone:
+class Undone(_Noted):
     """A drain beyond the breaker's limit was resumed: the drain is decided again."""
-
-    note: str
 
 
 @dataclass(frozen=True)
