@@ -23,7 +23,7 @@ from hma.health.pipeline import Applied, Pipeline
 from hma.health.store import Store
 from hma.remediation.engine import Remediator
 from hma.reporters import start_reporters
-from hma.reporters.statusfile import Snapshot, StatusReporter
+from hma.reporters.status import Snapshot, StatusReporter
 
 log = logging.getLogger("hma")
 

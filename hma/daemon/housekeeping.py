@@ -14,7 +14,7 @@ from hma.contracts.model import Clears, Finding, ProbeRun, RunStatus
 from hma.health import history
 from hma.health.model import HealthModel
 from hma.health.store import RETRY_MIN_S, Store
-from hma.reporters.statusfile import StatusReporter
+from hma.reporters.status import StatusReporter
 
 log = logging.getLogger("hma")
 

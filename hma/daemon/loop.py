@@ -6,7 +6,7 @@ status file, the state store, reporters and remediation see each change at once.
 happen in their own threads or worker processes (the scheduler, hma.detection.scheduler); a stuck
 probe never delays the loop or the watchdog, which is pinged only from the loop itself. The
 event sources run in threads of their own (hma.detection.sources), operator requests are applied
-by hma.daemon.operator, and the status reporter (hma.reporters.statusfile) builds status.json
+by hma.daemon.operator, and the status reporter (hma.reporters.status) builds status.json
 from the snapshot the loop hands it.
 """
 
@@ -39,7 +39,7 @@ from hma.health.model import HealthModel
 from hma.health.pipeline import Pipeline, open_store
 from hma.health.store import Store
 from hma.remediation.planner import VERIFY_PROBE
-from hma.reporters import statusfile
+from hma.reporters import status, statusfile
 from hma.topology import domain
 
 log = logging.getLogger("hma")
@@ -146,9 +146,7 @@ class Daemon:
         # from memory: a full or failing disk never stops detection or remediation
         # (hma.health.store)
         self.store = open_store(self.setup, memory=True)
-        self.status = statusfile.StatusReporter(
-            statusfile.status_path(agent["run_dir"]), HEARTBEAT_S
-        )
+        self.status = status.StatusReporter(statusfile.status_path(agent["run_dir"]), HEARTBEAT_S)
         self.boot_id = statusfile.boot_id(self.setup.config.section("paths")["procfs"])
         # alerts of the pipeline go to the reporters (self.effects, made next)
         self.pipeline = Pipeline(
@@ -365,14 +363,14 @@ class Daemon:
 
     # --- what the status reporter is handed -----------------------------------------------------
 
-    def snapshot(self) -> statusfile.Snapshot:
+    def snapshot(self) -> status.Snapshot:
         """The node's state now, for the status reporter (docs/status.md)."""
         now = self.clock()
         verdict = self.model.verdict(now)
         mono = time.monotonic()
         summaries = self.scheduler.summaries()
         probes = tuple(
-            statusfile.ProbeStatus(
+            status.ProbeStatus(
                 name, state.last, now + max(0.0, state.next_due - mono), summaries[name]
             )
             for name, state in sorted(self.scheduler.probes.items())
@@ -383,7 +381,7 @@ class Daemon:
             key=lambda f: (not f.active, -f.severity.rank, f.component, f.code),
         )
         remediation = self.effects.remediation_status()
-        return statusfile.Snapshot(
+        return status.Snapshot(
             node=self.setup.node_name,
             boot_id=self.boot_id,
             started=self.started,
@@ -409,6 +407,6 @@ class Daemon:
 
     def _status_line(self) -> str:
         verdict = self.model.verdict(self.clock())
-        return statusfile.status_line(
+        return status.status_line(
             str(verdict.severity), len(verdict.faults), len(self.scheduler.probes)
         )

@@ -21,6 +21,7 @@ from hma.detection.sources import SourceSupervisor
 from hma.health import requests
 from hma.health.store import Store
 from hma.reporters import statusfile
+from hma.reporters.status import ProbeStatus, Snapshot, StatusReporter, document, status_line
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -43,7 +44,7 @@ RAN = ProbeRun("gpu", RunStatus.RAN, NOW - 3, 0.123456, (Finding("C", "gpu:0", "
 def test_a_probe_line_of_the_document(
     last: Optional[ProbeRun], status: str, last_run: Any, duration_s: Any, findings: int
 ) -> None:
-    line = statusfile.ProbeStatus("gpu", last, NOW + 29.96, {"domain": "d"}).to_json()
+    line = ProbeStatus("gpu", last, NOW + 29.96, {"domain": "d"}).to_json()
     assert line == {
         "name": "gpu",
         "status": status,
@@ -56,8 +57,8 @@ def test_a_probe_line_of_the_document(
     }
 
 
-def _snapshot(maintenance: Optional[dict[str, Any]]) -> statusfile.Snapshot:
-    return statusfile.Snapshot(
+def _snapshot(maintenance: Optional[dict[str, Any]]) -> Snapshot:
+    return Snapshot(
         node="n1",
         boot_id="b",
         started=NOW - 60,
@@ -67,7 +68,7 @@ def _snapshot(maintenance: Optional[dict[str, Any]]) -> statusfile.Snapshot:
         active=1,
         instance_type="p5.48xlarge",
         topology={"domain": "", "source": ""},
-        probes=(statusfile.ProbeStatus("gpu", None, NOW, None),),
+        probes=(ProbeStatus("gpu", None, NOW, None),),
         faults=({"code": "C"},),
         remediation={"enabled": False},
         maintenance=maintenance,
@@ -78,7 +79,7 @@ def _snapshot(maintenance: Optional[dict[str, Any]]) -> statusfile.Snapshot:
     ("maintenance", "last_key"), [(None, "remediation"), ({"until": 1.0}, "maintenance")]
 )
 def test_the_document_of_a_snapshot(maintenance: Any, last_key: str) -> None:
-    doc = statusfile.document(_snapshot(maintenance), 15.0)
+    doc = document(_snapshot(maintenance), 15.0)
     assert list(doc)[:6] == ["schema", "version", "node", "hostname", "pid", "boot_id"]
     assert list(doc)[-1] == last_key
     assert (doc["severity"], doc["action"], doc["heartbeat_s"]) == ("critical", "reboot", 15.0)
@@ -93,18 +94,18 @@ def test_the_document_of_a_snapshot(maintenance: Any, last_key: str) -> None:
     ],
 )
 def test_the_status_line(args: tuple[str, int, int], line: str) -> None:
-    assert statusfile.status_line(*args) == line
+    assert status_line(*args) == line
 
 
 def test_the_status_reporter_writes_and_publishes(tmp_path: Path) -> None:
     published: list[dict[str, Any]] = []
     reporter = SimpleNamespace(name="r", publish=published.append)
-    status = statusfile.StatusReporter(tmp_path / "status.json", 15.0)
-    status.publish(_snapshot(None), [reporter])  # type: ignore[list-item]
+    writer = StatusReporter(tmp_path / "status.json", 15.0)
+    writer.publish(_snapshot(None), [reporter])  # type: ignore[list-item]
     assert json.loads((tmp_path / "status.json").read_text()) == statusfile.bounded(published[0])
-    status.publish(_snapshot(None), [reporter])  # type: ignore[list-item]
-    assert len(published) == 1 and status.error == ""  # unchanged: not written again
-    gone = statusfile.StatusReporter(tmp_path / "file" / "status.json", 15.0)
+    writer.publish(_snapshot(None), [reporter])  # type: ignore[list-item]
+    assert len(published) == 1 and writer.error == ""  # unchanged: not written again
+    gone = StatusReporter(tmp_path / "file" / "status.json", 15.0)
     (tmp_path / "file").write_text("")
     gone.publish(_snapshot(None), [])
     assert gone.error.startswith("FileExistsError")
@@ -300,10 +301,10 @@ def test_a_source_that_does_not_apply_or_is_off_never_runs(
 
 def test_state_write_failures_are_reported_when_they_change(tmp_path: Path) -> None:
     store = Store(str(tmp_path / "state.db"), memory=True)
-    status = statusfile.StatusReporter(tmp_path / "status.json", 15.0)
+    writer = StatusReporter(tmp_path / "status.json", 15.0)
     reports: list[ProbeRun] = []
     notifier = SimpleNamespace(watchdog_s=None)
-    house = Housekeeping(store, status, notifier, lambda: NOW, lambda: 30.0, reports.append)  # type: ignore[arg-type]
+    house = Housekeeping(store, writer, notifier, lambda: NOW, lambda: 30.0, reports.append)  # type: ignore[arg-type]
     try:
         for error, codes in [
             ("", None),  # nothing failed, nothing changed: no report
@@ -311,7 +312,7 @@ def test_state_write_failures_are_reported_when_they_change(tmp_path: Path) -> N
             ("OSError: still", None),  # the same path still fails: no new report
             ("", []),  # written again: the finding clears
         ]:
-            status.error = error
+            writer.error = error
             reports.clear()
             house.check_writes(NOW)
             if codes is None:
