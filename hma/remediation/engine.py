@@ -60,14 +60,14 @@ def reset_alert(request: dict[str, Any], who: str, done: dict[str, Any], now: fl
     )
 
 
-def reset_codes(setup: Setup) -> frozenset[str]:
-    """The catalogue's codes a GPU reset may clear (``reset_gpu = true``)."""
-    return frozenset(e.code for e in setup.catalogue if e.reset_gpu)
-
-
-def scheduler_codes(setup: Setup) -> frozenset[str]:
-    """The catalogue's codes of drains the scheduler made itself (``scheduler = true``)."""
-    return frozenset(e.code for e in setup.catalogue if e.scheduler)
+def marked_codes(setup: Setup) -> tuple[frozenset[str], frozenset[str]]:
+    """The catalogue's codes a GPU reset may clear (``reset_gpu = true``) and its codes of drains
+    the scheduler made itself (``scheduler = true``), in one pass over the catalogue."""
+    entries = list(setup.catalogue)
+    return (
+        frozenset(e.code for e in entries if e.reset_gpu),
+        frozenset(e.code for e in entries if e.scheduler),
+    )
 
 
 def boot_time(procfs: str) -> float:
@@ -104,8 +104,9 @@ class Remediator:
         self.procfs = str(setup.config.section("paths")["procfs"])
         self.store = store
         self.clock = clock
-        self.rec = options.Recovery.of(section, scheduler_codes(setup))
-        self.policy = Policy.of(section, reset_codes(setup), scheduler_codes(setup))
+        resettable, scheduler = marked_codes(setup)
+        self.rec = options.Recovery.of(section, scheduler)
+        self.policy = Policy.of(section, resettable, scheduler)
         self.backend = backend or make_backend(setup.config)
         self.enabled = self.backend.enabled
         self._lock = threading.Lock()  # taken to change ``_runs`` and ``_gpu_resets``
