@@ -46,6 +46,8 @@ class ProbeState:
     previous_ts: float = 0.0
     device_events: int = 0
     dispatched_events: int = 0  # device_events when the run in flight started
+    summary: Any = None  # the probe's digest of ``summary_of`` (status.json asks at each write)
+    summary_of: Any = None  # the snapshot ``summary`` was made from
 
 
 class Scheduler:
@@ -169,13 +171,19 @@ class Scheduler:
             state.next_due = min(state.next_due, time.monotonic())
 
     def summaries(self) -> dict[str, Any]:
-        """Each probe's digest of its last snapshot (e.g. the EFA mesh matrix), or None."""
+        """Each probe's digest of its last snapshot (e.g. the EFA mesh matrix), or None; made
+        once per snapshot (a summary is a function of the snapshot alone)."""
         return {name: self._summary(name, state) for name, state in self.probes.items()}
 
     def _summary(self, name: str, state: ProbeState) -> Any:
         if state.previous is None:
             return None
+        if state.summary_of is not state.previous:
+            state.summary, state.summary_of = self._digest(name, state.previous), state.previous
+        return state.summary
+
+    def _digest(self, name: str, snapshot: Any) -> Any:
         try:
-            return self.setup.probes[name].summary(state.previous)
+            return self.setup.probes[name].summary(snapshot)
         except Exception as exc:  # noqa: BLE001 - a bad summary must not break the status file
             return {"error": f"{type(exc).__name__}: {exc}"}

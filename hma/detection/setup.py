@@ -33,6 +33,11 @@ class Setup:
     broken: list[Broken] = field(default_factory=list)
     broken_in_use: tuple[Broken, ...] = ()  # those whose table the configuration enables
     exec_names: frozenset[str] = frozenset()  # executable (Nagios) probes among ``probes``
+    # (the DMI product name or None,) once read: firmware sets it at boot; a reload makes a new
+    # Setup
+    _dmi_product: Optional[tuple[Optional[str]]] = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     def enabled(self) -> list[str]:
         """Names of the enabled probes, sorted."""
@@ -48,10 +53,17 @@ class Setup:
         return self.config.section("agent")["node_name"] or os.uname().nodename.split(".")[0]
 
     def instance_type(self) -> Optional[str]:
-        """``[agent] instance_type``, else DMI product_name under the sysfs root."""
+        """``[agent] instance_type``, else DMI product_name under the sysfs root (read on the
+        first call only: it cannot change while the node runs, and every probe run and status
+        write asks)."""
         configured = self.config.section("agent")["instance_type"]
         if configured:
             return str(configured)
+        if self._dmi_product is None:
+            self._dmi_product = (self._read_product_name(),)
+        return self._dmi_product[0]
+
+    def _read_product_name(self) -> Optional[str]:
         try:
             return (
                 RootReader(self.config.section("paths")["sysfs"]).text("class/dmi/id/product_name")

@@ -17,6 +17,7 @@ from hma.contracts.source import MemoryKV
 from hma.daemon.housekeeping import STATE_PROBE, Housekeeping
 from hma.daemon.operator import OperatorRequests
 from hma.detection.scheduler import UNSUPPORTED_RECHECK_S, ProbeState, Scheduler
+from hma.detection.setup import Setup
 from hma.detection.sources import SourceSupervisor
 from hma.health import requests
 from hma.health.store import Store
@@ -111,6 +112,29 @@ def test_the_status_reporter_writes_and_publishes(tmp_path: Path) -> None:
     assert gone.error.startswith("FileExistsError")
 
 
+@pytest.mark.parametrize(
+    ("configured", "on_disk", "later", "answers"),
+    [
+        ("p5.48xlarge", "x", "y", ["p5.48xlarge", "p5.48xlarge"]),  # the file is never read
+        ("", "p5.48xlarge\n", "other\n", ["p5.48xlarge", "p5.48xlarge"]),  # read once
+        ("", None, "late\n", [None, None]),  # no DMI: none later either (a reload reads again)
+        ("", "\n", "late\n", [None, None]),
+    ],
+)
+def test_the_instance_type_is_read_once_per_setup(
+    tmp_path: Path, configured: str, on_disk: Optional[str], later: str, answers: list[Any]
+) -> None:
+    product = tmp_path / "class/dmi/id/product_name"
+    product.parent.mkdir(parents=True)
+    if on_disk is not None:
+        product.write_text(on_disk)
+    sections = {"agent": {"instance_type": configured}, "paths": {"sysfs": str(tmp_path)}}
+    setup = Setup(SimpleNamespace(section=sections.__getitem__), None, {})  # type: ignore[arg-type]
+    first = setup.instance_type()
+    product.write_text(later)
+    assert [first, setup.instance_type()] == answers
+
+
 # --- the probe scheduler ------------------------------------------------------------------------
 
 
@@ -119,8 +143,10 @@ class FakeProbe:
 
     def __init__(self, stands: bool = False) -> None:
         self.unsupported_stands = stands
+        self.digests = 0  # calls of summary
 
     def summary(self, snapshot: Any) -> Any:
+        self.digests += 1
         if snapshot == "bad":
             raise ValueError("no")
         return {"seen": snapshot}
@@ -177,6 +203,27 @@ def test_a_summary_never_raises(previous: Any, summary: Any) -> None:
     sched = _scheduler(_setup({"p": FakeProbe()}))
     sched.probes["p"] = ProbeState("p", None, 0.0, previous=previous)
     assert sched.summaries() == {"p": summary}
+
+
+@pytest.mark.parametrize(
+    ("snapshots", "digests"),
+    [
+        ([[1]], 1),  # asked at each status write: made once
+        ([[1], [2]], 2),  # a new snapshot: made again
+        ([[1], [1]], 2),  # an equal but new snapshot: made again (identity, not equality)
+        (["bad"], 1),  # a raising summary: its error kept, not retried
+    ],
+)
+def test_a_summary_is_made_once_per_snapshot(snapshots: list[Any], digests: int) -> None:
+    probe = FakeProbe()
+    sched = _scheduler(_setup({"p": probe}))
+    state = sched.probes["p"] = ProbeState("p", None, 0.0)
+    for snapshot in snapshots:
+        state.in_flight = True
+        assert sched.finish(state, ProbeRun("p", RunStatus.RAN, NOW, 0.0, snapshot=snapshot))
+        first = sched.summaries()
+        assert sched.summaries() == first
+    assert probe.digests == digests
 
 
 def test_dispatch_starts_what_is_due_and_says_when_the_next_is() -> None:
