@@ -73,7 +73,10 @@ def bench_remediator(cluster: SlurmCluster, tmp: Path, runs: int) -> list[float]
     from hma.contracts.model import Action, Clears
     from tests.integration.remediation_helpers import fault, make, verdict
 
-    rem, _store = make(tmp, cluster, "node1", {"resume_after": 0.0})
+    # every run is one remediation: without a high limit the 4th drain within the window is a
+    # repeat offender's, held for a human, and never resumed
+    options = {"resume_after": 0.0, "max_remediations": runs + 1}
+    rem, _store = make(tmp, cluster, "node1", options)
     out = []
     try:
         f = fault(action=Action.NONE, clears=Clears.OBSERVATION)
