@@ -49,6 +49,8 @@ from typing import Any, Optional, Sequence
 from hma.reporters.statusfile import pid_alive
 from tests import slurmchroot
 
+CRED_EXPIRE_S = 10  # slurm.conf AuthInfo cred_expire (see _write_files)
+
 PREFIX = "hma-slurm-"
 DAEMONS = ("munged", "slurmctld", "slurmd")
 ARRAY_SIZE = 1000  # jobs per held array (MaxArraySize is set one above)
@@ -361,11 +363,14 @@ class SlurmCluster:
         os.chmod(self.base, 0o755)
         ports = free_ports(len(self.nodes) + 1)
         self.ctld_port = ports[0]
+        # cred_expire also holds a requeued job back (BeginTime) for that long, 120 s by
+        # default: auto-resume tests wait for the requeued job to run again
+        expire = f"cred_expire={CRED_EXPIRE_S}"
         auth = (
-            f"AuthType=auth/munge\nAuthInfo=socket={self.base}/munge/munge.socket.2\n"
+            f"AuthType=auth/munge\nAuthInfo=socket={self.base}/munge/munge.socket.2,{expire}\n"
             "CryptoType=crypto/munge\n"
             if self.munge
-            else "AuthType=auth/none\nCredType=cred/none\n"
+            else f"AuthType=auth/none\nAuthInfo={expire}\nCredType=cred/none\n"
         )
         lines = [
             f"ClusterName=hma{self.runid}",
