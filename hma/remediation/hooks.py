@@ -34,6 +34,7 @@ def run_hook(
     reason, key = action
     verdict, domain = known
     findings = [f.to_json() for f in (verdict.draining if verdict is not None else ())]
+    taken = spare() if kind == "replace" else ""  # once: the file and the environment agree
     fd, path = tempfile.mkstemp(prefix="hma-findings-", suffix=".json")
     try:
         with os.fdopen(fd, "w") as fh:
@@ -45,7 +46,7 @@ def run_hook(
                     "jobs": list(ep.jobs) if ep else [],
                     "findings": findings,
                     "domain": domain,
-                    "spare": spare() if kind == "replace" else "",
+                    "spare": taken,
                 },
                 fh,
             )
@@ -57,7 +58,7 @@ def run_hook(
             HMA_ACTION_ID=key,
             HMA_FINDINGS_FILE=path,
             HMA_DOMAIN=domain,
-            HMA_SPARE=spare() if kind == "replace" else "",
+            HMA_SPARE=taken,
         )
         argv = list(rec.command(kind))
         result = CommandRunner().run(argv, rec.command_timeout, env=env)
