@@ -88,9 +88,10 @@ HISTORY = st.builds(
         st.lists(ENTRY, max_size=10),
     ),
 )
+MAINT = st.builds(lambda v: f"hma-maint={v}", NUMBER)  # the maintenance word, for fleet
 FIELD_TEXT = st.builds(
     lambda words, seps: "".join(w + s for w, s in zip(words, seps)),
-    st.lists(st.one_of(TOKEN, HISTORY, st.text(max_size=30)), max_size=5),
+    st.lists(st.one_of(TOKEN, HISTORY, MAINT, st.text(max_size=30)), max_size=5),
     st.lists(SEPARATORS, min_size=5, max_size=5),
 )
 
