@@ -372,3 +372,39 @@ def test_a_forged_label_on_another_node_never_resumes_this_one(
         assert rem.status()["breaker"]["held_nodes"] == ["node1", "node2"]
     finally:
         rem.close()
+
+
+def test_fleet_renders_every_node_whatever_one_label_holds(
+    fresh: SlurmCluster, tmp_path: Path
+) -> None:
+    """Issue 28: labels with ``t=nan``, ``t=inf``, ``t=1e300`` and a negative ``d=`` on three
+    nodes of the real Slurm: ``hma fleet`` and ``--json`` exit 0 and list every node, those three
+    with their label unreadable."""
+    import subprocess
+    import sys
+
+    from tests.integration.remediation_helpers import write_config
+
+    bad = {"node2": "t=nan", "node3": "t=1e300", "node4": "d=-1764410041.250"}
+    for name, field in bad.items():
+        fresh.scontrol("update", f"NodeName={name}", f"Extra=hma=unhealthy:GPU_XID_79:none,{field}")
+    fresh.scontrol("update", "NodeName=node1", "Extra=hma=unhealthy:GPU_XID_79:none,t=inf")
+    bad["node1"] = "t=inf"
+    cfg = write_config(tmp_path / "hma.toml", fresh, "node1")
+    outs = [
+        subprocess.run(
+            [sys.executable, "-m", "hma", "fleet", *args],
+            env={"PATH": "/usr/bin:/bin", "HMA_CONFIG": str(cfg)},
+            cwd=Path(__file__).resolve().parents[2],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        for args in (["--json"], [])
+    ]
+    assert [o.returncode for o in outs] == [0, 0], [o.stderr for o in outs]
+    rows = {r["node"]: r for r in json.loads(outs[0].stdout)["nodes"]}
+    assert set(rows) == set(bad) and all(r["label"] == "unreadable" for r in rows.values())
+    assert all(f"{name} " in outs[1].stdout for name in bad)
+    assert outs[1].stdout.count("label unreadable") == len(bad)
