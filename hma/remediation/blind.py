@@ -1,0 +1,113 @@
+"""A check that cannot check says so where the operator looks (docs/slurm.md, "A health check
+that cannot check").
+
+``hma healthcheck`` or ``hma run`` on a configuration that does not load marks the node
+``hma=blind:HMA_CONFIG_INVALID:none,c=agent,t=<since>`` in its label field (``hma fleet`` lists
+it blind), sends one journal entry (code ``HMA_CONFIG_INVALID``) and, with ``[healthcheck]
+on_error = "drain"``, drains the node (reason ``HMA: HMA_CONFIG_INVALID agent``). What it needs
+comes from what can be read of the configuration (hma.assembly.salvaged). A label of an open
+episode (``unhealthy``, ``recovered``) is left as it is: it carries what remediation takes up
+after a state loss. The first remediation engine that runs on a valid configuration lifts the
+mark (``lifted``, called by hma.remediation.facts with each node state read); a drain it made
+is then taken up and resumed by the usual rules of a drain found without a record.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional, Sequence
+
+from hma.config.schema import Config
+from hma.contracts import label as label_mod
+from hma.contracts.alert import Alert
+from hma.contracts.cluster import OWNED_PREFIX, Backend, BackendError, NodeState
+from hma.contracts.model import Severity
+from hma.reporters.journal import JournalReporter
+
+CODE = "HMA_CONFIG_INVALID"
+STATE = "blind"
+COMPONENT = "agent"
+REASON = f"{OWNED_PREFIX} {CODE} {COMPONENT}"
+MAX_ERRORS = 20  # errors carried in the journal entry's details
+
+
+def report(config: Config, errors: Sequence[str], command: str, now: float) -> list[str]:
+    """Tell journald and the cluster that ``command`` cannot check this node (its configuration
+    has ``errors``); ``config``: what could be read of it. Returns one line per place it could
+    not be told (the caller prints them); never raises."""
+    first = errors[0] if errors else "invalid configuration"
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    text = f"{command} cannot check this node: invalid configuration: {first}{more}"
+    journald = config.reporters.get("journald") or {}
+    if journald.get("enabled"):
+        reporter = JournalReporter(journald)
+        reporter.alert(
+            Alert(
+                "raised",
+                CODE,
+                COMPONENT,
+                Severity.WARNING,
+                text,
+                probe=command,
+                details={"command": command, "errors": list(errors[:MAX_ERRORS])},
+                ts=now,
+            )
+        )
+        reporter.close()
+    try:
+        _mark(config, now)
+    except Exception as exc:  # noqa: BLE001 - a backend that cannot be made or reached
+        return [f"{command}: cannot mark the node blind in the cluster: {exc}"]
+    return []
+
+
+def _mark(config: Config, now: float) -> None:
+    """Write the blind label (and drain, per ``on_error``) through the configured backend."""
+    from hma.detection.registry import make_backend
+
+    backend = make_backend(config)
+    if not backend.enabled:
+        return
+    name = _node_name(backend)
+    node = backend.node(name)
+    text = marked(node, backend.label_field, now)
+    drain = config.section("healthcheck")["on_error"] == "drain" and not node.out_of_service
+    if drain:
+        backend.drain(name, REASON, text)
+    elif text is not None:
+        backend.label(name, text)
+
+
+def _node_name(backend: Backend) -> str:
+    """This node's name: slurmd's ``SLURMD_NODENAME`` (HealthCheckProgram), the configured
+    one, or the one the backend finds."""
+    name = (
+        os.environ.get("SLURMD_NODENAME")
+        or backend.node_name_configured()
+        or backend.find_node_name()
+    )
+    if not name:
+        raise BackendError(backend.no_node)
+    return name
+
+
+def marked(node: NodeState, field: str, now: float) -> Optional[str]:
+    """The label field of ``node`` with the blind label (since ``now``, or since the blind
+    label it has); None when it stays as it is (marked already, or an episode's label)."""
+    text = node.field(field)
+    found = label_mod.find(text)
+    if found is not None and found.state != STATE:
+        return None
+    since = found.since if found is not None and found.since else now
+    new = label_mod.edit(text, label_mod.Label(STATE, CODE, "none", COMPONENT, since))
+    return None if new == text else new
+
+
+def lifted(node: NodeState, field: str) -> Optional[str]:
+    """The label field of ``node`` without a blind label, when it has one (a configuration
+    that loads again: the node is checked); None when there is none to lift."""
+    text = node.field(field)
+    found = label_mod.find(text)
+    if found is None or found.state != STATE:
+        return None
+    return label_mod.edit(text, None)
