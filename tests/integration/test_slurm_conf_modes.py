@@ -342,7 +342,7 @@ def test_a_bad_drop_in_shows_the_node_blind(
             30,
             "the blind label",
         )
-        assert any(r.startswith("3 ") for r in runs(folder))
+        cluster.wait(lambda: any(r.startswith("3 ") for r in runs(folder)), 30, "the run's end")
         node = shown(cluster)
         if on_error == "drain":
             assert "DRAIN" in node.get("State", ""), node

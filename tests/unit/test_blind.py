@@ -4,10 +4,13 @@ and ``hma run`` refusing an invalid configuration in journald and the unit's sta
 from __future__ import annotations
 
 import socket
+import sys
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hma.contracts import label
 from hma.contracts.cluster import NodeState
@@ -80,3 +83,75 @@ def test_run_refusing_a_configuration_tells_journald_and_systemd(
     assert "probes.system.interval" in entry["MESSAGE"]
     assert status.startswith("STATUS=refused to start: invalid configuration: ")
     assert "probes.system.interval" in status
+
+
+WORD = st.text(
+    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters=" \t\n\r\x0b\x0c"),
+    min_size=1,
+    max_size=12,
+).filter(lambda w: w.strip() == w and not w.startswith("hma=") and w.split() == [w])
+
+
+@settings(max_examples=200, deadline=None)
+@given(words=st.lists(WORD, max_size=5), now=st.floats(1.0, 4e9))
+def test_marking_and_lifting_touch_nothing_else(words: list[str], now: float) -> None:
+    """Whatever else the field holds: the blind label is added once, parsed back strictly as
+    blind, and lifting it gives the field back as it was."""
+    text = " ".join(words)
+    new = blind.marked(node(text), FIELD, now)
+    assert new is not None
+    token = label.find_token(new, label.PREFIX)
+    assert token is not None
+    found = label.parse_strict(token)
+    assert found is not None and (found.state, found.code) == ("blind", blind.CODE)
+    assert [w for w in new.split() if w != token] == text.split()
+    assert blind.marked(node(new), FIELD, now + 60) is None
+    assert blind.lifted(node(new), FIELD) == text
+
+
+PLUGINS = Path(__file__).resolve().parent.parent / "plugins"
+REC = {"dry_run": False, "policy": "automatic", "max_drained_percent": 50.0,
+       "max_drained_nodes": None}  # fmt: skip
+
+
+@pytest.fixture
+def memory(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """The tests' in-memory backend (tests/plugins/hma_testbackend.py): four nodes, me m1."""
+    monkeypatch.syspath_prepend(str(PLUGINS))
+    monkeypatch.delenv("SLURMD_NODENAME", raising=False)
+    from hma_testbackend import CoreBackend
+
+    yield CoreBackend({"nodes": ["m1", "m2", "m3", "m4"], "me": "m1"}, FIELD)
+    sys.modules.pop("hma_testbackend", None)
+
+
+@pytest.mark.parametrize(
+    ("on_error", "rec", "calls"),
+    [
+        ("note", REC, ["label"]),
+        ("drain", REC, ["drain"]),
+        ("drain", {**REC, "policy": "none"}, ["label"]),  # policy none: label only
+        ("drain", {**REC, "dry_run": True}, []),  # dry run: nothing changes in the cluster
+    ],
+)
+def test_on_error_drains_only_when_asked_and_allowed(
+    memory: Any, on_error: str, rec: dict[str, Any], calls: list[str]
+) -> None:
+    blind.mark(memory, on_error, rec, 1000.0)
+    assert [c[0] for c in memory.calls] == calls
+    if calls:
+        assert "hma=blind:HMA_CONFIG_INVALID:none" in memory.state["m1"].field(FIELD)
+    if calls == ["drain"]:
+        assert memory.state["m1"].reason == blind.REASON
+
+
+def test_the_breaker_holds_a_blind_drain(memory: Any) -> None:
+    """Two of four nodes held by hma already (the limit at 50 %): m1 is labelled, not drained,
+    and its label says why."""
+    for name in ("m2", "m3"):
+        memory.drain(name, "HMA: SITE_PROBE_CRITICAL site:fan")
+    memory.calls.clear()
+    blind.mark(memory, "drain", REC, 1000.0)
+    assert [c[0] for c in memory.calls] == ["label"]
+    assert "h=breaker" in memory.state["m1"].field(FIELD)
+    assert "DRAIN" not in memory.state["m1"].flags
