@@ -85,8 +85,10 @@ def _blind(config_file: Optional[str], errors: list[str]) -> None:
 
     readable = assembly.salvaged(config_file)
     _prepare_environment(readable.sections.get("slurm", {}))
+    guard = _guard(float(readable.section("healthcheck")["timeout"]))
     for line in blind.report(readable, errors, "hma healthcheck", time.time()):
         print(line, file=sys.stderr)
+    guard.cancel()
 
 
 def _wanted(raw: Mapping[str, Any]) -> list[str]:
@@ -144,6 +146,14 @@ def _give_up(seconds: float) -> None:
     os._exit(int(Severity.UNKNOWN))
 
 
+def _guard(limit: float) -> threading.Timer:
+    """The started timer that gives up after ``limit`` seconds (``_give_up``); cancel it."""
+    guard = threading.Timer(limit, _give_up, args=(limit,))
+    guard.daemon = True
+    guard.start()
+    return guard
+
+
 def bound_probes(setup: Any) -> list[str]:
     """Apply ``[healthcheck]`` to the loaded setup: the enabled probes to run (those in ``skip``
     left out) with every timeout cut to ``probe_timeout``, and each option that must stay below
@@ -185,9 +195,7 @@ def _standalone(setup: Any, now: float, quiet: bool) -> int:
 
     limit = float(setup.config.section("healthcheck")["timeout"])
     deadline = time.monotonic() + limit
-    guard = threading.Timer(limit, _give_up, args=(limit,))
-    guard.daemon = True
-    guard.start()
+    guard = _guard(limit)
     names = bound_probes(setup)
     skipped = _not_run(setup, names)
     store = open_store(setup)
