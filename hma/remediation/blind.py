@@ -2,15 +2,15 @@
 that cannot check").
 
 ``hma healthcheck`` or ``hma run`` on a configuration that does not load marks the node
-``hma=blind:HMA_CONFIG_INVALID:none,c=agent,t=<since>`` in its label field (``hma fleet`` lists
-it blind), sends one journal entry (code ``HMA_CONFIG_INVALID``) and, with ``[healthcheck]
-on_error = "drain"``, drains the node (reason ``HMA: HMA_CONFIG_INVALID agent``) within the
-circuit breaker (``h=breaker`` in the label when it holds the drain back). What it needs
-comes from what can be read of the configuration (hma.assembly.salvaged). A label of an open
-episode (``unhealthy``, ``recovered``) is left as it is: it carries what remediation takes up
-after a state loss. The first remediation engine that runs on a valid configuration lifts the
-mark (``lifted``, called by hma.remediation.facts with each node state read); a drain it made
-is then taken up and resumed by the usual rules of a drain found without a record.
+``hma=blind:HMA_CONFIG_INVALID:none,c=agent,t=<since>`` in its label field (``hma fleet`` lists it
+blind), sends one journal entry (code ``HMA_CONFIG_INVALID``) and, with ``[healthcheck] on_error =
+"drain"``, drains the node (reason ``HMA: HMA_CONFIG_INVALID agent``) within the circuit breaker
+(``h=breaker`` in the label when it holds the drain back). What it needs comes from what can be
+read of the configuration (hma.assembly.salvaged). A label of an open episode (``unhealthy``,
+``recovered``), or one that does not read, is left as it is: it carries what remediation takes up
+after a state loss. The first remediation engine that runs on a valid configuration lifts the mark
+(``lifted``, called by hma.remediation.facts with each node state read); a drain it made is then
+taken up and resumed by the usual rules of a drain found without a record.
 """
 
 from __future__ import annotations
@@ -123,10 +123,11 @@ def _node_name(backend: Backend) -> str:
 def marked(node: NodeState, field: str, now: float, held: str = "") -> Optional[str]:
     """The label field of ``node`` with the blind label (since ``now``, or since the blind
     label it has; ``held``: why a drain ``on_error`` asks for is held back); None when it stays
-    as it is (marked already, or an episode's label)."""
+    as it is (marked already, or another label: an episode's, or one that does not read)."""
     text = node.field(field)
     found = label_mod.find(text)
-    if found is not None and found.state != STATE:
+    token = label_mod.find_token(text, label_mod.PREFIX)
+    if token is not None and (found is None or found.state != STATE):
         return None
     since = found.since if found is not None and found.since else now
     lab = label_mod.Label(STATE, CODE, "none", COMPONENT, since, held=held)

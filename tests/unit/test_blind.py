@@ -18,6 +18,7 @@ from hma.remediation import blind
 from hma.reporters import journal
 
 FIELD = "extra"
+NOW = 1_800_000_000.0
 
 
 def node(text: str) -> NodeState:
@@ -25,22 +26,26 @@ def node(text: str) -> NodeState:
 
 
 def test_the_blind_label_is_written_once_and_keeps_its_time() -> None:
-    text = blind.marked(node("site=a"), FIELD, 1000.0)
-    assert text == "site=a hma=blind:HMA_CONFIG_INVALID:none,c=agent,t=1000"
+    text = blind.marked(node("site=a"), FIELD, NOW)
+    assert text == "site=a hma=blind:HMA_CONFIG_INVALID:none,c=agent,t=1800000000"
     found = label.parse_strict(text.split()[1])
     assert found is not None and found.state == "blind"
-    assert blind.marked(node(text), FIELD, 2000.0) is None  # marked already: no write
+    assert blind.marked(node(text), FIELD, NOW + 1000) is None  # marked already: no write
 
 
 def test_an_episode_label_is_left_as_it_is() -> None:
-    text = "hma=unhealthy:GPU_XID_79:reboot,c=gpu:0000:3b:00,t=5,r=1"
-    assert blind.marked(node(text), FIELD, 1000.0) is None
+    text = "hma=unhealthy:GPU_XID_79:reboot,c=gpu:0000:3b:00,t=1799990000,r=1"
+    assert blind.marked(node(text), FIELD, NOW) is None
     assert blind.lifted(node(text), FIELD) is None
+    unreadable = "hma=unhealthy:GPU_XID_79:reboot,t=5"  # a time out of bounds: left alone
+    assert blind.marked(node(unreadable), FIELD, NOW) is None
 
 
 def test_lifted_removes_only_the_blind_label() -> None:
-    text = "site=a hma=blind:HMA_CONFIG_INVALID:none,c=agent,t=1000 hmah=10:GPU_XID_79"
-    assert blind.lifted(node(text), FIELD) == "site=a hmah=10:GPU_XID_79"
+    text = (
+        "site=a hma=blind:HMA_CONFIG_INVALID:none,c=agent,t=1800000000 hmah=1799990000:GPU_XID_79"
+    )
+    assert blind.lifted(node(text), FIELD) == "site=a hmah=1799990000:GPU_XID_79"
     assert blind.lifted(node("site=a"), FIELD) is None
 
 
@@ -93,7 +98,7 @@ WORD = st.text(
 
 
 @settings(max_examples=200, deadline=None)
-@given(words=st.lists(WORD, max_size=5), now=st.floats(1.0, 4e9))
+@given(words=st.lists(WORD, max_size=5), now=st.floats(label.MIN_TIME, label.MAX_TIME - 3600))
 def test_marking_and_lifting_touch_nothing_else(words: list[str], now: float) -> None:
     """Whatever else the field holds: the blind label is added once, parsed back strictly as
     blind, and lifting it gives the field back as it was."""
@@ -137,7 +142,7 @@ def memory(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 def test_on_error_drains_only_when_asked_and_allowed(
     memory: Any, on_error: str, rec: dict[str, Any], calls: list[str]
 ) -> None:
-    blind.mark(memory, on_error, rec, 1000.0)
+    blind.mark(memory, on_error, rec, NOW)
     assert [c[0] for c in memory.calls] == calls
     if calls:
         assert "hma=blind:HMA_CONFIG_INVALID:none" in memory.state["m1"].field(FIELD)
@@ -151,7 +156,7 @@ def test_the_breaker_holds_a_blind_drain(memory: Any) -> None:
     for name in ("m2", "m3"):
         memory.drain(name, "HMA: SITE_PROBE_CRITICAL site:fan")
     memory.calls.clear()
-    blind.mark(memory, "drain", REC, 1000.0)
+    blind.mark(memory, "drain", REC, NOW)
     assert [c[0] for c in memory.calls] == ["label"]
     assert "h=breaker" in memory.state["m1"].field(FIELD)
     assert "DRAIN" not in memory.state["m1"].flags
