@@ -291,3 +291,14 @@ def load(
         ),
         exec_names=frozenset(exec_names),
     )
+
+
+def salvaged(config_file: Optional[str] = None) -> schema.Config:
+    """The configuration as far as it can be read, when ``load`` refused it: what ``hma
+    healthcheck`` and ``hma run`` need to say so (the cluster backend, ``[healthcheck]``,
+    ``[reporters.journald]``): each key that validates, defaults for the rest
+    (hma.config.schema.salvage). Never raises for the configuration's sake."""
+    read = files.read_layers(files.config_path(config_file))
+    broken: list[Broken] = []
+    full = schema_for({}, broken, catalogue.load_builtin())
+    return schema.salvage(files.merged(read[0])[0], full)

@@ -68,6 +68,7 @@ _VOLATILE_NUMBERS = (
     "first_seen",
     "last_seen",
     "updated",
+    "since",
     "pid",
     "free_percent",
     "inodes_free_percent",
@@ -485,11 +486,13 @@ def _open_writer(fifo: Path, proc: subprocess.Popen, log: Any) -> int:
 
 
 def _daemon_settled(doc: dict[str, Any]) -> bool:
-    """Every probe has a result and the end marker's fault is in the document."""
+    """Every probe has a result, every event source has left ``starting`` (a tree before
+    issue 28 shows none) and the end marker's fault is in the document."""
     probes = doc.get("probes") or []
     ran = probes and all(p.get("status") not in (None, "pending") for p in probes)
+    started = all(s.get("state") != "starting" for s in doc.get("sources") or [])
     marker = any(f.get("component") == "gpu:0000:ee:00" for f in doc.get("faults") or [])
-    return bool(ran and marker)
+    return bool(ran and started and marker)
 
 
 def _wait_for(

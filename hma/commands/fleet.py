@@ -110,7 +110,8 @@ def collect(
     return {"generated": time.time(), "nodes": rows, "partitions": parts}
 
 
-NOTES = {"recovered": "recovered", "unreadable": "label unreadable"}
+# blind: its health check cannot check (hma.remediation.blind)
+NOTES = {"recovered": "recovered", "unreadable": "label unreadable", "blind": "blind"}
 
 
 def render_text(doc: dict[str, Any]) -> str:
@@ -128,7 +129,7 @@ def render_text(doc: dict[str, Any]) -> str:
             note = ",".join(r["jobs"])
             if r["held"]:
                 note = (note + " " if note else "") + f"held: {r['held']}"
-            if r["label"] in ("recovered", "unreadable"):
+            if r["label"] in NOTES:
                 note = (note + " " if note else "") + NOTES[r["label"]]
             if r["repeat_offender"]:
                 note = (note + " " if note else "") + "repeat offender: needs hma reset"

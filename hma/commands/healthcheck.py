@@ -16,6 +16,11 @@ own run time (``[healthcheck]``).
   timeout is cut to ``probe_timeout``; after ``timeout`` seconds the process stops with exit 3
   (the outbox finishes unfinished actions on the next run, exactly once in effect).
 
+A configuration that does not load is a check that cannot check: besides exit 3 and its
+errors on stderr (both of which slurmd throws away), the node is labelled blind in its label
+field and a journal entry sent (drained too with ``[healthcheck] on_error = "drain"``):
+hma.remediation.blind.
+
 Exit code: the node's worst severity (0..3), like ``hma check``.
 """
 
@@ -65,9 +70,25 @@ def run(config_file: Optional[str] = None, quiet: bool = False) -> int:
     except ConfigError as exc:
         for line in exc.errors:
             print(f"hma healthcheck: {line}", file=sys.stderr)
+        _blind(config_file, exc.errors)
         return int(Severity.UNKNOWN)
     _prepare_environment(setup.config.section("slurm"))
     return _standalone(setup, time.time(), quiet)
+
+
+def _blind(config_file: Optional[str], errors: list[str]) -> None:
+    """The health check cannot check: say so where the controller and journald see it (the
+    node's label, a journal entry; a drain with ``[healthcheck] on_error = "drain"``), from
+    what can be read of the configuration (hma.remediation.blind)."""
+    from hma import assembly
+    from hma.remediation import blind
+
+    readable = assembly.salvaged(config_file)
+    _prepare_environment(readable.sections.get("slurm", {}))
+    guard = _guard(float(readable.section("healthcheck")["timeout"]))
+    for line in blind.report(readable, errors, "hma healthcheck", time.time()):
+        print(line, file=sys.stderr)
+    guard.cancel()
 
 
 def _wanted(raw: Mapping[str, Any]) -> list[str]:
@@ -125,6 +146,14 @@ def _give_up(seconds: float) -> None:
     os._exit(int(Severity.UNKNOWN))
 
 
+def _guard(limit: float) -> threading.Timer:
+    """The started timer that gives up after ``limit`` seconds (``_give_up``); cancel it."""
+    guard = threading.Timer(limit, _give_up, args=(limit,))
+    guard.daemon = True
+    guard.start()
+    return guard
+
+
 def bound_probes(setup: Any) -> list[str]:
     """Apply ``[healthcheck]`` to the loaded setup: the enabled probes to run (those in ``skip``
     left out) with every timeout cut to ``probe_timeout``, and each option that must stay below
@@ -166,9 +195,7 @@ def _standalone(setup: Any, now: float, quiet: bool) -> int:
 
     limit = float(setup.config.section("healthcheck")["timeout"])
     deadline = time.monotonic() + limit
-    guard = threading.Timer(limit, _give_up, args=(limit,))
-    guard.daemon = True
-    guard.start()
+    guard = _guard(limit)
     names = bound_probes(setup)
     skipped = _not_run(setup, names)
     store = open_store(setup)

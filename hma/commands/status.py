@@ -201,6 +201,7 @@ def render(
                 row += error.splitlines()[0][:200]
             lines.append(fit(row.rstrip(), terminal))
     lines.append("")
+    lines += _source_lines(doc.get("sources"), now, terminal)
 
     faults = doc.get("faults") or []
     active = sorted((f for f in faults if f.get("active", True)), key=_fault_order)
@@ -226,6 +227,27 @@ def render(
     lines.append("")
     lines += _remediation_lines(doc.get("remediation") or {}, now)
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _source_lines(sources: Any, now: float, terminal: Optional[int]) -> list[str]:
+    """The event sources' table: state, what each reads, since when and why (a document
+    written before sources were shown has none: no section)."""
+    if not isinstance(sources, list):
+        return []
+    rows = [s for s in sources if isinstance(s, Mapping)]
+    if not rows:
+        return ["Event sources: none enabled", ""]
+    width = max(5, *(len(_clean(s.get("name"))) for s in rows)) + 2
+    lines = [f"Event sources ({len(rows)}):"]
+    lines.append(f"  {'NAME':<{width}}{'STATE':<16}{'READS':<9}{'SINCE':<22}WHY")
+    for src in sorted(rows, key=lambda s: str(s.get("name"))):
+        row = (
+            f"  {_clean(src.get('name')):<{width}}{_clean(src.get('state', '?')):<16}"
+            f"{_clean(src.get('backend') or '-'):<9}{_when(src.get('since'), now):<22}"
+            f"{_clean(src.get('reason') or '')[:300]}"
+        )
+        lines.append(fit(row.rstrip(), terminal))
+    return [*lines, ""]
 
 
 def _maintenance_lines(doc: Any) -> list[str]:

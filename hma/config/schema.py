@@ -83,6 +83,13 @@ CORE_SECTIONS: dict[str, dict[str, Option]] = {
             ["efa_mesh"],
             "Probes `hma healthcheck` never runs without the daemon (reported not run, unknown).",
         ),
+        "on_error": Option(
+            "choice",
+            "note",
+            "When the configuration does not load (`hma healthcheck`, `hma run`): note (label "
+            "the node blind and send a journal entry) or drain (that, and drain the node).",
+            choices=("note", "drain"),
+        ),
     },
 }
 # The sections of the features (deep checks, topology, remediation) and of the cluster backends
@@ -307,6 +314,19 @@ def validate(raw: Mapping[str, Any], schema: Schema, files: Sequence[str] = ()) 
     if errors:
         raise ConfigError(errors)
     return Config(sections, probes, reporters, codes, list(files), sources, warnings)
+
+
+def salvage(raw: Mapping[str, Any], schema: Schema) -> Config:
+    """The configuration ``raw`` as far as it can be read, for saying that it cannot: every
+    section and reporter table with the keys that validate, defaults for the rest (no probe,
+    event source or code)."""
+    errors: list[str] = []
+    sections = {
+        name: _fill(name, raw.get(name, {}), options, errors)
+        for name, options in schema.sections.items()
+    }
+    reporters = _fill_group("reporters", raw.get("reporters", {}), schema.reporters, errors)
+    return Config(sections, {}, reporters, {})
 
 
 def _off_by_default(group: str, raw: Any, schemas: Mapping[str, Mapping[str, Option]]) -> list[str]:

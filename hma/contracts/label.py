@@ -5,7 +5,8 @@ Format (no spaces; fields after the first comma are optional and in any order)::
     hma=<state>:<CODE>:<action>,c=<component>,t=<since>,r=<reboots>,j=<job>+<job>,h=<held>
 
 ``state`` is ``unhealthy`` while a fault is active, ``recovered`` after a resume while reboots are
-still counted within the window (so that a node whose disk a reboot wiped still knows), ``t`` the
+still counted within the window (so that a node whose disk a reboot wiped still knows), ``blind``
+while a health check cannot check (an invalid configuration: hma.remediation.blind), ``t`` the
 unix time the fault was first seen, ``r`` the reboots for this fault within the window, ``j`` the
 jobs on the node when the fault hit (at most 8), ``h`` why an action is held (``breaker``,
 ``rate``, ``policy``, ``dry_run``, ``not_owned``, ``maintenance``, ``unsupported``: the backend
@@ -75,7 +76,7 @@ MIN_TIME = 1_000_000_000.0  # 2001-09-09: before any label hma wrote
 MAX_TIME = 4_102_444_800.0  # 2100-01-01
 SKEW = 300.0
 
-STATES = ("unhealthy", "recovered")
+STATES = ("unhealthy", "recovered", "blind")
 ACTIONS = ("none", "reboot", "replace")
 _CODE = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
 _HEAD = re.compile(r"[^\s,:]{1,64}")

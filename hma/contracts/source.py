@@ -20,6 +20,9 @@ from hma.contracts.model import Finding
 from hma.contracts.options import Option
 
 GROUP = "hma.sources"
+# An event source's states as the daemon shows them (status.json ``sources``, the
+# ``hma_source_state`` metric; docs/status.md)
+STATES = ("starting", "running", "blind", "not-applicable", "restarting", "failed")
 
 
 class KeyValue(Protocol):
@@ -47,9 +50,16 @@ class MemoryKV:
         self.data[key] = value
 
 
+def untold(backend: str, reason: str = "", blind: bool = False) -> None:
+    """``SourceContext.started`` where nobody listens (one-shot commands, tests)."""
+
+
 @dataclass
 class SourceContext:
-    """What the core hands an event source."""
+    """What the core hands an event source. ``started(backend, reason, blind)``: the source
+    tells what it reads (``kmsg``, ``journal``, ``nvml``), why that one when there was a choice
+    (``reason``), and whether it reads nothing it is for (``blind``, ``reason`` says why); again
+    when that changes. The daemon shows it (status.json ``sources``)."""
 
     options: Mapping[str, Any]
     sysfs: RootReader
@@ -58,6 +68,7 @@ class SourceContext:
     boot_id: str
     kv: KeyValue = field(default_factory=MemoryKV)  # cursors survive restarts through this
     stop: threading.Event = field(default_factory=lambda: StopEvent())
+    started: Callable[..., None] = untold
 
 
 class StopEvent(threading.Event):
@@ -101,6 +112,11 @@ class EventSource:
         """Catalogue entries this source declares from its configuration (the ``SITE_`` codes of
         site rule files); ``CatalogueError``/``ValueError`` for a broken declaration. None here."""
         return []
+
+    def blind_finding(self, ctx: SourceContext, reason: str) -> Optional[Finding]:
+        """The finding to raise while this source cannot read what it is for here (it does not
+        apply, or reads nothing: ``reason``); None (the default): nothing beyond its state."""
+        return None
 
     def run(self, ctx: SourceContext, emit: Callable[[Finding], None]) -> None:
         """Block, calling ``emit`` per finding, until ``ctx.stop`` is set. Exceptions are

@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from typing import Optional
 
+from hma import assembly
 from hma.adapters import logs
+from hma.adapters.notify import Notifier
 from hma.config.schema import EX_CONFIG, ConfigError
 from hma.daemon import lock
 from hma.daemon.loop import Daemon
 from hma.health.store import StateError
+from hma.remediation import blind
 
 log = logging.getLogger("hma")
 
@@ -32,6 +36,7 @@ def main(config_file: Optional[str], log_level: Optional[str] = None) -> int:
     except ConfigError as exc:
         for line in exc.errors:
             print(line, file=sys.stderr)
+        refused(config_file, exc.errors)
         return EX_CONFIG
     except StateError as exc:
         log.error("state folder unusable: %s", exc)
@@ -40,3 +45,11 @@ def main(config_file: Optional[str], log_level: Optional[str] = None) -> int:
         log.error("%s", exc)
         return lock.EX_RUNNING
     return daemon.run()
+
+
+def refused(config_file: Optional[str], errors: list[str]) -> None:
+    """``hma run`` refuses an invalid configuration: say so in the unit's status (``STATUS=``),
+    journald and the node's label field (hma.remediation.blind), from what can be read."""
+    Notifier().send(STATUS=f"refused to start: invalid configuration: {errors[0]}"[:400])
+    for line in blind.report(assembly.salvaged(config_file), errors, "hma run", time.time()):
+        log.error("%s", line)

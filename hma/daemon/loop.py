@@ -395,6 +395,7 @@ class Daemon:
             faults=tuple(f.to_json() for f in faults),
             remediation=remediation,
             maintenance=window.to_json(now) if window is not None else None,
+            sources=tuple(s.to_json() for s in self.sources.states()),
         )
 
     def topology(self, summaries: Optional[Mapping[str, Any]] = None) -> dict[str, str]:

@@ -1,6 +1,7 @@
 """The node facts: what the engine knows of its node (``Known``), and the thread that keeps it
 fresh (``Facts``): the node's state and jobs, read from the cluster backend for probes and
-decisions, and the node's NVLink domain, published in its label field when it changes."""
+decisions, and the node's NVLink domain, published in its label field when it changes; a blind
+label left by a run on an invalid configuration is lifted (hma.remediation.blind)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any, Callable, Optional, Protocol
 
 from hma.contracts.cluster import Backend, BackendError, NodeState, RequeuesJobs
 from hma.health.model import Verdict
+from hma.remediation import blind
 from hma.remediation.requeue import AutoResume
 from hma.topology import domain as topology_domain
 
@@ -150,7 +152,7 @@ class Facts:
             name = self.known.now.node_name or self.backend.find_node_name()
             if name is None:
                 raise BackendError(self.backend.no_node)
-            node = self.backend.node(name)
+            node = self._lift_blind(self.backend.node(name))
         except BackendError as exc:
             return self._failed(exc)
         self.seed(node)  # before a plan can see the node
@@ -159,6 +161,16 @@ class Facts:
         if old.node_name is None:
             self.first()
         return ok
+
+    def _lift_blind(self, node: NodeState) -> NodeState:
+        """``node`` without the blind label a run on an invalid configuration left: this engine
+        runs on a valid one (one write, only when there is a label to lift)."""
+        text = blind.lifted(node, self.backend.label_field)
+        if text is None or self.dry_run:
+            return node
+        self.backend.label(node.name, text)
+        log.info("lifted the blind label of %s: the configuration loads again", node.name)
+        return node.with_field(self.backend.label_field, text)
 
     def _failed(self, exc: BackendError) -> bool:
         self.known.set(facts_ok=False, facts_error=str(exc))

@@ -20,6 +20,7 @@ from hma.contracts.alert import ALERT_KINDS, Alert
 from hma.contracts.model import Action, Severity
 from hma.contracts.options import Option
 from hma.contracts.reporter import Reporter
+from hma.contracts.source import STATES as SOURCE_STATES
 
 DEFAULT_TEXTFILE = "/var/lib/prometheus/node-exporter/hma.prom"  # Debian's textfile folder
 
@@ -117,6 +118,13 @@ FAMILIES: tuple[Family, ...] = (
         ("probe",),
     ),
     Family("hma_probe_findings", "gauge", "Findings of the probe's last run.", ("probe",)),
+    Family(
+        "hma_source_state",
+        "gauge",
+        "Event source state, one-hot: starting, running, blind (reads nothing it is for),"
+        " not-applicable, restarting or failed.",
+        ("source", "state"),
+    ),
     Family(
         "hma_actions",
         "gauge",
@@ -223,6 +231,12 @@ def samples(status: Mapping[str, Any], tally: Optional[Tally] = None) -> Rows:
         out["hma_probe_duration_seconds"].append((labels, float(probe.get("duration_s") or 0.0)))
         out["hma_probe_last_run_timestamp_seconds"].append((labels, float(probe["last_run"])))
         out["hma_probe_findings"].append((labels, float(probe.get("findings") or 0)))
+
+    for source in status.get("sources") or []:
+        name, state = str(source.get("name", "")), str(source.get("state", ""))
+        out["hma_source_state"] += [
+            ({"source": name, "state": s}, 1.0 if s == state else 0.0) for s in SOURCE_STATES
+        ]
 
     remediation = status.get("remediation") or {}
     counts = Counter(

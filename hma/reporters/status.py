@@ -65,6 +65,7 @@ class Snapshot:
     faults: tuple[Mapping[str, Any], ...]
     remediation: Mapping[str, Any]
     maintenance: Optional[Mapping[str, Any]] = None
+    sources: tuple[Mapping[str, Any], ...] = ()  # the event sources' states, by name
 
 
 def document(snapshot: Snapshot, heartbeat_s: float) -> dict[str, Any]:
@@ -84,6 +85,7 @@ def document(snapshot: Snapshot, heartbeat_s: float) -> dict[str, Any]:
         "instance_type": snapshot.instance_type,
         "topology": snapshot.topology,
         "probes": [p.to_json() for p in snapshot.probes],
+        "sources": list(snapshot.sources),
         "faults": list(snapshot.faults),
         "remediation": snapshot.remediation,
         **({"maintenance": snapshot.maintenance} if snapshot.maintenance is not None else {}),

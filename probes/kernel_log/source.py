@@ -28,6 +28,7 @@ import stat
 import time
 from typing import Any, Callable, ClassVar, Mapping, Optional
 
+from hma.adapters.files import ReadError, RootReader
 from hma.contracts.catalogue import Entry
 from hma.contracts.model import Finding, Severity
 from hma.contracts.options import Option, positive
@@ -41,6 +42,10 @@ JOURNAL_CURSOR_KEY = "kernel_log.journal_cursor"
 POLL_S = 1.0  # idle wake-ups when ctx.stop has no fileno
 CURSOR_EVERY_S = 5.0  # a line that raised a finding saves the cursor at once
 READ_SIZE = 65536
+NO_KERNEL_RECORDS = (
+    "the journal holds no kernel record of this boot (journald reads no kernel log here)"
+)
+NEURON_DEVICES = "devices/virtual/neuron_device"  # as the neuron probe reads them
 
 
 class KernelLogSource(EventSource):
@@ -90,14 +95,35 @@ class KernelLogSource(EventSource):
         return entries
 
     def applies(self, ctx: SourceContext) -> Optional[str]:
-        """Runs where /dev/kmsg is readable or journald can be read."""
+        """Runs where the backend chosen can be read: /dev/kmsg (``kmsg``), journald through
+        systemd-python (``journal``), either (``auto``); else why not, in the backend's words."""
         backend = ctx.options.get("backend", "auto")
         path = str(ctx.options.get("path", "/dev/kmsg"))
-        if backend != "journal" and os.access(path, os.R_OK):
+        kmsg = _unreadable(path) if backend != "journal" else ""
+        if backend != "journal" and not kmsg:
             return None
-        if backend != "kmsg" and _journal_module() is not None:
+        journal = _journal_missing() if backend != "kmsg" else ""
+        if backend == "kmsg":
+            return f"backend = kmsg, but {path} cannot be read: {kmsg}"
+        if not journal:
             return None
-        return f"{path} is not readable and journald support (systemd-python) is not installed"
+        if backend == "journal":
+            return f"backend = journal, but {journal}"
+        return f"{path} cannot be read ({kmsg}) and {journal}"
+
+    def blind_finding(self, ctx: SourceContext, reason: str) -> Optional[Finding]:
+        """On a node with accelerators (NVIDIA GPUs, Neuron devices in sysfs), a kernel log
+        that cannot be read hides their kernel-reported faults (Xid, SXid, Neuron errors):
+        ``HMA_KERNEL_LOG_BLIND``; None elsewhere."""
+        devices = accelerators(ctx.sysfs)
+        if not devices:
+            return None
+        return Finding(
+            "HMA_KERNEL_LOG_BLIND",
+            f"source:{self.name}",
+            f"kernel records cannot be read on a node with {', '.join(devices)}: {reason}",
+            {"reason": reason, "devices": devices},
+        )
 
     def run(self, ctx: SourceContext, emit: Callable[[Finding], None]) -> None:
         """Read until ``ctx.stop`` is set."""
@@ -106,7 +132,7 @@ class KernelLogSource(EventSource):
         backend = ctx.options.get("backend", "auto")
         path = str(ctx.options.get("path", "/dev/kmsg"))
         if backend == "journal":
-            self._run_journal(ctx, emit, rules)
+            self._run_journal(ctx, emit, rules, "backend = journal")
             return
         try:
             fd = _open(path)
@@ -115,8 +141,9 @@ class KernelLogSource(EventSource):
                 raise
             if exc.errno not in (errno.EACCES, errno.EPERM, errno.ENOENT, errno.ENODEV):
                 raise
-            self._run_journal(ctx, emit, rules)
+            self._run_journal(ctx, emit, rules, f"{path} cannot be read: {exc.strerror}")
             return
+        ctx.started("kmsg")
         try:
             self._run_kmsg(fd, ctx, emit, rules)
         finally:
@@ -206,11 +233,13 @@ class KernelLogSource(EventSource):
     # --- journald -------------------------------------------------------------------------------
 
     def _run_journal(
-        self, ctx: SourceContext, emit: Callable[[Finding], None], rules: RuleSet
+        self, ctx: SourceContext, emit: Callable[[Finding], None], rules: RuleSet, why: str
     ) -> None:
+        """Read journald's kernel records (``why``: why journald, for ``ctx.started``); until
+        the first one arrives, a journal without any of this boot is told blind."""
         journal = _journal_module()
         if journal is None:
-            raise RuntimeError("journald support needs systemd-python (pip install hma[journal])")
+            raise RuntimeError(f"journald support: {_journal_missing()}")
         self.backend_used = "journal"
         dedup = Dedup(float(ctx.options.get("dedupe_s", 10.0)), rules.tell_apart())
         matcher = rules.matcher(self.name)
@@ -220,15 +249,21 @@ class KernelLogSource(EventSource):
             reader.this_boot()
             reader.add_match(_TRANSPORT="kernel")  # not syslog: any user can write that
             stored = ctx.kv.get(JOURNAL_CURSOR_KEY) or {}
-            if isinstance(stored, dict) and stored.get("boot_id") == ctx.boot_id:
+            seen = isinstance(stored, dict) and stored.get("boot_id") == ctx.boot_id
+            if seen:  # kernel records of this boot were read before
                 reader.seek_cursor(stored["cursor"])
                 reader.get_next()  # the stored entry itself was handled
+                ctx.started("journal", why)
             else:
                 reader.seek_head()
             poller, stoppable = _poller(ctx, reader.fileno(), reader.get_events())
+            told_blind = False
             while not ctx.stop.is_set():
                 entry = reader.get_next()
                 if not entry:
+                    if not seen and not told_blind:
+                        ctx.started("journal", f"{why}; {NO_KERNEL_RECORDS}", True)
+                        told_blind = True
                     cursor.save_when_due()
                     # block on the journal's inotify descriptor (and the stop), not a timer
                     poller.poll(_idle_wait_ms(stoppable, cursor.pending, reader.get_timeout_ms()))
@@ -239,6 +274,9 @@ class KernelLogSource(EventSource):
                     self.stats["skipped"] += 1
                     continue
                 self.stats["records"] += 1
+                if not seen:
+                    seen = True
+                    ctx.started("journal", why)
                 message = entry.get("MESSAGE", "")
                 if isinstance(message, bytes):
                     message = message.decode("utf-8", "replace")
@@ -336,8 +374,58 @@ def _open(path: str) -> int:
 
 
 def _journal_module() -> Any:
+    """systemd-python's ``journal`` module; None when it cannot be imported
+    (``_journal_missing`` says why)."""
     try:
         from systemd import journal
     except ImportError:
         return None
     return journal
+
+
+def _journal_missing() -> str:
+    """Why journald cannot be read ("" when it can): the import's own error, so that a
+    systemd-python that is installed but does not load is not called missing."""
+    if _journal_module() is not None:
+        return ""
+    try:
+        from systemd import journal  # noqa: F401
+    except ImportError as exc:
+        if getattr(exc, "name", None) not in ("systemd", "systemd.journal"):
+            return f"journald support (systemd-python) cannot be loaded: {exc}"
+    return "journald support (systemd-python) is not installed"
+
+
+def _unreadable(path: str) -> str:
+    """Why ``path`` cannot be opened for reading ("" when it can)."""
+    try:
+        os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC))
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+    return ""
+
+
+def accelerators(sysfs: RootReader) -> list[str]:
+    """The accelerators sysfs shows whose faults the kernel log reports: ``N NVIDIA GPU(s)``
+    (PCI vendor 0x10de, class VGA or 3D controller), ``N Neuron device(s)``; [] for none or
+    when sysfs cannot be read."""
+    out = []
+    try:
+        gpus = sum(
+            1
+            for dev in sysfs.listdir("bus/pci/devices")
+            if sysfs.text_or_none(f"bus/pci/devices/{dev}/vendor") == "0x10de"
+            and (sysfs.text_or_none(f"bus/pci/devices/{dev}/class") or "")[:6]
+            in ("0x0300", "0x0302")
+        )
+    except ReadError:
+        gpus = 0
+    if gpus:
+        out.append(f"{gpus} NVIDIA GPU(s)")
+    try:
+        neurons = len(sysfs.listdir(NEURON_DEVICES))
+    except ReadError:
+        neurons = 0
+    if neurons:
+        out.append(f"{neurons} Neuron device(s)")
+    return out

@@ -60,6 +60,10 @@ class NvmlEventSource(EventSource):
         try:
             event_set = pynvml.nvmlEventSetCreate()
             buses = register_all(event_set)
+            if buses:
+                ctx.started("nvml", f"{len(buses)} GPU(s) registered for Xid events")
+            else:
+                ctx.started("nvml", "no GPU supports Xid events (none registered)", True)
             dedup = Dedup(float(ctx.options["dedup_window_s"]))
             wait_ms = int(ctx.options["wait_ms"])
             while not ctx.stop.is_set():

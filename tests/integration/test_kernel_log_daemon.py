@@ -98,3 +98,69 @@ def test_xid_reaches_status_and_is_not_recounted_after_a_restart(tmp_path: Path)
     finally:
         second.stop()
     assert again["count"] == 1
+
+
+def gpu_sysfs(root: Path) -> Path:
+    """A sysfs root with one NVIDIA GPU (PCI vendor 0x10de, 3D controller) and nothing else."""
+    dev = root / "bus" / "pci" / "devices" / "0000:3b:00.0"
+    dev.mkdir(parents=True)
+    (dev / "vendor").write_text("0x10de\n")
+    (dev / "class").write_text("0x030200\n")
+    return root
+
+
+@pytest.mark.timeout(90)
+def test_a_kernel_log_that_cannot_be_read_is_shown_and_warned_on_a_gpu_node(
+    tmp_path: Path,
+) -> None:
+    """``backend = "kmsg"`` where the path cannot be read, on a node with a GPU: status.json
+    and ``hma status`` show the source not applicable and why (in the backend's words, not
+    "systemd-python is not installed"), the metric says so and the verdict has the warning."""
+    prom = tmp_path / "hma.prom"
+    (tmp_path / "hma.toml").write_text(
+        f'[agent]\nstate_dir = "{tmp_path}/state"\nrun_dir = "{tmp_path}/run"\n'
+        f'probes_dir = "{tmp_path}/probes.d"\n[probes.system]\nenabled = false\n'
+        f'[paths]\nsysfs = "{gpu_sysfs(tmp_path / "sys")}"\n'
+        f'[sources.kernel_log]\npath = "{tmp_path}/no-kmsg"\nbackend = "kmsg"\n'
+        f'rules_dir = "{tmp_path}/rules.d"\n'
+        f'[reporters.prometheus]\nenabled = true\ntextfile = "{prom}"\n'
+    )
+    env = {**os.environ, "HMA_CONFIG": str(tmp_path / "hma.toml")}
+    log = open(tmp_path / "daemon.log", "a")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen([sys.executable, "-m", "hma", "run"], env=env, stdout=log, stderr=log)
+    try:
+        key = ("HMA_KERNEL_LOG_BLIND", "source:kernel_log")
+        deadline = time.monotonic() + 30
+        while key not in faults(tmp_path / "run" / "status.json"):
+            assert proc.poll() is None, (tmp_path / "daemon.log").read_text()
+            assert time.monotonic() < deadline, "no HMA_KERNEL_LOG_BLIND in status.json"
+            time.sleep(0.05)
+        doc = json.loads((tmp_path / "run" / "status.json").read_text())
+        assert faults(tmp_path / "run" / "status.json")[key]["severity"] == "warning"
+        assert doc["severity"] == "warning"
+        [source] = [s for s in doc["sources"] if s["name"] == "kernel_log"]
+        assert source["state"] == "not-applicable"
+        assert source["reason"].startswith(f"backend = kmsg, but {tmp_path}/no-kmsg cannot be")
+        assert "systemd-python" not in source["reason"]
+        shown = subprocess.run(
+            [sys.executable, "-m", "hma", "status"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        ).stdout
+        assert "Event sources" in shown and "not-applicable" in shown, shown
+        deadline = time.monotonic() + 20
+        wanted = 'hma_source_state{source="kernel_log",state="not-applicable"} 1.0'
+        while not (prom.exists() and wanted in prom.read_text()):
+            assert time.monotonic() < deadline, prom.read_text() if prom.exists() else "no .prom"
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(20)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            log.close()

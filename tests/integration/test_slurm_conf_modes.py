@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 import pytest
+from conftest import journald_usable, read_back
 
+from hma.reporters import journal
 from tests.integration.remediation_helpers import back_in_service, write_config
 from tests.slurmcluster import SlurmCluster, available
 
@@ -296,4 +298,70 @@ def test_hyperpod(folder: Path, trusted_dir: Path, flag: Path) -> None:
         cluster.wait(lambda: back_in_service(cluster, cluster.node(NODE)), 45, "the resume")
     finally:
         daemon.stop()
+        cluster.stop()
+
+
+def fleet(folder: Path) -> dict[str, Any]:
+    """``hma fleet --json`` as an operator runs it (the node's own configuration file is
+    broken: a copy without the drop-ins' folder reaches the same Slurm)."""
+    import json
+
+    login = folder / "login"
+    login.mkdir(exist_ok=True)
+    (login / "hma.toml").write_text((folder / f"hma-{NODE}.toml").read_text())
+    done = subprocess.run(
+        [sys.executable, "-m", "hma", "--config", str(login / "hma.toml"), "fleet", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return {row["node"]: row for row in json.loads(done.stdout)["nodes"]}
+
+
+@pytest.mark.skipif(not journald_usable(), reason="needs root, systemd-journald, journalctl")
+@pytest.mark.parametrize("on_error", ["note", "drain"])
+def test_a_bad_drop_in_shows_the_node_blind(
+    folder: Path, trusted_dir: Path, flag: Path, journald: tuple[str, str], on_error: str
+) -> None:
+    """One typo in a drop-in: the health check cannot check. The node's label field says so
+    (``hma fleet`` lists it blind), journald has the entry, and the node is drained only with
+    ``on_error = "drain"`` (the default, ``note``, leaves it in service); fixed, the next run
+    lifts the label (and the drain it made)."""
+    ns, sock = journald
+    extra = f'[reporters.journald]\nsocket = "{sock}"\n[healthcheck]\non_error = "{on_error}"\n'
+    cluster = start("healthcheck", folder, trusted_dir, flag, extra=extra)
+    try:
+        cluster.wait(lambda: any(r.startswith("0 ") for r in runs(folder)), 30, "a health check")
+        dropins = folder / "hma.d"
+        dropins.mkdir()
+        (dropins / "50-site.toml").write_text("[recovery]\nresume_afterr = 0\n")  # the typo
+        cluster.wait(
+            lambda: "hma=blind:HMA_CONFIG_INVALID:none" in cluster.node(NODE)["extra"],
+            30,
+            "the blind label",
+        )
+        cluster.wait(lambda: any(r.startswith("3 ") for r in runs(folder)), 30, "the run's end")
+        node = shown(cluster)
+        if on_error == "drain":
+            assert "DRAIN" in node.get("State", ""), node
+            assert node.get("Reason", "").startswith("HMA: HMA_CONFIG_INVALID agent"), node
+        else:
+            assert "DRAIN" not in node.get("State", ""), node
+        row = fleet(folder)[NODE]
+        assert (row["label"], row["code"]) == ("blind", "HMA_CONFIG_INVALID")
+        entries = read_back(ns, "HMA_CODE=HMA_CONFIG_INVALID")
+        assert entries, "no journal entry"
+        assert entries[0]["MESSAGE_ID"] == journal.message_id("HMA", "raised")
+        assert "resume_afterr" in entries[0]["MESSAGE"]
+        assert entries[0]["PRIORITY"] == "4"
+        seen = len(runs(folder))
+        (dropins / "50-site.toml").unlink()
+        cluster.wait(
+            lambda: any(r.startswith("0 ") for r in runs(folder)[seen:]), 30, "a healthy run"
+        )
+        cluster.wait(lambda: "hma=" not in cluster.node(NODE)["extra"], 30, "the label lifted")
+        cluster.wait(lambda: back_in_service(cluster, cluster.node(NODE)), 30, "in service")
+    finally:
         cluster.stop()

@@ -219,4 +219,4 @@ def test_applies_says_why_not_without_kmsg_or_journald(
     options = {"path": str(tmp_path / "none"), "backend": "auto"}
     ctx = SourceContext(options, RootReader("/sys"), RootReader("/proc"), CommandRunner(), "b")
     reason: Optional[str] = KernelLogSource().applies(ctx)
-    assert reason is not None and "not readable" in reason
+    assert reason is not None and "cannot be read" in reason
