@@ -66,15 +66,21 @@ def until(sup: SourceSupervisor, check: Callable[[SourceState], bool]) -> Source
         time.sleep(0.01)
 
 
+def wait_for(check: Callable[[], bool]) -> None:
+    """Wait until ``check()`` holds (the report follows the state change on the source's
+    thread)."""
+    deadline = time.monotonic() + 20
+    while not check():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
 def test_a_source_that_does_not_apply_is_shown_with_why_and_its_blind_finding() -> None:
     sup, reports = supervise(Source(lambda ctx: None, reason="no kmsg"))
     state = until(sup, lambda s: s.state != "starting")
     sup.stop()
     assert (state.state, state.reason, state.backend) == ("not-applicable", "no kmsg", "")
-    deadline = time.monotonic() + 20
-    while not reports:
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    wait_for(lambda: bool(reports))
     assert [f.code for f in reports[0].findings] == ["HMA_KERNEL_LOG_BLIND"]
 
 
@@ -90,11 +96,15 @@ def test_a_running_source_says_what_it_reads_and_when_it_reads_nothing() -> None
     try:
         state = until(sup, lambda s: s.state == "blind")
         assert (state.backend, state.reason) == ("journal", "the journal is empty")
-        assert [f.code for f in reports[-1].findings] == ["HMA_KERNEL_LOG_BLIND"]
+        wait_for(
+            lambda: bool(reports)
+            and [f.code for f in reports[-1].findings] == ["HMA_KERNEL_LOG_BLIND"]
+        )
         told.set()
         state = until(sup, lambda s: s.state == "running" and s.backend == "journal")
         assert state.reason == "backend = journal"
-        assert reports[-1].findings == ()  # reads again: the blind finding clears
+        # reads again: the blind finding clears
+        wait_for(lambda: bool(reports) and reports[-1].findings == ())
     finally:
         sup.stop()
 
