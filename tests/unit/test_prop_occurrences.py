@@ -130,3 +130,30 @@ def test_a_damaged_occurrences_table_never_counts_what_it_cannot_read(
         assert len(bad) >= (0 if readable else 1)
     finally:
         store.close()
+
+
+def test_a_missing_or_reshaped_occurrences_table_starts_the_count_again(tmp_path: Path) -> None:
+    for damage in (
+        "DROP TABLE occurrences",
+        "ALTER TABLE occurrences ADD COLUMN n INTEGER",
+        "ALTER TABLE occurrences RENAME TO gone",
+    ):
+        path = tmp_path / "state.db"
+        for old in tmp_path.iterdir():
+            old.unlink()
+        store = Store(str(path))
+        records.save_occurrences(
+            store, [(GPU3, CODE)], {(GPU3, CODE): [(NOW - 9, GPU3, "gpu"), (NOW - 5, OTHER, "gpu")]}
+        )
+        with store.transaction() as conn:
+            conn.execute(damage)
+        store.close()
+        store = Store(str(path), memory=True)
+        try:
+            loaded, bad = records.load_occurrences(store)
+            assert (loaded, bad) == ({}, [])
+            verdict = HealthModel(ACT, "b", (), loaded).observe_event(_xid(ACT), NOW)
+            assert verdict.draining == () and "1 of 3" in verdict.transitions[0].reason
+            assert store.kv_get("state_damage")
+        finally:
+            store.close()
