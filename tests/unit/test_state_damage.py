@@ -256,36 +256,69 @@ def test_run_starts_over_a_damaged_store_and_status_says_so(
 # --- a folder that cannot be written -----------------------------------------------------------
 
 
-def _chattr(flag: str, path: Path) -> bool:
-    chattr = shutil.which("chattr")
-    if chattr is None:
+def _run(*argv: str) -> bool:
+    tool = shutil.which(argv[0])
+    if tool is None:
         return False
-    done = subprocess.run([chattr, flag, str(path)], capture_output=True, timeout=10, check=False)
+    done = subprocess.run([tool, *argv[1:]], capture_output=True, timeout=10, check=False)
     return done.returncode == 0
 
 
-@pytest.fixture
-def immutable(hma_env: Any) -> Any:
-    """The agent's state folder, holding a good state file, made immutable (chattr +i)."""
+def _lock(how: str, folder: Path) -> Optional[Callable[[], object]]:
+    """Make ``folder`` unwritable: chattr +i, or a read-only bind mount on itself; the call that
+    undoes it, or None when this host cannot."""
+    if how == "immutable":
+        return (
+            (lambda: _run("chattr", "-i", str(folder)))
+            if _run("chattr", "+i", str(folder))
+            else None
+        )
+    if not _run("mount", "--bind", str(folder), str(folder)):
+        return None
+    if not _run("mount", "-o", "remount,ro,bind", str(folder)):
+        _run("umount", str(folder))
+        return None
+    return lambda: _run("umount", str(folder))
+
+
+class Unwritable:
+    """An agent installation whose state folder holds a good state file and cannot be written."""
+
+    def __init__(self, env: Any, release: Callable[[], object]) -> None:
+        self.env, self.release = env, release
+
+
+@pytest.fixture(params=["immutable", "read-only-mount"])
+def unwritable(hma_env: Any, request: Any) -> Any:
+    """The agent's state folder, holding a good state file, made immutable (chattr +i) or
+    mounted read-only (a bind mount on itself); undone after the test."""
     _root()
     _config(hma_env)
     store = Store(str(hma_env.state / "state.db"))
     store.kv_set("keep", 1)
     store.close()
-    if not _chattr("+i", hma_env.state):
-        pytest.skip("chattr +i not supported here")
+    release = _lock(request.param, hma_env.state)
+    if release is None:
+        pytest.skip(f"{request.param} not supported here")
+    done = [False]
+
+    def once() -> None:
+        if not done[0]:
+            done[0] = True
+            release()
+
     try:
-        yield hma_env
+        yield Unwritable(hma_env, once)
     finally:
-        _chattr("-i", hma_env.state)
+        once()
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
-def test_each_command_on_an_immutable_state_folder(
-    immutable: Any, capsys: Any, command: str
+def test_each_command_on_an_unwritable_state_folder(
+    unwritable: Unwritable, capsys: Any, command: str
 ) -> None:
     argv, _codes = COMMANDS[command]
-    rc, out, err = _cli(capsys, immutable, *argv)
+    rc, out, err = _cli(capsys, unwritable.env, *argv)
     want = 3 if command == "healthcheck" else 73  # docs/cli.md: unknown; state store unusable
     assert rc == want, (rc, out, err)
     [line] = err.splitlines()
@@ -296,14 +329,13 @@ def test_each_command_on_an_immutable_state_folder(
         assert out == ""
 
 
-def test_run_starts_on_an_immutable_state_folder_and_catches_up(immutable: Any) -> None:
-    daemon: Optional[Daemon] = _daemon(immutable)
-    assert daemon is not None
+def test_run_starts_on_an_unwritable_state_folder_and_catches_up(unwritable: Unwritable) -> None:
+    daemon = _daemon(unwritable.env)
     try:
         assert daemon.store.write_error  # reading from memory, writing later
         daemon._startup_findings()
         assert daemon.store.kv_get("keep") == 1
-        _chattr("-i", immutable.state)
+        unwritable.release()
         daemon.store.kv_set("after", 2)
         deadline = time.monotonic() + 30
         while not daemon.store.flush(force=True) and time.monotonic() < deadline:
@@ -311,7 +343,7 @@ def test_run_starts_on_an_immutable_state_folder_and_catches_up(immutable: Any) 
         assert daemon.store.write_error == ""
     finally:
         _stop(daemon)
-    store = Store(str(immutable.state / "state.db"))
+    store = Store(str(unwritable.env.state / "state.db"))
     try:
         assert (store.kv_get("keep"), store.kv_get("after")) == (1, 2)
     finally:
