@@ -161,9 +161,19 @@ def settle(conn: sqlite3.Connection) -> str:
     if missing:
         done.append(f"missing table(s) {', '.join(missing)} created empty")
     if done or indexes:
-        _commit(conn, [ref.tables[name] for name in missing] + indexes, at)
+        # IF NOT EXISTS: another process may repair the same file at the same time
+        creates = [ref.tables[name] for name in missing] + indexes
+        _commit(conn, [_if_absent(sql) for sql in creates], at)
     migrate(conn, at)
     return "; ".join(done)
+
+
+def _if_absent(sql: str) -> str:
+    """``CREATE TABLE x ...`` as ``CREATE TABLE IF NOT EXISTS x ...`` (likewise an index)."""
+    for kind in ("CREATE TABLE ", "CREATE INDEX "):
+        if sql.startswith(kind):
+            return kind + "IF NOT EXISTS " + sql[len(kind) :]
+    return sql
 
 
 def _absent(conn: sqlite3.Connection, index: str) -> bool:

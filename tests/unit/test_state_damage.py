@@ -6,6 +6,7 @@ documented exit code, never a traceback."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -348,3 +349,45 @@ def test_run_starts_on_an_unwritable_state_folder_and_catches_up(unwritable: Unw
         assert (store.kv_get("keep"), store.kv_get("after")) == (1, 2)
     finally:
         store.close()
+
+
+# --- a store that opens and then refuses a write ------------------------------------------------
+
+
+def _refusing(env: Any) -> None:
+    """A state file whose every write fails after the open (a trigger per table and statement:
+    what a disk that fills after the open gives, without filling one)."""
+    _config(env)
+    Store(str(env.state / "state.db")).close()
+    with contextlib.closing(sqlite3.connect(env.state / "state.db", isolation_level=None)) as c:
+        for table in TABLES:
+            for event in ("INSERT", "UPDATE", "DELETE"):
+                c.execute(
+                    f"CREATE TRIGGER refuse_{table}_{event} BEFORE {event} ON {table} "
+                    "BEGIN SELECT RAISE(FAIL, 'write refused'); END"
+                )
+
+
+@pytest.mark.parametrize("command", ["reset", "maintenance-on", "maintenance-off", "healthcheck"])
+def test_a_write_that_fails_after_the_open_is_one_line(
+    hma_env: Any, capsys: Any, command: str
+) -> None:
+    _root()
+    _refusing(hma_env)
+    argv, _codes = COMMANDS[command]
+    rc, out, err = _cli(capsys, hma_env, *argv)
+    assert rc == (3 if command == "healthcheck" else 73), (rc, out, err)
+    [line] = err.splitlines()
+    assert line == f"hma {argv[0]}: state store unusable: IntegrityError: write refused"
+
+
+def test_deep_check_results_that_cannot_be_written_are_said_not_recorded(
+    hma_env: Any, capsys: Any
+) -> None:
+    from hma import assembly
+    from hma.commands import deep_check
+
+    _refusing(hma_env)
+    said = deep_check._record(assembly.load(str(hma_env.config)), [])
+    assert said.startswith("not recorded: write refused")
+    assert "results not recorded" in capsys.readouterr().err
