@@ -12,13 +12,13 @@ offenders, ``hma reset``) in hma.remediation.remediations, ``requests`` (operato
 values that many owners keep (``kv_get``, ``kv_set``).
 
 The schema is versioned with ``PRAGMA user_version`` and migrated forward step by step; at open
-the file's tables are checked against it (hma.health.schema). A missing table is created
-(``repaired`` says so); a corrupt database, or one whose tables are not hma's, is moved aside and
-a fresh one created (``reset_reason`` says why). Either is logged and noted in the file
-(``DAMAGE_KEY``) until the pipeline raises ``HMA_STATE_RESET`` for it, so that a command's open
-is said too. The database and its -wal/-shm files are 0600. A file that cannot be opened or
-written (a read-only or immutable folder) is a ``StateError`` to the commands (memory mode: see
-below).
+the file's tables are checked against it (hma.health.schema). A missing table is created and a
+wrong ``user_version`` set to its tables' (``repaired`` says so); a corrupt database, or one
+whose tables are not hma's, is moved aside and a fresh one created (``reset_reason`` says why).
+Either is logged and noted in the file (``DAMAGE_KEY``) until the pipeline raises
+``HMA_STATE_RESET`` for it, so that a command's open is said too. The database and its -wal/-shm
+files are 0600. A file that cannot be opened or written (a read-only or immutable folder) is a
+``StateError`` to the commands (memory mode: see below).
 
 The daemon's store works from memory (``memory=True``): reads and writes go to an in-memory copy
 loaded at start, and every write transaction is then replayed on the file at once. When the file
@@ -92,7 +92,7 @@ class Store:
     ) -> None:
         self.path = Path(path)
         self.reset_reason = ""  # set when a broken database was moved aside
-        self.repaired = ""  # set when a missing table was created (hma.health.schema)
+        self.repaired = ""  # what was repaired: a missing table, a wrong user_version (schema)
         self.write_error = ""  # "" while the file holds every write
         self._lock = threading.RLock()
         self._clock = clock
