@@ -12,12 +12,13 @@ import sys
 import time
 from typing import Optional
 
-from hma.commands.common import EX_CANTCREAT, opened_store, operator
+from hma.commands.common import operator, with_store
 from hma.contracts.catalogue import Entry, clears_text
 from hma.contracts.model import Clears
 from hma.detection.setup import Setup
 from hma.health import requests
 from hma.health.pipeline import command_pipeline
+from hma.health.store import Store
 
 
 def main(setup: Setup, code: str, component: Optional[str]) -> int:
@@ -34,32 +35,30 @@ def main(setup: Setup, code: str, component: Optional[str]) -> int:
             file=sys.stderr,
         )
         return 2
-    store = opened_store(setup, "hma ack")
-    if store is None:
-        return EX_CANTCREAT
-    try:
-        pipeline = command_pipeline(setup, store, "hma ack")
-        matching = [
-            r
-            for r in pipeline.model.records()
-            if r.code == code and (component is None or r.component == component)
-        ]
-        if not matching:
-            print(
-                f"hma ack: no active {code}" + (f" on {component}" if component else ""),
-                file=sys.stderr,
-            )
-            return 1
-        who, now = operator(), time.time()
-        pid = requests.request_daemon(
-            setup, store, requests.ACK, {"code": code, "component": component}, who, now
+    return with_store(setup, "hma ack", lambda store: _ack(setup, store, code, component))
+
+
+def _ack(setup: Setup, store: Store, code: str, component: Optional[str]) -> int:
+    pipeline = command_pipeline(setup, store, "hma ack")
+    matching = [
+        r
+        for r in pipeline.model.records()
+        if r.code == code and (component is None or r.component == component)
+    ]
+    if not matching:
+        print(
+            f"hma ack: no active {code}" + (f" on {component}" if component else ""),
+            file=sys.stderr,
         )
-        if pid is not None:
-            print(f"acknowledged {code} ({len(matching)} fault(s)); daemon pid {pid} notified")
-        else:
-            pipeline.start(now)  # as the daemon would have: a new boot first, ...
-            pipeline.ack(code, component, who, now)
-            print(f"acknowledged {code} ({len(matching)} fault(s)); no daemon running")
-    finally:
-        store.close()
+        return 1
+    who, now = operator(), time.time()
+    pid = requests.request_daemon(
+        setup, store, requests.ACK, {"code": code, "component": component}, who, now
+    )
+    if pid is not None:
+        print(f"acknowledged {code} ({len(matching)} fault(s)); daemon pid {pid} notified")
+    else:
+        pipeline.start(now)  # as the daemon would have: a new boot first, ...
+        pipeline.ack(code, component, who, now)
+        print(f"acknowledged {code} ({len(matching)} fault(s)); no daemon running")
     return 0

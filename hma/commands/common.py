@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, Any, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 if TYPE_CHECKING:
     from hma.cluster.slurm.client import SlurmClient
@@ -42,17 +42,38 @@ def needs_root(command: str) -> bool:
     return True
 
 
-def opened_store(setup: Setup, command: str) -> Optional[Store]:
-    """The state store; None, once "<command>: cannot open the state store: <why>" is on stderr,
-    when it cannot be opened (the command exits ``EX_CANTCREAT``)."""
+def with_store(
+    setup: Setup,
+    command: str,
+    body: Callable[[Store], int],
+    json_command: str = "",
+    failed: int = EX_CANTCREAT,
+) -> int:
+    """``body``'s exit code on the opened state store (closed after). When the store cannot be
+    opened or used (a read-only or immutable folder, a full disk, a lock held), one line on
+    stderr, "<command>: cannot open the state store: <why>" or "<command>: state store unusable:
+    <why>", with ``json_command`` (``--json``) the document that says so, and ``failed``."""
+    import sqlite3
+
+    from hma.adapters.text import printable
     from hma.health.pipeline import open_store
     from hma.health.store import StateError
 
     try:
-        return open_store(setup)
+        store = open_store(setup)
     except StateError as exc:
-        print(f"{command}: cannot open the state store: {exc}", file=sys.stderr)
-        return None
+        why = f"cannot open the state store: {exc}"
+    else:
+        try:
+            return body(store)
+        except (StateError, sqlite3.Error) as exc:
+            why = f"state store unusable: {type(exc).__name__}: {exc}"
+        finally:
+            store.close()
+    print(f"{command}: {printable(why)}", file=sys.stderr)
+    if json_command:
+        dump(problem(json_command, why))
+    return failed
 
 
 def dump(doc: Any) -> None:

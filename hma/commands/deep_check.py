@@ -166,11 +166,13 @@ def _run(setup: Setup, args: argparse.Namespace) -> int:
 
 
 def _record(setup: Setup, results: Any) -> str:
+    import sqlite3
+
     from hma.deepcheck.record import record
     from hma.health.store import StateError
 
     try:
         return record(setup, results, common.operator(), time.time())
-    except StateError as exc:
+    except (StateError, sqlite3.Error) as exc:  # a write that fails after the open (full disk)
         print(f"hma deep-check: results not recorded: {exc}", file=sys.stderr)
         return f"not recorded: {exc}"

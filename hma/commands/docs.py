@@ -64,7 +64,9 @@ interval = 120.0
 - `hosts`: Slurm hostlist syntax (`gpu-[001-128,200]`, `rack[1-4]-n[01-16]`; zero padding kept,
   so `gpu-[001-128]` covers `gpu-007`, not `gpu-7`) and shell wildcards `*` and `?`, compared
   without case against the host name and its short form (before the first dot). Any pattern
-  may match.
+  may match. Matching takes time linear in the pattern and the name, whatever the wildcards (no
+  backtracking). A number in brackets has at most 18 digits and a range covers at most 65536
+  numbers; a longer number or a wider range is a bad pattern (an error, as below).
 - `hardware`: `nvidia` (an NVIDIA VGA/3D controller), `neuron` (an Inferentia/Trainium device, or
   the Neuron driver's devices), `efa` (an EFA function), each read from the PCI ids under
   `[paths] sysfs` of the main file, so a node whose driver is missing still counts; `!kind`:

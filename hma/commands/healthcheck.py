@@ -188,39 +188,48 @@ def _not_run(setup: Any, names: list[str]) -> list[str]:
 
 
 def _standalone(setup: Any, now: float, quiet: bool) -> int:
-    """No daemon: probes once, health model from the state database, remediation applied."""
-    from hma.detection.runner import run_once
-    from hma.health.pipeline import command_pipeline, open_store
-    from hma.remediation.engine import Remediator
+    """No daemon: probes once, health model from the state database, remediation applied; a
+    state store that cannot be used is one line and exit 3 (unknown)."""
+    from hma.commands import common
 
     limit = float(setup.config.section("healthcheck")["timeout"])
     deadline = time.monotonic() + limit
     guard = _guard(limit)
+    try:
+        return common.with_store(
+            setup,
+            "hma healthcheck",
+            lambda store: _checked(setup, store, now, quiet, deadline),
+            failed=int(Severity.UNKNOWN),
+        )
+    finally:
+        guard.cancel()
+
+
+def _checked(setup: Any, store: Any, now: float, quiet: bool, deadline: float) -> int:
+    """The check itself on the opened store: exit code the worst severity."""
+    from hma.detection.runner import run_once
+    from hma.health.pipeline import command_pipeline
+    from hma.remediation.engine import Remediator
+
     names = bound_probes(setup)
     skipped = _not_run(setup, names)
-    store = open_store(setup)
+    pipeline = command_pipeline(setup, store, "hma healthcheck")
+    boot_id = pipeline.model.boot_id
+    pipeline.start(now)
+    for probe_run in run_once(setup, names, boot_id=boot_id):
+        pipeline.observe_run(probe_run, now)
+    verdict = pipeline.model.verdict(now)
+    node = os.environ.get("SLURMD_NODENAME") or None
+    rem = Remediator(setup, store, start=False, node_name=node)
     try:
-        pipeline = command_pipeline(setup, store, "hma healthcheck")
-        boot_id = pipeline.model.boot_id
-        pipeline.start(now)
-        for probe_run in run_once(setup, names, boot_id=boot_id):
-            pipeline.observe_run(probe_run, now)
-        verdict = pipeline.model.verdict(now)
-        node = os.environ.get("SLURMD_NODENAME") or None
-        rem = Remediator(setup, store, start=False, node_name=node)
-        try:
-            rem.refresh()
-            rem.update(verdict, boot_id)
-            left = deadline - time.monotonic() - 2.0
-            rem.flush(
-                timeout=max(0.0, min(float(setup.config.section("slurm")["timeout"]) * 3, left))
-            )
-            status = rem.status()
-        finally:
-            rem.close()
+        rem.refresh()
+        rem.update(verdict, boot_id)
+        left = deadline - time.monotonic() - 2.0
+        rem.flush(timeout=max(0.0, min(float(setup.config.section("slurm")["timeout"]) * 3, left)))
+        status = rem.status()
     finally:
-        store.close()
-    guard.cancel()
+        rem.close()
     if not quiet:
         faults = ", ".join(f"{f.code} {f.component}" for f in verdict.faults) or "no active fault"
         print(

@@ -28,9 +28,8 @@ from hma.contracts.maintenance import (
 )
 from hma.detection.setup import Setup
 from hma.health import maintenance_mode
-from hma.health.pipeline import open_store
 from hma.health.requests import request_daemon
-from hma.health.store import StateError
+from hma.health.store import Store
 
 EX_USAGE = 2
 
@@ -92,23 +91,26 @@ def main(setup: Setup, action: str, duration: Optional[str], reason: str, as_jso
         return common.EX_NOPERM
     if action == "status" and os.geteuid() != 0:  # the store is root's: the daemon's status
         return _status_from_file(setup, now, as_json)
-    try:
-        store = open_store(setup)
-    except StateError as exc:
-        print(f"hma maintenance: cannot open the state store: {exc}", file=sys.stderr)
-        if as_json:
-            common.dump(common.problem("maintenance", f"cannot open the state store: {exc}"))
-        return common.EX_CANTCREAT
-    try:
-        if action == "status":
-            return _status(maintenance_mode.load(store), now, as_json)
-        who = common.operator()
-        payload: dict[str, Any] = {"window": window.to_json() if window else None}
-        pid = request_daemon(setup, store, REQUEST_KIND, payload, who, now)
-        if pid is None:
-            maintenance_mode.save(store, window, who, now)
-    finally:
-        store.close()
+    if action == "status":
+        return common.with_store(
+            setup,
+            "hma maintenance",
+            lambda store: _status(maintenance_mode.load(store), now, as_json),
+            "maintenance" if as_json else "",
+        )
+    return common.with_store(
+        setup, "hma maintenance", lambda store: _change(setup, store, window, now)
+    )
+
+
+def _change(setup: Setup, store: Store, window: Optional[Maintenance], now: float) -> int:
+    """Turn maintenance on (``window``) or off: the daemon's request, else the store; then the
+    mark in Slurm."""
+    who = common.operator()
+    payload: dict[str, Any] = {"window": window.to_json() if window else None}
+    pid = request_daemon(setup, store, REQUEST_KIND, payload, who, now)
+    if pid is None:
+        maintenance_mode.save(store, window, who, now)
     slurm = mark_in_slurm(setup, window)
     told = f"daemon pid {pid} notified" if pid is not None else "no daemon running"
     if window is not None:

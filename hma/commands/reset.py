@@ -17,12 +17,13 @@ import time
 from typing import Optional
 
 from hma.adapters.text import printable
-from hma.commands.common import EX_CANTCREAT, opened_store, operator
+from hma.commands.common import operator, with_store
 from hma.contracts.catalogue import suggest
 from hma.contracts.cluster import BackendError
 from hma.detection.setup import Setup
 from hma.health import requests
 from hma.health.pipeline import reporter_alerts
+from hma.health.store import Store
 from hma.remediation.engine import Remediator, reset_alert
 
 MAX_REASON = 300
@@ -52,35 +53,33 @@ def main(setup: Setup, code: Optional[str], component: Optional[str], reason: st
     if why:
         print(f"hma reset: {why}", file=sys.stderr)
         return 2
-    store = opened_store(setup, "hma reset")
-    if store is None:
-        return EX_CANTCREAT
+    request = {"code": code, "component": component, "reason": reason.strip()}
+    return with_store(setup, "hma reset", lambda store: _reset(setup, store, request))
+
+
+def _reset(setup: Setup, store: Store, request: dict[str, Optional[str]]) -> int:
+    code, component, text = request["code"], request["component"], str(request["reason"])
     what = f"{code}" + (f" on {component}" if component else "") if code else "everything"
+    who, now = operator(), time.time()
+    pid = requests.request_daemon(setup, store, requests.RESET, request, who, now)
+    if pid is not None:
+        print(f"reset {what}; daemon pid {pid} notified")
+        return 0
+    remediator = Remediator(setup, store, start=False)
     try:
-        who, now = operator(), time.time()
-        text = reason.strip()
-        request = {"code": code, "component": component, "reason": text}
-        pid = requests.request_daemon(setup, store, requests.RESET, request, who, now)
-        if pid is not None:
-            print(f"reset {what}; daemon pid {pid} notified")
-            return 0
-        remediator = Remediator(setup, store, start=False)
-        try:
-            note = ""
-            if remediator.enabled:
-                try:
-                    remediator.refresh()  # the node's name, for the label written again
-                except BackendError as exc:
-                    note = f"; Slurm: {exc}"
-            done = remediator.release(code, component, who, text)
-            reporter_alerts(setup, "hma reset")(reset_alert(request, who, done, now))
-            if remediator.enabled:
-                remediator.process_due()
-            pending = remediator.status()["pending"]
-        finally:
-            remediator.close()
+        note = ""
+        if remediator.enabled:
+            try:
+                remediator.refresh()  # the node's name, for the label written again
+            except BackendError as exc:
+                note = f"; Slurm: {exc}"
+        done = remediator.release(code, component, who, text)
+        reporter_alerts(setup, "hma reset")(reset_alert(request, who, done, now))
+        if remediator.enabled:
+            remediator.process_due()
+        pending = remediator.status()["pending"]
     finally:
-        store.close()
+        remediator.close()
     held = ", released the hold for a human" if done["released"] else ""
     later = "; the label is written by the agent's next start" if pending else ""
     print(

@@ -30,6 +30,12 @@ HARDWARE = ("nvidia", "neuron", "efa")
 NEURON_CLASS = "devices/virtual/neuron_device"
 
 _PCI_ID = re.compile(r"0x[0-9a-fA-F]{1,6}")
+DIGITS = frozenset("0123456789")
+# a number in a range: at most 18 digits (it fits in 64 bits); a range: at most 64 Ki numbers
+# (more names than a cluster has: a typo, refused rather than read)
+MAX_DIGITS = 18
+MAX_RANGE = 64 * 1024
+SHOWN = 60  # characters of a pattern quoted in an error
 
 
 class PatternError(ValueError):
@@ -59,7 +65,7 @@ class HostPattern:
 
     def matches(self, name: str) -> bool:
         """Whether ``name`` is one of the host names the pattern covers."""
-        return _match(self._tokens, 0, name.lower(), 0)
+        return _match(self._tokens, name.lower())
 
 
 _Token = Any  # a literal (str), "*" / "?" (wildcards, as _STAR / _ONE), or a list of _Range
@@ -74,12 +80,12 @@ def _tokens(text: str) -> list[_Token]:
         if ch == "[":
             end = text.find("]", i)
             if end < 0:
-                raise PatternError(f"bad host pattern {text!r}: '[' without ']'")
+                raise PatternError(f"bad host pattern {_shown(text)}: '[' without ']'")
             out.append(_ranges(text, text[i + 1 : end]))
             i = end + 1
             continue
         if ch == "]":
-            raise PatternError(f"bad host pattern {text!r}: ']' without '['")
+            raise PatternError(f"bad host pattern {_shown(text)}: ']' without '['")
         if ch == "*":
             out.append(_STAR)
         elif ch == "?":
@@ -90,44 +96,78 @@ def _tokens(text: str) -> list[_Token]:
             else:
                 out.append(ch.lower())
         else:
-            raise PatternError(f"bad host pattern {text!r}: {ch!r} is not allowed in a host name")
+            raise PatternError(
+                f"bad host pattern {_shown(text)}: {ch!r} is not allowed in a host name"
+            )
         i += 1
     return out
 
 
-def _match(tokens: list[_Token], i: int, name: str, j: int) -> bool:
-    """Whether ``tokens[i:]`` covers ``name[j:]`` (trying every split, as a shell does)."""
-    if i == len(tokens):
-        return j == len(name)
-    token = tokens[i]
-    if isinstance(token, str):
-        return name.startswith(token, j) and _match(tokens, i + 1, name, j + len(token))
-    if token is _STAR:
-        return any(_match(tokens, i + 1, name, k) for k in range(j, len(name) + 1))
-    if token is _ONE:
-        return j < len(name) and _match(tokens, i + 1, name, j + 1)
+def _match(tokens: list[_Token], name: str) -> bool:
+    """Whether ``tokens`` cover ``name``: the positions in ``name`` where each token can end,
+    token after token (a set of at most ``len(name) + 1``), so the time is linear in the
+    pattern and in the name, whatever the wildcards (no backtracking)."""
+    at = {0}
+    for token in tokens:
+        if token is _STAR:
+            at = set(range(min(at), len(name) + 1))
+        elif token is _ONE:
+            at = {j + 1 for j in at if j < len(name)}
+        elif isinstance(token, str):
+            at = {j + len(token) for j in at if name.startswith(token, j)}
+        else:
+            at = {k for j in at for k in _numbers(token, name, j)}
+        if not at:
+            return False
+    return len(name) in at
+
+
+def _numbers(ranges: list[_Range], name: str, j: int) -> list[int]:
+    """Where a number of ``ranges`` that starts at ``name[j]`` can end (at most ``MAX_DIGITS``
+    digits: no range holds a longer one)."""
+    ends = []
     k = j
-    while k < len(name) and name[k].isascii() and name[k].isdigit():
+    while k < len(name) and k - j < MAX_DIGITS and name[k] in DIGITS:
         k += 1
-        if any(r.holds(name[j:k]) for r in token) and _match(tokens, i + 1, name, k):
-            return True
-    return False
+        if any(r.holds(name[j:k]) for r in ranges):
+            ends.append(k)
+    return ends
 
 
 def _ranges(text: str, inside: str) -> list[_Range]:
     ranges = []
     for item in inside.split(","):
         low, sep, high = item.partition("-")
-        if not low.isdigit() or (sep and not high.isdigit()) or not low.isascii():
+        if not _digits(low) or (sep and not _digits(high)):
             raise PatternError(
-                f"bad host pattern {text!r}: [{inside}] holds {item!r}, not a number or "
-                "a range like 001-128"
+                f"bad host pattern {_shown(text)}: [{_shown(inside)}] holds {_shown(item)}, not "
+                "a number or a range like 001-128"
             )
         high = high if sep else low
+        longest = max(len(low), len(high))
+        if longest > MAX_DIGITS:
+            raise PatternError(
+                f"bad host pattern {_shown(text)}: a number of {longest} digits in "
+                f"[{_shown(inside)}] (at most {MAX_DIGITS})"
+            )
         if int(high) < int(low):
-            raise PatternError(f"bad host pattern {text!r}: range {item!r} runs backwards")
+            raise PatternError(f"bad host pattern {_shown(text)}: range {item!r} runs backwards")
+        if int(high) - int(low) >= MAX_RANGE:
+            raise PatternError(
+                f"bad host pattern {_shown(text)}: range {item!r} covers "
+                f"{int(high) - int(low) + 1} numbers (at most {MAX_RANGE})"
+            )
         ranges.append(_Range(int(low), int(high), len(low)))
     return ranges
+
+
+def _digits(text: str) -> bool:
+    return bool(text) and all(ch in DIGITS for ch in text)
+
+
+def _shown(text: str) -> str:
+    """``text`` quoted for a message, cut after ``SHOWN`` characters."""
+    return repr(text) if len(text) <= SHOWN else repr(text[:SHOWN]) + f"... ({len(text)} chars)"
 
 
 class Node:

@@ -231,7 +231,7 @@ class HealthModel:
                 transitions += self._clear(key, rec, now, f"no repeat for {entry.window_s:g} s")
         for key, items in list(self._occurrences.items()):
             within = self.catalogue.entry(key[1]).within
-            kept = [o for o in items if now - o[0] < within]
+            kept = [o for o in items if _recent(o, now, within)]
             if len(kept) != len(items):
                 self._set_occurrences(key, kept)
         return self.verdict(now, transitions)
@@ -378,7 +378,7 @@ class HealthModel:
         """Note one occurrence of a counted code; how many its scope has within the window."""
         scope = "node" if entry.per == "node" else finding.component
         key = (scope, finding.code)
-        kept = [o for o in self._occurrences.get(key, ()) if now - o[0] < entry.within]
+        kept = [o for o in self._occurrences.get(key, ()) if _recent(o, now, entry.within)]
         last = next((o for o in reversed(kept) if o[1] == finding.component), None)
         if last is None or last[2] == finding.probe or now - last[0] >= MERGE_S:
             kept.append((now, finding.component, finding.probe))
@@ -442,3 +442,9 @@ class HealthModel:
         if not rec.active:
             return []
         return [Transition("cleared", self.fault(rec), now, why)]
+
+
+def _recent(item: Occurrence, now: float, within: float) -> bool:
+    """Whether an occurrence lies in the window ending ``now`` (one dated later than ``now``, as
+    a damaged store or a clock set back would give, is not counted)."""
+    return 0.0 <= now - item[0] < within

@@ -24,7 +24,7 @@ from hma.contracts.reporter import Reporter
 from hma.detection.setup import Setup
 from hma.health import history, records
 from hma.health.model import HealthModel, Transition, Verdict
-from hma.health.store import Store
+from hma.health.store import DAMAGE_KEY, Store
 from hma.reporters import start_reporters, statusfile
 
 STATE_FILE = "state.db"
@@ -111,18 +111,15 @@ class Pipeline:
         if rebooted and records.boot_count(self.store) > 1:
             out.append(self.apply(self.model.new_boot(self.boot_id, now)))
         findings = list(self.setup.load_findings())
-        if self.store.reset_reason:
-            reason = self.store.reset_reason
+        damage = self.store.kv_get(DAMAGE_KEY)  # by this open or an earlier command's
+        if damage:
             findings.append(
-                Finding(
-                    "HMA_STATE_RESET",
-                    "agent",
-                    f"state database was reset: {reason}",
-                    {"error": reason},
-                )
+                Finding("HMA_STATE_RESET", "agent", f"state database {damage}", {"error": damage})
             )
         for finding in findings:
             out += self.event(finding.with_(probe=finding.probe or "agent"), now)
+        if damage:
+            self.store.kv_delete(DAMAGE_KEY)
         return out
 
     def observe_run(self, run: ProbeRun, now: float) -> Applied:

@@ -6,6 +6,8 @@ ids seen). The pipeline (hma.health.pipeline) is their one user.
 from __future__ import annotations
 
 import json
+import math
+from typing import Any, Optional
 
 from hma.health.model import Occurrence, Record
 from hma.health.store import Store
@@ -40,15 +42,43 @@ def save_records(
 
 
 def load_occurrences(store: Store) -> tuple[dict[tuple[str, str], list[Occurrence]], list[str]]:
-    """Stored occurrences by (scope, code), and a note per row that could not be read."""
+    """Stored occurrences by (scope, code), each list distinct and oldest first, and a note per
+    row that could not be read (dropped: that count starts again, it never raises a fault)."""
     found: dict[tuple[str, str], list[Occurrence]] = {}
     bad = []
     for scope, code, data in store.rows("SELECT scope, code, data FROM occurrences"):
-        try:
-            found[(scope, code)] = [(float(t), str(c), str(s)) for t, c, s in json.loads(data)]
-        except (ValueError, TypeError) as exc:
-            bad.append(f"occurrences {scope} {code}: {exc}")
+        items = _occurrences(data) if isinstance(scope, str) and isinstance(code, str) else None
+        if items is None:
+            bad.append(f"occurrences {scope!r} {code!r}: not a list of [time, component, source]")
+        else:
+            found[(scope, code)] = items
     return found, bad
+
+
+def _occurrences(data: Any) -> Optional[list[Occurrence]]:
+    """The occurrences a row's ``data`` holds, distinct and oldest first; None unless it is a
+    JSON list of [time, component, source] with a finite number of seconds and two strings."""
+    try:
+        items = json.loads(data)
+    except (ValueError, TypeError, RecursionError):
+        return None
+    if not isinstance(items, list):
+        return None
+    out = set()
+    for item in items:
+        if not (isinstance(item, list) and len(item) == 3):
+            return None
+        ts, component, source = item
+        if isinstance(ts, bool) or not isinstance(ts, (int, float)):
+            return None
+        try:
+            seconds = float(ts)
+        except OverflowError:
+            return None
+        if not (math.isfinite(seconds) and isinstance(component, str) and isinstance(source, str)):
+            return None
+        out.add((seconds, component, source))
+    return sorted(out)
 
 
 def save_occurrences(

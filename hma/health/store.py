@@ -11,9 +11,14 @@ offenders, ``hma reset``) in hma.remediation.remediations, ``requests`` (operato
 (cursors, probe baselines, remediation state) is the engine's own facility for the small JSON
 values that many owners keep (``kv_get``, ``kv_set``).
 
-The schema is versioned with ``PRAGMA user_version`` and migrated forward step by step. A corrupt
-database is moved aside, a fresh one created and ``reset`` set, so that the daemon raises
-``HMA_STATE_RESET`` and goes on. The database and its -wal/-shm files are 0600.
+The schema is versioned with ``PRAGMA user_version`` and migrated forward step by step; at open
+the file's tables are checked against it (hma.health.schema). A missing table is created and a
+wrong ``user_version`` set to its tables' (``repaired`` says so); a corrupt database, or one
+whose tables are not hma's, is moved aside and a fresh one created (``reset_reason`` says why).
+Either is logged and noted in the file (``DAMAGE_KEY``) until the pipeline raises
+``HMA_STATE_RESET`` for it, so that a command's open is said too. The database and its -wal/-shm
+files are 0600. A file that cannot be opened or written (a read-only or immutable folder) is a
+``StateError`` to the commands (memory mode: see below).
 
 The daemon's store works from memory (``memory=True``): reads and writes go to an in-memory copy
 loaded at start, and every write transaction is then replayed on the file at once. When the file
@@ -31,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import logging
 import os
 import sqlite3
 import stat
@@ -40,46 +46,9 @@ import urllib.parse
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence
 
-SCHEMA_VERSION = 5
+from hma.health import schema
 
-# MIGRATIONS[n] takes a database from version n to n + 1.
-MIGRATIONS: list[str] = [
-    # 0 -> 1: the first schema.
-    """
-    CREATE TABLE faults (component TEXT NOT NULL, code TEXT NOT NULL, data TEXT NOT NULL,
-                         PRIMARY KEY (component, code));
-    CREATE TABLE history (id INTEGER PRIMARY KEY, ts REAL NOT NULL, kind TEXT NOT NULL,
-                          code TEXT, component TEXT, severity TEXT, message TEXT, details TEXT);
-    CREATE TABLE boots (boot_id TEXT PRIMARY KEY, first_seen REAL NOT NULL);
-    CREATE TABLE kv (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-    CREATE TABLE actions (id INTEGER PRIMARY KEY, key TEXT UNIQUE, kind TEXT, node TEXT,
-                          reason TEXT, payload TEXT, state TEXT, attempts INTEGER DEFAULT 0,
-                          last_error TEXT DEFAULT '', created REAL, updated REAL, next_try REAL);
-    """,
-    # 1 -> 2: who did what (acks), operator requests to the daemon, history index for retention.
-    """
-    ALTER TABLE history ADD COLUMN who TEXT DEFAULT '';
-    CREATE INDEX history_ts ON history (ts);
-    CREATE TABLE requests (id INTEGER PRIMARY KEY, ts REAL NOT NULL, kind TEXT NOT NULL,
-                           payload TEXT NOT NULL, who TEXT DEFAULT '', done REAL);
-    """,
-    # 2 -> 3: the node's remediations (docs/remediation.md "Repeat offenders").
-    """
-    CREATE TABLE remediations (id INTEGER PRIMARY KEY, ts REAL NOT NULL, episode INTEGER,
-                               code TEXT NOT NULL, component TEXT NOT NULL, action TEXT NOT NULL,
-                               boot_id TEXT DEFAULT '', who TEXT DEFAULT '', note TEXT DEFAULT '');
-    """,
-    # 3 -> 4: occurrences of counted codes ([codes.X] after/within), per (scope, code).
-    """
-    CREATE TABLE occurrences (scope TEXT NOT NULL, code TEXT NOT NULL, data TEXT NOT NULL,
-                              PRIMARY KEY (scope, code));
-    """,
-    # 4 -> 5: maintenance mode (hma maintenance): at most one row, the window.
-    """
-    CREATE TABLE maintenance (id INTEGER PRIMARY KEY CHECK (id = 1), data TEXT NOT NULL);
-    """,
-]
-assert len(MIGRATIONS) == SCHEMA_VERSION
+log = logging.getLogger("hma")
 
 
 class StateError(Exception):
@@ -92,6 +61,11 @@ MAX_PENDING = 8 << 20  # bytes of queued statements; beyond, the whole memory co
 RETRY_MIN_S, RETRY_MAX_S = 1.0, 60.0
 LOCKED_WAIT_S = 0.5
 Statement = tuple[str, tuple[Any, ...]]
+_KV_SET = (
+    "INSERT INTO kv (key, value) VALUES (?, ?) "
+    "ON CONFLICT(key) DO UPDATE SET value = excluded.value"
+)
+DAMAGE_KEY = "state_damage"  # kv: what was moved aside or repaired, until HMA_STATE_RESET is raised
 
 
 class _Recorder:
@@ -118,6 +92,7 @@ class Store:
     ) -> None:
         self.path = Path(path)
         self.reset_reason = ""  # set when a broken database was moved aside
+        self.repaired = ""  # what was repaired: a missing table, a wrong user_version (schema)
         self.write_error = ""  # "" while the file holds every write
         self._lock = threading.RLock()
         self._clock = clock
@@ -133,23 +108,47 @@ class Store:
         self.memory = memory
         self._disk: Optional[sqlite3.Connection] = None  # None: the file could not be opened
         try:
-            self._disk = self._open()
+            self._disk = self._open_or_replace()
         except sqlite3.OperationalError as exc:
-            # full disk, I/O error, locked: the file may be fine, never move it aside
+            # full disk, I/O error, locked, read-only: the file may be fine, never move it aside
             if not memory:
-                raise
+                raise StateError(f"{self.path}: {exc}") from None
             self._conn = self._read_only()
+            self._note_damage(self._conn)  # written with the whole copy
             self.write_error, self._resync = f"{type(exc).__name__}: {exc}", True
             self._retry_at = self._clock() + self._retry_s
             return
-        except sqlite3.DatabaseError as exc:
-            self.reset_reason = f"{type(exc).__name__}: {exc}"
-            self._move_aside()
-            self._disk = self._open()
+        self._note_damage(self._disk)
         self._conn = self._disk
         if memory:
             self._conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
             self._disk.backup(self._conn)
+
+    def _note_damage(self, conn: sqlite3.Connection) -> None:
+        """Log what was moved aside or repaired, and note it under ``DAMAGE_KEY`` in ``conn``
+        (the pipeline raises ``HMA_STATE_RESET`` for it); a note that cannot be written is only
+        logged."""
+        said = "; ".join(
+            f"{verb}: {why}"
+            for verb, why in (("moved aside", self.reset_reason), ("repaired", self.repaired))
+            if why
+        )
+        if said:
+            log.warning("state database %s %s", self.path, said)
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute(_KV_SET, (DAMAGE_KEY, json.dumps(said)))
+
+    def _open_or_replace(self) -> sqlite3.Connection:
+        """The file opened; a corrupt one, or one whose tables are not hma's, moved aside and a
+        fresh one opened (``reset_reason`` says why)."""
+        try:
+            return self._open()
+        except sqlite3.OperationalError:
+            raise
+        except sqlite3.DatabaseError as exc:
+            self.reset_reason = f"{type(exc).__name__}: {exc}"
+            self._move_aside()
+            return self._open()
 
     def _read_only(self) -> sqlite3.Connection:
         """A memory copy of what the file holds, read without writing anything (``immutable``:
@@ -160,10 +159,11 @@ class Store:
             with contextlib.closing(sqlite3.connect(uri, uri=True)) as src:
                 src.execute("PRAGMA quick_check").fetchone()
                 src.backup(mem)
+            self.repaired = schema.settle(mem)
         except sqlite3.Error:
             mem.close()
             mem = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
-        self._migrate(mem)
+            schema.migrate(mem, 0)
         return mem
 
     def _open(self) -> sqlite3.Connection:
@@ -185,31 +185,13 @@ class Store:
             row = conn.execute("PRAGMA quick_check").fetchone()
             if row is None or row[0] != "ok":
                 raise sqlite3.DatabaseError(f"quick_check: {row[0] if row else 'no answer'}")
-            self._migrate(conn)
+            self.repaired = schema.settle(conn)
         except sqlite3.DatabaseError:
             conn.close()
             raise
         for suffix in SUFFIXES[1:]:
             _private(Path(f"{self.path}{suffix}"))
         return conn
-
-    @staticmethod
-    def _migrate(conn: sqlite3.Connection) -> None:
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if version > SCHEMA_VERSION:
-            raise sqlite3.DatabaseError(f"schema version {version} is newer than {SCHEMA_VERSION}")
-        while version < SCHEMA_VERSION:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                for statement in MIGRATIONS[version].split(";"):
-                    if statement.strip():
-                        conn.execute(statement)
-                conn.execute(f"PRAGMA user_version = {version + 1}")
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            version += 1
 
     def _move_aside(self) -> None:
         stamp = time.strftime("%Y%m%dT%H%M%S")
@@ -292,7 +274,8 @@ class Store:
     def _file(self) -> sqlite3.Connection:
         """The file's connection, opened now if it could not be at start."""
         if self._disk is None:
-            self._disk = self._open()
+            self._disk = self._open_or_replace()
+            self._note_damage(self._conn)  # the memory copy: written back whole (``_resync``)
         return self._disk
 
     def _replay(self) -> None:
@@ -323,11 +306,12 @@ class Store:
     def kv_set(self, key: str, value: Any) -> None:
         """Store a JSON-able value."""
         with self.transaction() as conn:
-            conn.execute(
-                "INSERT INTO kv (key, value) VALUES (?, ?) "
-                "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                (key, json.dumps(value)),
-            )
+            conn.execute(_KV_SET, (key, json.dumps(value)))
+
+    def kv_delete(self, key: str) -> None:
+        """Remove ``key`` (absent: nothing)."""
+        with self.transaction() as conn:
+            conn.execute("DELETE FROM kv WHERE key = ?", (key,))
 
     @contextlib.contextmanager
     def on_file(self) -> Iterator[Optional[sqlite3.Connection]]:

@@ -2,10 +2,13 @@
 ``hma run`` works; an Xid injected through the /dev/kmsg stand-in still drains the node in the
 real (loopback) Slurm, ``HMA_STATE_WRITE_FAILED`` names the path, and once space is freed the
 finding clears by itself and the database file holds the fault, its history and the drain. Also:
-the store starts on a full disk, and the finding is a journald alert naming the path and error."""
+the store starts on a full disk, and the finding is a journald alert naming the path and error;
+every write path of the store under ENOSPC at fuzzed points, then space back, loses nothing
+(hypothesis); the commands on a full disk end with one line and exit 73, and work again after."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import signal
@@ -15,16 +18,21 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, Optional
 
 import pytest
 from conftest import Env, journald_usable, read_back
+from hypothesis import given
+from hypothesis import strategies as st
 
-from hma.health import history
+from hma.contracts.maintenance import Maintenance
+from hma.health import history, maintenance_mode, records, requests, schema
 from hma.health.store import Store
+from hma.remediation import remediations
 from tests.simnode import SimNode
 from tests.slurmcluster import SlurmCluster, available
 from tests.standin import nvmlstub
+from tests.unit.mutate import budget
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -242,3 +250,110 @@ def test_stopping_on_a_full_disk_says_what_is_lost(hma_env: Env, small_tmpfs: Pa
     text = log_path.read_text()
     assert proc.returncode == 0 and "Traceback" not in text
     assert f"stopped without writing everything to {small_tmpfs / 'state.db'}" in text
+
+
+# --- every write path under ENOSPC, then space back (issue 28, part 7) -------------------------
+
+WRITES: dict[str, Callable[[Store, int], None]] = {
+    "records": lambda s, i: records.save_records(s, [], {}),
+    "occurrences": lambda s, i: records.save_occurrences(
+        s, [("node", f"C{i % 3}")], {("node", f"C{i % 3}"): [(float(i), "node", "gpu")]}
+    ),
+    "boot": lambda s, i: records.note_boot(s, f"boot-{i}", float(i)),
+    "kv": lambda s, i: s.kv_set(f"k{i % 4}", {"seq": i, "pad": "x" * 3000}),
+    "kv_delete": lambda s, i: s.kv_delete(f"k{(i + 1) % 4}"),
+    "history": lambda s, i: history.add(s, float(i), "raised", "X", "node", "warning", "m" * 500),
+    "prune": lambda s, i: history.prune(s, float(i - 5)),
+    "request": lambda s, i: requests.add(s, "ack", {"code": "X", "i": i}, "root", float(i)),
+    "remediation": lambda s, i: remediations.add(
+        s, {"ts": float(i), "code": "X", "component": "node", "action": "drain"}
+    ),
+    "maintenance": lambda s, i: maintenance_mode.save(
+        s, Maintenance(float(i)) if i % 2 else None, "root", float(i)
+    ),
+    "outbox": lambda s, i: _outbox(s, i),
+}
+
+
+def _outbox(store: Store, i: int) -> None:
+    with store.transaction() as conn:
+        conn.execute(
+            "INSERT OR REPLACE INTO actions (key, kind, node, reason, payload, state, created) "
+            "VALUES (?, 'drain', 'n', 'r', '{}', 'pending', ?)",
+            (f"a{i % 5}", float(i)),
+        )
+
+
+def _dump(conn: Any) -> dict[str, list[tuple[Any, ...]]]:
+    tables = sorted(schema.reference(schema.SCHEMA_VERSION).tables)
+    return {t: conn.execute(f"SELECT * FROM {t} ORDER BY rowid").fetchall() for t in tables}
+
+
+@budget(60)
+@given(
+    steps=st.lists(st.sampled_from(sorted(WRITES)), min_size=1, max_size=14),
+    full_at=st.integers(0, 14),
+    space_at=st.integers(0, 14),
+)
+def test_every_write_path_under_enospc_loses_nothing_once_space_returns(
+    small_tmpfs: Path, steps: list[str], full_at: int, space_at: int
+) -> None:
+    for old in small_tmpfs.iterdir():
+        old.unlink()
+    path = small_tmpfs / "state.db"
+    clock = [0.0]
+    store = Store(str(path), memory=True, clock=lambda: clock[0])
+    filler: Optional[Path] = None
+    try:
+        for i, step in enumerate(steps):
+            if i == full_at:
+                filler = fill(small_tmpfs)
+            if i == space_at and filler is not None:
+                filler.unlink()
+                filler = None
+            WRITES[step](store, i)  # never raises: the memory copy takes it
+            clock[0] += 1.0
+            store.flush()
+        if filler is not None:
+            assert store.flush(force=True) is False or store.write_error == ""
+            filler.unlink()
+        clock[0] += 120.0
+        assert store.flush() is True and store.write_error == ""
+        kept = _dump(store._conn)
+    finally:
+        store.close()
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        assert _dump(conn) == kept  # the file holds every write the agent made
+    again = Store(str(path), memory=True)  # and the next start reads it without complaint
+    try:
+        assert (again.write_error, again.reset_reason, again.repaired) == ("", "", "")
+        assert _dump(again._conn) == kept
+    finally:
+        again.close()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["ack", "HMA_STATE_RESET"],
+        ["reset", "--all", "--reason", "new board"],
+        ["maintenance", "on", "--for", "1h"],
+        ["maintenance", "off"],
+    ],
+)
+def test_commands_on_a_full_state_disk_say_so_and_work_once_space_returns(
+    hma_env: Env, small_tmpfs: Path, argv: list[str]
+) -> None:
+    hma_env.state = small_tmpfs
+    hma_env.write("[reporters.journald]\nenabled = false\n[slurm]\nenabled = false\n")
+    Store(str(small_tmpfs / "state.db")).close()
+    filler = fill(small_tmpfs)
+    full = hma_env.hma(*argv)
+    assert "Traceback" not in full.stderr
+    assert full.returncode in (0, 1, 73), full.stderr  # a write that still fit, nothing to ack
+    if full.returncode == 73:
+        [line] = full.stderr.splitlines()
+        assert line.startswith(f"hma {argv[0]}: ") and "state store" in line
+    filler.unlink()
+    again = hma_env.hma(*argv)
+    assert again.returncode in (0, 1) and "Traceback" not in again.stderr, again.stderr

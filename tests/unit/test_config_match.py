@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import shutil
 import subprocess
@@ -9,6 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from mutate import budget
 
 from hma.config import files as configfile
 from hma.config.match import HostPattern, Node, PatternError, read_hardware
@@ -199,3 +203,111 @@ def test_config_check_names_what_applied_on_a_real_host_name(tmp_path: Path) -> 
         else:
             assert f"10-gpu.toml: not applied (host {host} matches none of" in out.stdout
             assert "10-gpu.toml" not in lines[-1]
+
+
+# --- linear matching (issue 28, part 3) ---------------------------------------------------------
+
+WILD = st.text(alphabet="ab-*?", max_size=10)
+NAMES = st.text(alphabet="ab-", max_size=12)
+
+
+@budget(400)
+@given(pattern=WILD.filter(str.strip), name=NAMES)
+def test_wildcards_agree_with_fnmatchcase(pattern: str, name: str) -> None:
+    assert HostPattern(pattern).matches(name) == fnmatch.fnmatchcase(name, pattern)
+
+
+@budget(300)
+@given(
+    before=st.text(alphabet="a1*?", max_size=4),
+    low=st.integers(0, 30),
+    size=st.integers(0, 12),
+    width=st.integers(1, 3),
+    after=st.text(alphabet="a1*?", max_size=4),
+    name=st.text(alphabet="a0123", max_size=8),
+)
+def test_a_range_is_the_numbers_it_names_spliced_in(
+    before: str, low: int, size: int, width: int, after: str, name: str
+) -> None:
+    """``x[007-012]y`` covers a name exactly when one of x007y ... x012y (as shell wildcards)
+    does: the range's numbers with their zero padding."""
+    text = f"{before}[{low:0{width}d}-{low + size}]{after}"
+    spelled = [f"{before}{v:0{width}d}{after}" for v in range(low, low + size + 1)]
+    expected = any(fnmatch.fnmatchcase(name, p) for p in spelled)
+    assert HostPattern(text).matches(name) == expected
+
+
+PATHOLOGICAL = "*a" * 15 + "b"  # 31 characters: every split of 63 a's tried, as the old matcher did
+LONG_HOST = "a" * 63
+
+
+def test_a_pathological_wildcard_pattern_finishes() -> None:
+    """The old matcher tried every split: C(63, 15) of them for this pair. In a subprocess with a
+    limit, so that a regression fails instead of hanging the suite."""
+    script = (
+        "import sys; from hma.config.match import HostPattern; "
+        "print(HostPattern(sys.argv[1]).matches(sys.argv[2]), "
+        "HostPattern(sys.argv[1]).matches(sys.argv[2] + 'b'))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script, PATHOLOGICAL, LONG_HOST],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (out.returncode, out.stdout) == (0, "False True\n"), out.stderr
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare"
+)
+def test_config_check_with_a_pathological_pattern_finishes(tmp_path: Path) -> None:
+    main = write_tree(tmp_path / "etc", tmp_path / "no-sysfs")
+    (tmp_path / "etc/hma.d/10-gpu.toml").write_text(
+        f'[match]\nhosts = ["{PATHOLOGICAL}"]\n[probes.system]\ninterval = 11.0\n'
+    )
+    (tmp_path / "etc/hma.d/20-trn.toml").unlink()
+    (tmp_path / "etc/hma.d/30-cpu.toml").unlink()
+    script = "import socket, sys; socket.sethostname(sys.argv[1]); from hma.cli import main; "
+    script += "sys.exit(main(['config', 'check']))"
+    out = subprocess.run(
+        ["unshare", "--uts", sys.executable, "-c", script, LONG_HOST],
+        env={**os.environ, "HMA_CONFIG": str(main)},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "10-gpu.toml: not applied (host " in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("pattern", "expected"),
+    [
+        ("gpu-[1-" + "9" * 5000 + "]", "a number of 5000 digits"),
+        ("gpu-[" + "0" * 19 + "]", "a number of 19 digits"),
+        ("gpu-[1-99999999]", "covers 99999999 numbers (at most 65536)"),
+        ("gpu-[0-65536]", "covers 65537 numbers"),
+    ],
+)
+def test_numbers_too_long_and_ranges_too_wide_are_configuration_errors(
+    tmp_path: Path, pattern: str, expected: str
+) -> None:
+    with pytest.raises(PatternError) as caught:
+        HostPattern(pattern)
+    assert expected in str(caught.value)
+    assert len(str(caught.value)) < 300  # the pattern is cut in the message
+    main = write_tree(tmp_path / "etc", tmp_path / "no-sysfs")
+    (tmp_path / "etc/hma.d/10-gpu.toml").write_text(f'[match]\nhosts = ["{pattern}"]\n')
+    _layers, errors, _notes = configfile.read_layers_noted(main)
+    assert any("10-gpu.toml" in e and expected in e for e in errors), errors
+
+
+def test_the_widest_range_and_longest_number_still_match() -> None:
+    assert HostPattern("gpu-[0-65535]").matches("gpu-65535")
+    assert HostPattern("n[" + "9" * 18 + "]").matches("n" + "9" * 18)
+    assert not HostPattern("n[1-9]").matches("n" + "1" * 400)

@@ -15,7 +15,8 @@ from hma.health import history, requests
 from hma.health import store as state
 from hma.health.model import HealthModel
 from hma.health.records import load_records, save_records
-from hma.health.store import MIGRATIONS, SCHEMA_VERSION, Store
+from hma.health.schema import MIGRATIONS, SCHEMA_VERSION
+from hma.health.store import Store
 
 
 def test_records_survive_reopen(tmp_path: Path) -> None:
