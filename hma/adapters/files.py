@@ -37,7 +37,7 @@ class _Absent(ReadError):
 
 def _preview(data: bytes, cap: int = 120) -> str:
     """What a debug line shows of a file's content: escaped, one line, capped."""
-    text = repr(data[:cap].decode("utf-8", "replace").strip())  # repr escapes control chars
+    text = "'" + printable(data[:cap].decode("utf-8", "replace").strip()) + "'"
     return text + (f" ... ({len(data)} bytes)" if len(data) > cap else "")
 
 
