@@ -447,7 +447,7 @@ def new_occurrence(ep: Episode, faults: Sequence[Fault]) -> bool:
     cover (another fault, or a later occurrence of one it covered)."""
     marks = {(code, component): stamp for code, component, stamp in ep.honoured}
     return any(
-        stamp > marks.get((code, component), float("inf")) or (code, component) not in marks
+        (code, component) not in marks or stamp > marks[(code, component)]
         for code, component, stamp in occurrences(faults)
     )
 
