@@ -42,14 +42,18 @@ def _from_reason(reason: str) -> tuple[str, str]:
 def node_row(
     node: NodeState, field: str, now: float, max_remediations: int = _MAX, window: float = _WINDOW
 ) -> Optional[dict[str, Any]]:
-    """The fleet row of one node, or None when hma has nothing to say about it."""
-    found = label.find(node.field(field))
-    history = label.find_history(node.field(field))
+    """The fleet row of one node, or None when hma has nothing to say about it. A label that
+    does not read (``label.parse``: a number out of bounds, a character hma never writes) gives
+    ``label: unreadable`` and nothing of its fields."""
+    token = label.find_token(node.field(field), label.PREFIX)
+    found = label.parse(token, now) if token is not None else None
+    unreadable = token is not None and found is None
+    history = label.find_history(node.field(field), now)
     held = breaker.held_by_hma(node, field)
     maint = maintenance.in_field(node.field(field))
     if maint is not None and not maint.active(now):
         maint = None  # ended by itself; the word stays until `hma maintenance off`
-    if found is None and not node.owned and history is None and maint is None:
+    if token is None and not node.owned and history is None and maint is None:
         return None
     count = history.within(now, window) if history is not None else 0
     human = history.held if history is not None and history.held else None
@@ -59,7 +63,7 @@ def node_row(
         "state": node.label_text,
         "reason": node.reason,
         "held_by_hma": held,
-        "label": found.state if found else None,
+        "label": found.state if found else ("unreadable" if unreadable else None),
         "code": found.code if found else code,
         "component": (found.component if found else "") or component,
         "action": found.action if found else None,
@@ -108,6 +112,9 @@ def collect(
     return {"generated": time.time(), "nodes": rows, "partitions": parts}
 
 
+NOTES = {"recovered": "recovered", "unreadable": "label unreadable"}
+
+
 def render_text(doc: dict[str, Any]) -> str:
     """Human-readable fleet view; text from Slurm is escaped (hma.adapters.text)."""
     lines = []
@@ -124,8 +131,8 @@ def render_text(doc: dict[str, Any]) -> str:
             if r["held"]:
                 held = HELD_NOTES.get(r["held"], f"held: {r['held']}")
                 note = (note + " " if note else "") + held
-            if r["label"] == "recovered":
-                note = (note + " " if note else "") + "recovered"
+            if r["label"] in ("recovered", "unreadable"):
+                note = (note + " " if note else "") + NOTES[r["label"]]
             if r["repeat_offender"]:
                 note = (note + " " if note else "") + "repeat offender: needs hma reset"
             if r.get("maintenance"):

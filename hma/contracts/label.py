@@ -10,9 +10,12 @@ unix time the fault was first seen, ``r`` the reboots for this fault within the 
 jobs on the node when the fault hit (at most 8), ``h`` why an action is held (``breaker``,
 ``rate``, ``policy``, ``dry_run``, ``not_owned``, ``maintenance``, ``unsupported``: the backend
 lacks the capability; ``repair``, ``label``: a drain kept after a state loss), ``d`` when hma
-drained the node (the circuit breaker orders simultaneous drains by it). The rest of the field is
-never touched: the token is replaced in place, added at the end, or removed with its separating
-space.
+drained the node (whether a boot came since: ``planner._owed``). The rest of the field is never
+touched: the token is replaced in place, added at the end, or removed with its separating space.
+
+Anyone with ``scontrol update`` rights can write this text: the readers return a typed label or
+None (unreadable), never raise; every value they return is within its form and bounds (times
+``dated``, text printable), and nothing in another node's label orders or resumes this node.
 """
 
 from __future__ import annotations
@@ -37,66 +40,45 @@ class Label:
     reboots: int = 0
     jobs: tuple[str, ...] = ()
     held: str = ""
-    drained: float = 0.0  # when hma drained the node (ms): the breaker's order
+    drained: float = 0.0  # when hma drained the node (unix seconds, to the millisecond)
 
     def token(self) -> str:
-        """The token text."""
+        """The token text (every value cleaned to what the readers accept)."""
         parts = [f"{PREFIX}{self.state}:{self.code}:{self.action}"]
-        if self.component:
-            parts.append(f"c={_clean(self.component)}")
+        component = _clean(self.component, 128)
+        if component:
+            parts.append(f"c={component}")
         if self.since:
             parts.append(f"t={int(self.since)}")
         if self.reboots:
             parts.append(f"r={self.reboots}")
-        if self.jobs:
-            parts.append("j=" + "+".join(_clean(j) for j in self.jobs[:MAX_JOBS]))
+        jobs = [j for j in (_clean(job, 32) for job in self.jobs) if j][:MAX_JOBS]
+        if jobs:
+            parts.append("j=" + "+".join(jobs))
         if self.held:
-            parts.append(f"h={_clean(self.held)}")
+            parts.append(f"h={_clean(self.held, 32)}")
         if self.drained:
             parts.append(f"d={self.drained:.3f}")
         return ",".join(parts)
 
 
-def _clean(text: str) -> str:
-    return "".join(ch for ch in text if not ch.isspace() and ch not in ",+=")
+def _clean(text: str, limit: int) -> str:
+    """``text`` as a field value: no blank, separator or character ``str.isprintable`` refuses
+    (controls, bidi and format characters, tags), at most ``limit`` characters."""
+    kept = (ch for ch in text if ch.isprintable() and not ch.isspace() and ch not in ",+=")
+    return "".join(kept)[:limit]
 
 
-def parse(token: str) -> Optional[Label]:
-    """A label from its token; None when it is not a well-formed hma token."""
-    if not token.startswith(PREFIX):
-        return None
-    head, _, rest = token[len(PREFIX) :].partition(",")
-    parts = head.split(":")
-    if len(parts) != 3 or not all(parts):
-        return None
-    values: dict[str, str] = {}
-    for item in rest.split(",") if rest else ():
-        key, sep, value = item.partition("=")
-        if sep:
-            values[key] = value
-    try:
-        since = float(values.get("t", 0) or 0)
-        reboots = int(values.get("r", 0) or 0)
-        drained = float(values.get("d", 0) or 0)
-    except ValueError:
-        return None
-    jobs = tuple(j for j in values.get("j", "").split("+") if j)
-    return Label(
-        parts[0],
-        parts[1],
-        parts[2],
-        values.get("c", ""),
-        since,
-        reboots,
-        jobs,
-        values.get("h", ""),
-        drained,
-    )
-
+# Times in a label: 0 (none) or within [MIN_TIME, MAX_TIME]; a reader with a clock also refuses
+# one more than SKEW seconds ahead of it (another node's clock may be a little ahead).
+MIN_TIME = 1_000_000_000.0  # 2001-09-09: before any label hma wrote
+MAX_TIME = 4_102_444_800.0  # 2100-01-01
+SKEW = 300.0
 
 STATES = ("unhealthy", "recovered")
 ACTIONS = ("none", "reboot", "replace")
 _CODE = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
+_HEAD = re.compile(r"[^\s,:]{1,64}")
 _TIME = re.compile(r"[0-9]{1,12}(\.[0-9]{1,6})?")
 _VALUES = {
     "c": re.compile(r"[^\s,+=]{1,128}"),
@@ -108,35 +90,78 @@ _VALUES = {
 }
 
 
-def parse_strict(token: str) -> Optional[Label]:
+def dated(ts: float, now: Optional[float] = None) -> bool:
+    """``ts`` is a time a label may carry: 0 (none), or finite within [MIN_TIME, MAX_TIME] and,
+    when ``now`` is given, not more than ``SKEW`` seconds after it."""
+    if ts == 0:
+        return True
+    return MIN_TIME <= ts <= MAX_TIME and (now is None or ts <= now + SKEW)
+
+
+def parse(token: str, now: Optional[float] = None) -> Optional[Label]:
+    """A label from its token; None when it is not a well-formed hma token (unreadable): the
+    head or a known field out of its form or bounds (``dated`` with ``now``), a known field twice.
+    Fields hma does not know are skipped."""
+    return _read(token, now, strict=False)
+
+
+def parse_strict(token: str, now: Optional[float] = None) -> Optional[Label]:
     """A label only when every part of ``token`` is what hma writes (a known state, code and
     action; each field known, once, in its form); None otherwise. For a label hma would act on."""
+    return _read(token, now, strict=True)
+
+
+def _read(token: str, now: Optional[float], strict: bool) -> Optional[Label]:
+    if not token.startswith(PREFIX):
+        return None
     head, _, rest = token[len(PREFIX) :].partition(",")
     parts = head.split(":")
-    if (
-        not token.startswith(PREFIX)
-        or len(parts) != 3
-        or parts[0] not in STATES
-        or not _CODE.fullmatch(parts[1])
-        or parts[2] not in ACTIONS
+    if len(parts) != 3 or not all(_HEAD.fullmatch(p) and p.isprintable() for p in parts):
+        return None
+    if strict and (
+        parts[0] not in STATES or not _CODE.fullmatch(parts[1]) or parts[2] not in ACTIONS
     ):
         return None
-    seen: set[str] = set()
+    values = _fields(rest, strict)
+    if values is None:
+        return None
+    since, drained = float(values.get("t", 0)), float(values.get("d", 0))
+    if not (dated(since, now) and dated(drained, now)):
+        return None
+    return Label(
+        parts[0],
+        parts[1],
+        parts[2],
+        values.get("c", ""),
+        since,
+        int(values.get("r", 0)),
+        tuple(values["j"].split("+")) if "j" in values else (),
+        values.get("h", ""),
+        drained,
+    )
+
+
+def _fields(rest: str, strict: bool) -> Optional[dict[str, str]]:
+    """The known fields of a token's tail, each in its form and printable; None when one is
+    not, or is there twice (``strict``: also when an item is not a known field)."""
+    values: dict[str, str] = {}
     for item in rest.split(",") if rest else ():
         key, sep, value = item.partition("=")
         form = _VALUES.get(key)
-        if not sep or form is None or key in seen or not form.fullmatch(value):
+        if not sep or form is None:
+            if strict:
+                return None
+            continue
+        if key in values or not form.fullmatch(value) or not value.isprintable():
             return None
-        seen.add(key)
-    return parse(token)
+        values[key] = value
+    return values
 
 
-def find(text: str) -> Optional[Label]:
-    """The hma label in a field's text, if any."""
-    for word in text.split():
-        if word.startswith(PREFIX):
-            return parse(word)
-    return None
+def find(text: str, now: Optional[float] = None) -> Optional[Label]:
+    """The hma label in a field's text, if any and readable (``parse``)."""
+    token = find_token(text, PREFIX)
+    return parse(token, now) if token is not None else None
 
 
 def edit(text: str, label: Optional[Label]) -> str:
@@ -222,12 +247,14 @@ class History:
         return HISTORY_PREFIX + ",".join(parts) if parts else None
 
     def within(self, now: float, window: float) -> int:
-        """How many entries fall within ``window`` seconds of ``now``."""
-        return sum(1 for ts, _code in self.entries if now - ts <= window)
+        """How many entries fall within ``window`` seconds before ``now`` (one dated more than
+        ``SKEW`` after ``now`` never counts)."""
+        return sum(1 for ts, _code in self.entries if now - window <= ts <= now + SKEW)
 
 
-def parse_history(token: str) -> Optional[History]:
-    """The history of a ``hmah=`` token when every part is what hma writes; None otherwise."""
+def parse_history(token: str, now: Optional[float] = None) -> Optional[History]:
+    """The history of a ``hmah=`` token when every part is what hma writes and every time is
+    ``dated`` (with ``now``: none beyond the skew into the future); None otherwise."""
     if not token.startswith(HISTORY_PREFIX):
         return None
     parts = token[len(HISTORY_PREFIX) :].split(",")
@@ -240,15 +267,18 @@ def parse_history(token: str) -> Optional[History]:
         if m is None:
             return None
         entries.append((float(m.group(1)), m.group(2)))
+    times = [ts for ts, _code in entries] + ([held] if held else [])
+    if not all(ts and dated(ts, now) for ts in times):
+        return None
     if len(entries) > MAX_HISTORY or (not entries and not held):
         return None
     return History(tuple(entries), held)
 
 
-def find_history(text: str) -> Optional[History]:
-    """The mirrored history in a field's text, if any (and well-formed)."""
+def find_history(text: str, now: Optional[float] = None) -> Optional[History]:
+    """The mirrored history in a field's text, if any (and well-formed: ``parse_history``)."""
     token = find_token(text, HISTORY_PREFIX)
-    return parse_history(token) if token is not None else None
+    return parse_history(token, now) if token is not None else None
 
 
 def edit_history(text: str, history: Optional[History]) -> str:

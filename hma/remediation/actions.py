@@ -254,7 +254,7 @@ class Applier:
             )
         self.breaker.alert(self.outbox.episode(), count, f"drain of {name} (undone)")
         return Undone(
-            f"breaker: {count.held.index(name)} node(s) held before it; drain undone "
+            f"breaker: {count.ranked.index(name)} node(s) drained before it; drain undone "
             f"(limit {count.limit})"
         )
 

@@ -7,6 +7,11 @@ that hma holds out of scheduling: a reason starting ``HMA:``, or a recovery the 
 out (``NodeState.recovery``, as the backend reads it: HyperPod's on Slurm) on a node that carries
 hma's label. The limit is ``max_drained_percent`` of those nodes and ``max_drained_nodes``, never
 below one node.
+
+Which drains are beyond the limit (and undo themselves) is decided by Slurm's own record alone:
+the drains it shows with an ``HMA:`` reason, in (reason time, node name) order. slurmctld sets
+the reason time; nothing written in a node's Extra or Comment (a forged ``d=``, a label on
+someone else's FAIL node) orders a drain or resumes one.
 """
 
 from __future__ import annotations
@@ -29,7 +34,8 @@ log = logging.getLogger("hma.remediation")
 class Count:
     """What the breaker saw."""
 
-    held: tuple[str, ...]  # nodes hma holds, in (drain time, name) order
+    held: tuple[str, ...]  # nodes hma holds, in (reason time, name) order
+    ranked: tuple[str, ...]  # those of them Slurm's own record shows held by hma (``recorded``)
     total: int  # nodes in the partitions
     limit: int
     partitions: tuple[str, ...]
@@ -43,8 +49,9 @@ class Count:
         return self.others(node) >= self.limit
 
     def beyond(self, node: str) -> bool:
-        """``node`` is held by hma but not among the first ``limit`` (it must undo itself)."""
-        return node in self.held and self.held.index(node) >= self.limit
+        """``node`` is drained by hma (``recorded``) but not among the first ``limit`` of those
+        drains (it must undo itself)."""
+        return node in self.ranked and self.ranked.index(node) >= self.limit
 
     def to_json(self) -> dict:
         """Status form."""
@@ -67,7 +74,7 @@ def limit_for(total: int, percent: float, max_nodes: Optional[int]) -> int:
 
 def held_by_hma(node: NodeState, field: str) -> bool:
     """hma holds this node out of scheduling."""
-    if node.owned and node.out_of_service:
+    if recorded(node):
         return True
     if node.recovery:
         found = label_mod.find(node.field(field))
@@ -75,12 +82,9 @@ def held_by_hma(node: NodeState, field: str) -> bool:
     return False
 
 
-def drain_time(node: NodeState, field: str) -> float:
-    """When hma drained the node: the label's ``d`` (ms), else Slurm's reason time (s)."""
-    found = label_mod.find(node.field(field))
-    if found is not None and found.drained:
-        return found.drained
-    return node.reason_time
+def recorded(node: NodeState) -> bool:
+    """Slurm's own record says hma holds this node: out of service with an ``HMA:`` reason."""
+    return node.owned and node.out_of_service
 
 
 def count(
@@ -98,11 +102,12 @@ def count(
     parts = set(mine.partitions) if mine is not None and mine.partitions else set()
     scope = [n for n in nodes if not parts or parts & set(n.partitions)]
     held = sorted(
-        (n for n in scope if held_by_hma(n, field)), key=lambda n: (drain_time(n, field), n.name)
+        (n for n in scope if held_by_hma(n, field)), key=lambda n: (n.reason_time, n.name)
     )
     size = len(scope) if total is None else max(total, len(scope))
     return Count(
         tuple(n.name for n in held),
+        tuple(n.name for n in held if recorded(n)),
         size,
         limit_for(size, percent, max_nodes),
         tuple(sorted(parts)),

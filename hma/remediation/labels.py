@@ -45,14 +45,15 @@ class Labels:
             if self._seeded:
                 return
             self._seeded = True
-            mirror = label_mod.find_history(node.field(self.rec.label_field))
+            now = self.clock()  # a time past it (beyond the skew) makes a token unreadable
+            mirror = label_mod.find_history(node.field(self.rec.label_field), now)
             if mirror is not None and self.outbox.seed_history(mirror):
                 log.info("seeded %d remediation(s) from the node's history", len(mirror.entries))
-            found = label_mod.find(node.field(self.rec.label_field))
+            found = label_mod.find(node.field(self.rec.label_field), now)
             if found is None or not found.reboots or self.outbox.reboots():
                 return
-            ts = found.since or self.clock()
-            if self.clock() - ts > self.rec.reboot_window:
+            ts = found.since or now
+            if now - ts > self.rec.reboot_window:
                 return
             self.outbox.save_reboots([Reboot(found.code, found.component, ts)] * found.reboots)
         log.info("seeded %d reboot(s) of %s from the node label", found.reboots, found.code)
@@ -62,7 +63,7 @@ class Labels:
         ep = self.outbox.episode()
         if ep is None or ep.phase == "resuming":
             return None
-        previous = label_mod.find(node.field(self.rec.label_field))
+        previous = label_mod.find(node.field(self.rec.label_field), self.clock())
         return Label(
             "unhealthy",
             ep.code,

@@ -38,15 +38,17 @@ def is_spare(node: NodeState) -> bool:
 
 
 def healthy(node: NodeState) -> bool:
-    """Reachable, not down or failed, understood, and no unhealthy hma label."""
-    labels = [label.find(text) for _name, text in node.texts]
+    """Reachable, not down or failed, understood, and no hma label that says unhealthy or does
+    not read (a label may keep a node out of service, never put it in)."""
+    tokens = (label.find_token(text, label.PREFIX) for _name, text in node.texts)
+    labels = [label.parse(token) for token in tokens if token is not None]
     return (
         node.understood
         and not node.not_responding
         and not node.down
         and not node.fail
         and not node.reboot_pending
-        and not any(lab is not None and lab.state == "unhealthy" for lab in labels)
+        and not any(lab is None or lab.state == "unhealthy" for lab in labels)
     )
 
 

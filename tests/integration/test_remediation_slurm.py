@@ -388,3 +388,81 @@ def test_an_operator_s_resume_is_honoured_until_a_new_occurrence(fresh: SlurmClu
         assert sim.status()["remediation"]["honoured"] is None
     finally:
         sim.close()
+
+
+def test_a_forged_label_on_another_node_never_resumes_this_one(
+    fresh: SlurmCluster, tmp_path: Path
+) -> None:
+    """Issue 28: node1 is drained for an active fault; node2 is drained after it with an HMA
+    reason, then one ``scontrol update`` of node2's Extra claims it was drained long before
+    (``d=``). node1's breaker recheck counts both and keeps node1 drained: only Slurm's record
+    (the reason times) orders the drains."""
+    limits = {"max_drained_percent": 25.0}  # 4 nodes: one may be held
+    rem, _store = make(tmp_path, fresh, "node1", limits, {"heartbeat": 1.0})
+    rechecks: list[tuple[object, object]] = []
+    real = rem.applier.recheck
+
+    def recheck() -> object:
+        before = rem.breaker.last
+        out = real()
+        if rem.breaker.last is not before:  # this recheck counted
+            rechecks.append((rem.breaker.last, out))
+        return out
+
+    rem.applier.recheck = recheck  # type: ignore[method-assign]
+    try:
+        rem.update(verdict(fault(action=Action.NONE, clears=Clears.OBSERVATION)), "boot-1")
+        wait(lambda: "DRAIN" in fresh.state("node1"), what="drain")
+        wait(lambda: ",d=" in fresh.node("node1")["extra"], what="node1's label")
+        fresh.scontrol("update", "NodeName=node2", "State=DRAIN", f"Reason={REASON}")
+        forged = "hma=unhealthy:GPU_XID_79:none,d=1000000000.000"
+        fresh.scontrol("update", "NodeName=node2", f"Extra={forged}")
+        wait(
+            lambda: any("node2" in c.held for c, _out in rechecks),  # type: ignore[attr-defined]
+            30,
+            "a recheck that counts node2",
+        )
+        count, undone = next((c, o) for c, o in rechecks if "node2" in c.held)  # type: ignore[attr-defined]
+        assert undone is None and count.held == ("node1", "node2")  # type: ignore[attr-defined]
+        node = fresh.node("node1")
+        assert "DRAIN" in node["state_flags"] and node["reason"] == REASON
+        assert "h=breaker" not in node["extra"]
+        assert rem.status()["breaker"]["held_nodes"] == ["node1", "node2"]
+    finally:
+        rem.close()
+
+
+def test_fleet_renders_every_node_whatever_one_label_holds(
+    fresh: SlurmCluster, tmp_path: Path
+) -> None:
+    """Issue 28: labels with ``t=nan``, ``t=inf``, ``t=1e300`` and a negative ``d=`` on three
+    nodes of the real Slurm: ``hma fleet`` and ``--json`` exit 0 and list every node, those three
+    with their label unreadable."""
+    import subprocess
+    import sys
+
+    from tests.integration.remediation_helpers import write_config
+
+    bad = {"node2": "t=nan", "node3": "t=1e300", "node4": "d=-1764410041.250"}
+    for name, field in bad.items():
+        fresh.scontrol("update", f"NodeName={name}", f"Extra=hma=unhealthy:GPU_XID_79:none,{field}")
+    fresh.scontrol("update", "NodeName=node1", "Extra=hma=unhealthy:GPU_XID_79:none,t=inf")
+    bad["node1"] = "t=inf"
+    cfg = write_config(tmp_path / "hma.toml", fresh, "node1")
+    outs = [
+        subprocess.run(
+            [sys.executable, "-m", "hma", "fleet", *args],
+            env={"PATH": "/usr/bin:/bin", "HMA_CONFIG": str(cfg)},
+            cwd=Path(__file__).resolve().parents[2],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        for args in (["--json"], [])
+    ]
+    assert [o.returncode for o in outs] == [0, 0], [o.stderr for o in outs]
+    rows = {r["node"]: r for r in json.loads(outs[0].stdout)["nodes"]}
+    assert set(rows) == set(bad) and all(r["label"] == "unreadable" for r in rows.values())
+    assert all(f"{name} " in outs[1].stdout for name in bad)
+    assert outs[1].stdout.count("label unreadable") == len(bad)

@@ -256,18 +256,39 @@ def test_drain_that_raced_past_the_recount_undoes_itself(tmp_path: Path) -> None
     rem = make(tmp_path, fake, max_drained_percent=25.0)
     run(rem, (fault(action=Action.NONE),))
     assert "DRAIN" in fake.state["n1"].flags
-    # n2 was drained by its agent a moment *earlier* (d=), but became visible only now
+    # n2 was drained by its agent a moment *earlier* (Slurm's reason time), visible only now
     fake.state["n2"] = replace(
         fake.state["n2"],
         flags=frozenset({"DRAIN"}),
         reason="HMA: GPU_XID_79 gpu:0000:3b:00",
-        texts=(("extra", "hma=unhealthy:GPU_XID_79:none,d=1.000"),),
+        reason_time=fake.state["n1"].reason_time - 1,
+        texts=(("extra", "hma=unhealthy:GPU_XID_79:none"),),
     )
     rem.worker.recheck()  # what the worker does every recheck_interval
     rem.flush(5)
     assert "DRAIN" not in fake.state["n1"].flags and "h=breaker" in fake.state["n1"].field("extra")
     assert rem.status()["held"].startswith("breaker")
     assert [a.code for a in rem.alerts()].count("HMA_BREAKER_OPEN") == 1
+
+
+def test_a_forged_drain_time_on_another_node_never_undoes_this_drain(tmp_path: Path) -> None:
+    """Issue 28: n2, drained after n1 by Slurm's record, gets an earlier ``d=`` written into its
+    Extra; n1's recheck keeps n1 drained (its fault is still active)."""
+    fake = FakeSlurm("n1", "n2", "n3", "n4")
+    rem = make(tmp_path, fake, max_drained_percent=25.0)
+    run(rem, (fault(action=Action.NONE),))
+    assert "DRAIN" in fake.state["n1"].flags
+    fake.state["n2"] = replace(
+        fake.state["n2"],
+        flags=frozenset({"DRAIN"}),
+        reason="HMA: GPU_XID_79 gpu:0000:3b:00",
+        reason_time=fake.state["n1"].reason_time + 5,
+        texts=(("extra", "hma=unhealthy:GPU_XID_79:none,d=1000000000.000"),),
+    )
+    rem.worker.recheck()
+    rem.flush(5)
+    assert "DRAIN" in fake.state["n1"].flags and "h=breaker" not in fake.state["n1"].field("extra")
+    assert rem.applier.breaker.last is not None and rem.applier.breaker.last.held == ("n1", "n2")
 
 
 def test_drain_found_in_slurm_without_state_is_resumed_when_healthy(tmp_path: Path) -> None:

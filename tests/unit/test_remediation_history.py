@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -203,3 +204,22 @@ def test_hma_reset_without_a_daemon_or_slurm_records_who_and_why(
         assert history.rows(store, 1)[0]["who"] == "carol"
     finally:
         store.close()
+
+
+def test_a_mirror_dated_in_the_future_is_never_taken_up(tmp_path: Path) -> None:
+    """Issue 28: after a wiped store, a ``hmah=`` token whose entries (or hold) lie beyond the
+    skew into the future seeds nothing: no remediation counted, no hold for a human."""
+    fake = FakeSlurm("n1")
+    future = int(time.time()) + 86400
+    for token in (
+        "hmah=" + ",".join(f"{future}:SYS_{c}" for c in "ABCD"),
+        f"hmah=H{future},{int(time.time()) - 60}:SYS_A",
+    ):
+        fake.state["n1"] = replace(fake.state["n1"], texts=(("extra", f"rack=1 {token}"),))
+        for db in (tmp_path / "state").glob("state.db*"):
+            db.unlink()
+        rem = make(tmp_path, fake, max_drained_percent=100.0)
+        rem.refresh()
+        run(rem, ())
+        assert rem.status()["remediations"] == 0 and not rem.status()["held_for_human"], token
+        rem.close()

@@ -177,6 +177,23 @@ def test_admin_reason_starting_like_the_spare_marker_is_no_spare() -> None:
     assert spares.choose_spare(undrained, "a", "node1") is None
 
 
+@pytest.mark.parametrize(
+    "extra",
+    [
+        "hma=unhealthy:GPU_XID_79:none",
+        "hma=unhealthy:GPU_XID_79:none,t=abc",
+        "hma=unhealthy:GPU_XID_79:none,t=nan",
+        "hma=unhealthy:GPU_XID_79:none,j=17\x1b[2J",
+        "hma=garbled",
+    ],
+)
+def test_a_spare_whose_label_does_not_read_is_not_healthy(extra: str) -> None:
+    """Issue 28: a label that is unhealthy, or that does not read at all, keeps a spare out of
+    service (a label may keep a node out, never put it in)."""
+    assert spares.choose_spare([node("node18", "a", extra=extra, **SPARE)], "a", "node1") is None
+    assert spares.choose_spare([node("node18", "a", **SPARE)], "a", "node1") is not None
+
+
 def test_command_check_then_write(tmp_path: Path) -> None:
     nodes = [node(f"node{i}", "a") for i in range(1, 4)] + [node("node4", "")]
     client = Recorder(nodes)
