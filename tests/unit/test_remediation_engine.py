@@ -478,7 +478,8 @@ def test_an_operator_s_resume_is_honoured_until_a_new_occurrence(tmp_path: Path)
     fake = FakeSlurm("n1", "n2", "n3", "n4")
     fake.state["n1"] = replace(fake.state["n1"], base="mixed")  # a job: the reboot waits
     rem = make(tmp_path, fake)
-    xid = fault(first=1000.0, last=1000.0)
+    seen = round(time.time()) - 5.0
+    xid = fault(first=seen, last=seen)
     run(rem, (xid,))
     assert writes(fake) == ["DRAIN"] and rem.status()["episode"]["id"] == 1
     fake.update("n1", State="RESUME")  # an operator: scontrol update state=resume
@@ -486,7 +487,7 @@ def test_an_operator_s_resume_is_honoured_until_a_new_occurrence(tmp_path: Path)
     rem.refresh()
     run(rem, (xid,))
     ep = rem.status()["episode"]
-    assert ep["honoured"] == [["GPU_XID_79", "gpu:0000:3b:00", 1000.0]] and ep["owned"] is False
+    assert ep["honoured"] == [["GPU_XID_79", "gpu:0000:3b:00", seen]] and ep["owned"] is False
     extra = fake.state["n1"].field("extra")
     assert "hma=unhealthy:GPU_XID_79:reboot" in extra and "h=operator" in extra
     said = [a.message for a in rem.alerts()]
@@ -511,6 +512,6 @@ def test_an_operator_s_resume_is_honoured_until_a_new_occurrence(tmp_path: Path)
     assert writes(fake) == ["DRAIN", "RESUME", "label"]  # the operator's resume, hma's label
     assert "DRAIN" not in fake.state["n1"].flags
     rem.refresh()
-    run(rem, (replace(xid, last_seen=1100.0),))  # a new Xid: a new episode acts again
+    run(rem, (replace(xid, last_seen=seen + 1),))  # a new Xid: a new episode acts again
     assert writes(fake)[:4] == ["DRAIN", "RESUME", "label", "DRAIN"] and "reboot" in writes(fake)
     assert rem.status()["episode"]["id"] == 2 and "honoured" not in rem.status()["episode"]
