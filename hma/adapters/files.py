@@ -37,7 +37,7 @@ class _Absent(ReadError):
 
 def _preview(data: bytes, cap: int = 120) -> str:
     """What a debug line shows of a file's content: escaped, one line, capped."""
-    text = repr(data[:cap].decode("utf-8", "replace").strip())  # repr escapes control chars
+    text = "'" + printable(data[:cap].decode("utf-8", "replace").strip()) + "'"
     return text + (f" ... ({len(data)} bytes)" if len(data) > cap else "")
 
 
@@ -172,7 +172,8 @@ COMM_LEN = 15  # TASK_COMM_LEN - 1: the characters of a command name the kernel 
 def running_processes(procfs: RootReader, names: Iterable[str]) -> set[str]:
     """Which of ``names`` run, read under ``procfs``; ReadError when it cannot be listed.
 
-    ``PID/comm`` keeps 15 characters: a longer name matches a comm equal to its first 15 when
+    A name matches a process whose ``PID/comm`` is exactly the name (``_comm``). ``PID/comm``
+    keeps 15 characters: a longer name matches a comm equal to its first 15 when
     the basename of ``PID/cmdline``'s argv[0] is the name, or when there is no argv[0] to tell.
     """
     wanted = set(names)
@@ -185,13 +186,20 @@ def running_processes(procfs: RootReader, names: Iterable[str]) -> set[str]:
         if not pid.isdigit():
             continue
         try:
-            comm = procfs.text(f"{pid}/comm")
+            comm = _comm(procfs, pid)
             found |= {comm} & wanted
             if comm in long:
                 found |= _long_names(procfs, pid, long[comm])
         except ReadError:
             continue  # exited while we looked
     return found
+
+
+def _comm(procfs: RootReader, pid: str) -> str:
+    """``PID/comm`` exactly as the kernel keeps it: the file is the name and one newline, and
+    only that newline goes (a task may name itself " slurmd ": that is not slurmd)."""
+    data = procfs.data(f"{pid}/comm", 64)
+    return (data[:-1] if data.endswith(b"\n") else data).decode("utf-8", "replace")
 
 
 def _long_names(procfs: RootReader, pid: str, names: set[str]) -> set[str]:

@@ -12,6 +12,7 @@ import sys
 import time
 from typing import Optional
 
+from hma.adapters.text import printable
 from hma.commands.common import operator, with_store
 from hma.contracts.catalogue import Entry, clears_text
 from hma.contracts.model import Clears
@@ -26,7 +27,7 @@ def main(setup: Setup, code: str, component: Optional[str]) -> int:
     2 on misuse, 77 not root, 73 state store unusable (docs/cli.md)."""
     entry: Optional[Entry] = setup.catalogue.get(code)
     if entry is None:
-        print(f"hma ack: unknown code {code}", file=sys.stderr)
+        print(f"hma ack: unknown code {printable(code)}", file=sys.stderr)
         return 2
     if entry.clears is not Clears.OPERATOR:
         print(
@@ -46,19 +47,17 @@ def _ack(setup: Setup, store: Store, code: str, component: Optional[str]) -> int
         if r.code == code and (component is None or r.component == component)
     ]
     if not matching:
-        print(
-            f"hma ack: no active {code}" + (f" on {component}" if component else ""),
-            file=sys.stderr,
-        )
+        shown = printable(code) + (f" on {printable(component)}" if component else "")
+        print(f"hma ack: no active {shown}", file=sys.stderr)
         return 1
-    who, now = operator(), time.time()
+    who, now, shown = operator(), time.time(), printable(code)
     pid = requests.request_daemon(
         setup, store, requests.ACK, {"code": code, "component": component}, who, now
     )
     if pid is not None:
-        print(f"acknowledged {code} ({len(matching)} fault(s)); daemon pid {pid} notified")
+        print(f"acknowledged {shown} ({len(matching)} fault(s)); daemon pid {pid} notified")
     else:
         pipeline.start(now)  # as the daemon would have: a new boot first, ...
         pipeline.ack(code, component, who, now)
-        print(f"acknowledged {code} ({len(matching)} fault(s)); no daemon running")
+        print(f"acknowledged {shown} ({len(matching)} fault(s)); no daemon running")
     return 0

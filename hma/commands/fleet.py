@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 
 _MAX = int(RECOVERY["max_remediations"].default)
 _WINDOW = float(RECOVERY["remediation_window"].default)
+# What a label's ``h=`` says in the table's note when ``held: <h>`` would not
+HELD_NOTES = {"operator": "resumed by an operator while the fault is active: honoured"}
 
 
 def _from_reason(reason: str) -> tuple[str, str]:
@@ -128,7 +130,8 @@ def render_text(doc: dict[str, Any]) -> str:
             )
             note = ",".join(r["jobs"])
             if r["held"]:
-                note = (note + " " if note else "") + f"held: {r['held']}"
+                held = HELD_NOTES.get(r["held"], f"held: {r['held']}")
+                note = (note + " " if note else "") + held
             if r["label"] in NOTES:
                 note = (note + " " if note else "") + NOTES[r["label"]]
             if r["repeat_offender"]:

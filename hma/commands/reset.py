@@ -16,7 +16,7 @@ import sys
 import time
 from typing import Optional
 
-from hma.adapters.text import printable
+from hma.adapters.text import plain, printable
 from hma.commands.common import operator, with_store
 from hma.contracts.catalogue import suggest
 from hma.contracts.cluster import BackendError
@@ -34,7 +34,7 @@ def problem(code: Optional[str], component: Optional[str], reason: str, setup: S
     """What is wrong with the arguments ("" nothing)."""
     if not reason.strip():
         return "--reason must say what was repaired"
-    if len(reason) > MAX_REASON or not reason.isprintable():
+    if len(reason) > MAX_REASON or not plain(reason):
         return f"--reason: at most {MAX_REASON} printable characters on one line"
     if code is not None and setup.catalogue.get(code) is None:
         maybe = suggest(setup.catalogue, code)

@@ -281,6 +281,9 @@ def _remediation_lines(rem: Mapping[str, Any], now: float) -> list[str]:
         lines.append("  policy none: the agent never acts on its own")
     if rem.get("held"):
         lines.append(f"  HELD: {_clean(rem['held'])}")
+    if rem.get("honoured"):
+        since = (rem.get("episode") or {}).get("honoured_at")
+        lines.append(f"  OPERATOR'S RESUME: {_clean(rem['honoured'])} (since {_when(since, now)})")
     actions = sorted(rem.get("actions") or [], key=lambda a: a.get("id") or 0)
     if not actions:
         lines.append("  Actions: none")

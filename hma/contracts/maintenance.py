@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
+from hma.adapters.text import refused
+
 REQUEST_KIND = "maintenance"  # the state store request a running daemon applies
 TOKEN_PREFIX = "hma-maint="
 _TOKEN = re.compile(r"hma-maint=([0-9]{1,12})")
@@ -96,8 +98,9 @@ def parse_duration(text: str) -> float:
 
 
 def clean_reason(text: str) -> str:
-    """An operator's reason as stored: printable, one line, capped."""
-    return "".join(ch if ch.isprintable() else " " for ch in text).strip()[:REASON_CAP]
+    """An operator's reason as stored: one line, capped, every character the terminal escaping
+    refuses (``hma.adapters.text.refused``) replaced by a space."""
+    return "".join(" " if refused(ch) else ch for ch in text).strip()[:REASON_CAP]
 
 
 def in_field(text: str) -> Optional[Maintenance]:

@@ -29,7 +29,7 @@ from hma.remediation.facts import EngineView
 from hma.remediation.labels import Labels
 from hma.remediation.options import Recovery
 from hma.remediation.outbox import Outbox, Row
-from hma.remediation.planner import Episode
+from hma.remediation.planner import HONOURED, Episode, occurrences
 from hma.remediation.repair import GpuResetter, Repairer
 from hma.remediation.spares import Spares, unsupported
 from hma.remediation.transitions import (
@@ -38,6 +38,7 @@ from hma.remediation.transitions import (
     Drained,
     Held,
     HeldByBreaker,
+    Honoured,
     NotOwned,
     Outcome,
     Resumed,
@@ -178,6 +179,18 @@ class Applier:
                 return Held(f"{ep.held}: {ep.message}")
         self.labels.write(node, held=ep.held, drained=float(ep.drained_at or 0.0))
         return Held(f"{ep.held}: {ep.message}")
+
+    def _honour(self, node: NodeState, row: Row) -> Outcome:
+        """An operator's resume of hma's drain (``planner.operator_resumed``), confirmed on this
+        read: labelled ``h=operator`` and honoured for the faults active now."""
+        ep, verdict = self.outbox.episode(), self.view().verdict
+        if ep is None or ep.id != row.payload.get("episode") or not ep.owned:
+            return Skipped("nothing to honour any more")
+        if node.out_of_service:
+            return Skipped(f"not back in service: {node.label_text} ({node.reason!r})")
+        self.labels.write(node, held="operator")
+        marks = occurrences(verdict.draining if verdict is not None else ())
+        return Honoured(ep.id, self.clock(), marks, HONOURED.format(code=ep.code))
 
     def _mirror(self, node: NodeState, row: Row) -> Outcome:
         """Write the label field again from the state store (after ``hma reset``)."""
@@ -327,6 +340,7 @@ KINDS: dict[str, Kind] = {
     "reboot": Kind("reboot {node} ({mode})", lambda a, n, r: a.repairs.act(n, r)),
     "replace": Kind("replace {node} ({mode})", lambda a, n, r: a.repairs.act(n, r)),
     "resume": Kind("resume {node} and clear its label", Applier._resume),
+    "honour": Kind("honour the operator's resume of {node} ({code} active)", Applier._honour),
 }
 
 

@@ -33,7 +33,7 @@ from hma.remediation.breaker import Breaker
 from hma.remediation.deciding import Decider
 from hma.remediation.facts import Facts, Known, Shared
 from hma.remediation.outbox import OPEN, Outbox
-from hma.remediation.planner import Policy, remediation_count
+from hma.remediation.planner import HONOURED, Policy, remediation_count
 from hma.remediation.requeue import AutoResume
 from hma.remediation.worker import Worker
 
@@ -291,6 +291,7 @@ class Remediator:
                 "held": None,
                 "jobs": list(ep.jobs) if ep else [j for j, _u in known.jobs],
                 "episode": ep.to_json() if ep else None,
+                "honoured": HONOURED.format(code=ep.code) if ep and ep.honoured else None,
                 "breaker": self.breaker.last.to_json() if self.breaker.last else None,
                 "reboots": self._reboot_counts(),
                 "remediations": remediation_count(

@@ -105,6 +105,10 @@ class Episode:
     held: str = ""
     gpu_reset: Optional[GpuReset] = None
     released: float = 0.0  # when ``hma reset`` released it (0: not)
+    # An operator's resume honoured (``operator_resumed``): the occurrences it was honoured for
+    # (``occurrences``) and when
+    honoured: tuple[tuple[str, str, float], ...] = ()
+    honoured_at: float = 0.0
 
     def holds(self, boot_id: str) -> bool:
         """Whether ``held`` still keeps the drain in boot ``boot_id``."""
@@ -147,6 +151,9 @@ class Episode:
             doc["gpu_reset"] = self.gpu_reset.to_json()
         if self.released:
             doc["released"] = self.released
+        if self.honoured:
+            doc["honoured"] = [list(mark) for mark in self.honoured]
+            doc["honoured_at"] = self.honoured_at
         return doc
 
     @classmethod
@@ -180,6 +187,12 @@ class Episode:
             held=str(doc.get("held") or ""),
             gpu_reset=GpuReset.from_json(reset) if isinstance(reset, dict) else None,
             released=float(doc.get("released") or 0.0),
+            honoured=tuple(
+                (str(m[0]), str(m[1]), float(m[2]))
+                for m in doc.get("honoured") or ()
+                if len(m) == 3
+            ),
+            honoured_at=float(doc.get("honoured_at") or 0.0),
         )
 
 
@@ -363,12 +376,18 @@ def _effective(fault: Fault, policy: Policy, s: Situation) -> Action:
     return fault.action
 
 
-def primary(s: Situation, policy: Policy) -> tuple[Optional[Fault], Action]:
-    """The fault the episode is about (strongest effective action, then oldest) and its
-    action."""
+def _considered(s: Situation, policy: Policy) -> tuple[Fault, ...]:
+    """The draining faults remediation acts on (Slurm's own drains only when adopted)."""
     faults = s.verdict.draining
     if not policy.adopt_slurm_drains:  # Slurm's own drains: reported, never acted on
         faults = tuple(f for f in faults if f.code not in policy.scheduler_codes)
+    return faults
+
+
+def primary(s: Situation, policy: Policy) -> tuple[Optional[Fault], Action]:
+    """The fault the episode is about (strongest effective action, then oldest) and its
+    action."""
+    faults = _considered(s, policy)
     if not faults:
         return None, Action.NONE
     ranked = sorted(
@@ -376,6 +395,61 @@ def primary(s: Situation, policy: Policy) -> tuple[Optional[Fault], Action]:
         key=lambda f: (-int(_effective(f, policy, s)), f.first_seen, f.code, f.component),
     )
     return ranked[0], _effective(ranked[0], policy, s)
+
+
+# --- an operator's resume ----------------------------------------------------------------------
+#
+# The one rule (docs/remediation.md, "An operator's resume"): hma acts once per occurrence of a
+# fault. When a node hma drained is back in service while the episode's fault is still active
+# (someone ran `scontrol update state=resume`), that is an operator's decision about these
+# occurrences: it is honoured for the episode (no drain, reset, reboot or replace again; the
+# open repairs cancelled; labelled ``h=operator`` and said in status, fleet and journald). A new
+# occurrence of a fault (or another fault) is not covered by it: it opens a new episode, which
+# acts again. A drain someone else held is not hma's: when they let go, hma drains (``_faulty``).
+
+HONOURED = "resumed by an operator while {code} is active; honoured until a new occurrence"
+# What an operator's resume cancels: the steps that would take the node out of service again
+_REPAIRS = ("drain", "down", "hold", "label", "reset_gpu", "reboot", "replace")
+
+
+def occurrences(faults: Sequence[Fault]) -> tuple[tuple[str, str, float], ...]:
+    """Which occurrence each of ``faults`` is: (code, component, stamp). A polled fault is one
+    occurrence from its first observation until it clears (stamp: ``first_seen``); an event
+    fault's occurrence is its latest event (``last_seen``: a new event is a new occurrence)."""
+    return tuple(
+        sorted(
+            (f.code, f.component, f.first_seen if f.clears is Clears.OBSERVATION else f.last_seen)
+            for f in faults
+        )
+    )
+
+
+def operator_resumed(ep: Episode, s: Situation, policy: Policy) -> bool:
+    """Whether the node of ``ep``, which hma drained, is back in service by someone else's
+    hand (not hma's own resume, not a dry run's simulated drain, not the end of a repair hma
+    asked for in an earlier boot), as the last read of the node shows."""
+    node = s.node
+    return (
+        policy.automatic
+        and not policy.dry_run
+        and ep.owned is True
+        and ep.phase == "open"
+        and not ep.honoured
+        and s.facts_ok
+        and node is not None
+        and not node.out_of_service
+        and (ep.acted is None or ep.acted.boot_id == s.boot_id)
+    )
+
+
+def new_occurrence(ep: Episode, faults: Sequence[Fault]) -> bool:
+    """Whether one of ``faults`` is an occurrence the operator's resume of ``ep`` did not
+    cover (another fault, or a later occurrence of one it covered)."""
+    marks = {(code, component): stamp for code, component, stamp in ep.honoured}
+    return any(
+        (code, component) not in marks or stamp > marks[(code, component)]
+        for code, component, stamp in occurrences(faults)
+    )
 
 
 @dataclass
@@ -455,6 +529,18 @@ def _faulty(w: _Work, ep: Optional[Episode], fault: Fault, action: Action) -> Ep
         ep = w.enqueue(ep, kind, f"ep{ep.id}:{kind}")
         if ep.held:
             ep = w.enqueue(ep, "hold", f"ep{ep.id}:hold")
+    elif ep.honoured:
+        if new_occurrence(ep, _considered(s, w.policy)):
+            for kind in _REPAIRS:
+                w.cancel(kind, "a new occurrence: a new episode")
+            return _faulty(w, None, fault, action)
+        for kind in _REPAIRS:
+            w.cancel(kind, HONOURED.format(code=ep.code))
+        return ep
+    elif operator_resumed(ep, s, w.policy):
+        if not any(kind == "honour" for _id, kind in w.open_rows):
+            ep = w.enqueue(ep, "honour", f"ep{ep.id}:honour:{int(now)}")
+        return ep
     else:
         if ep.phase == "resuming":
             w.cancel("resume", "the fault came back")

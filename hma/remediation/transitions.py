@@ -124,6 +124,18 @@ class Resumed:
     note: str
 
 
+@dataclass(frozen=True)
+class Honoured:
+    """An operator brought episode ``episode``'s node back into service at ``at`` while its
+    faults were active (``planner.operator_resumed``): honoured for those occurrences
+    (``marks``: ``planner.occurrences``)."""
+
+    episode: int
+    at: float
+    marks: tuple[tuple[str, str, float], ...]
+    note: str
+
+
 Outcome = Union[
     Done,
     Skipped,
@@ -139,6 +151,7 @@ Outcome = Union[
     ResetRefused,
     ResetRan,
     Resumed,
+    Honoured,
 ]
 
 _HELD = (Held, HeldByBreaker, Undone)
@@ -174,6 +187,8 @@ def fold(ep: Optional[Episode], outcome: Outcome) -> Optional[Episode]:
         return replace(ep, acted=outcome.acted)
     if isinstance(outcome, (ResetRefused, ResetRan)):
         return _reset(ep, outcome)
+    if isinstance(outcome, Honoured) and outcome.episode == ep.id:
+        return replace(ep, owned=False, held="", honoured=outcome.marks, honoured_at=outcome.at)
     if isinstance(outcome, Resumed) and outcome.episode == ep.id:
         if ep.phase == "resuming":
             return None

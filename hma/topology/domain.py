@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
+from hma.adapters.text import plain
 from hma.contracts import label
 from hma.topology.options import MAX_DOMAIN
 
@@ -38,10 +39,11 @@ def of(text: str) -> str:
 
 def problem(domain: str) -> Optional[str]:
     """Why a published domain cannot be used (another node wrote it), or None: longer than
-    ``MAX_DOMAIN`` characters, or holding control (non-printable) characters."""
+    ``MAX_DOMAIN`` characters, or holding characters the terminal escaping refuses
+    (``hma.adapters.text.plain``: controls, format controls, line breaks)."""
     if len(domain) > MAX_DOMAIN:
         return f"longer than {MAX_DOMAIN} characters"
-    if not domain.isprintable():
+    if not plain(domain):
         return "control characters"
     return None
 

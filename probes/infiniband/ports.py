@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping, Optional
 
 from hma.adapters.files import ReadError, RootReader
-from hma.adapters.strict import ParseError, parse_uint, parse_word
+from hma.adapters.strict import U64_MAX, ParseError, parse_uint, parse_word
 from hma.contracts.model import Finding, Severity
 from hma.contracts.options import Option, pci_ids, rate_limits
 from hma.contracts.probe import Probe, ProbeContext
@@ -36,7 +36,8 @@ PORT_STATES = ("NOP", "DOWN", "INIT", "ARMED", "ACTIVE", "ACTIVE_DEFER")
 
 # Widths in bits of the PMA PortCounters fields the kernel shows under ``ports/N/counters``
 # (``PORT_PMA_ATTR`` in drivers/infiniband/core/sysfs.c). These counters stop at their maximum
-# (IBA 16.1.3.5): a saturated counter cannot show growth, so it is not judged.
+# (IBA 16.1.3.5): a saturated counter cannot show growth, so it is not judged; a file showing more
+# than its field can hold is unknown (IB_READ_FAILED), never a saturated count.
 PMA_WIDTHS: dict[str, int] = {
     "symbol_error": 16,
     "link_error_recovery": 8,
@@ -304,7 +305,7 @@ def read_ports(sysfs: RootReader, layout: Layout) -> dict[str, Any]:
                 if raw == NO_PMA:
                     info["no_pma"] = True  # the device answers no PMA query: nothing to judge
                     continue
-                counters[name] = parse_uint(raw, hex_ok=False)
+                counters[name] = parse_uint(raw, hex_ok=False, limit=counter_max(name))
             except (ReadError, ParseError) as exc:
                 errors.append(sysfs.failure(path, exc, port=key))
         info["counters"] = counters
@@ -347,11 +348,18 @@ def remember(snap: dict[str, Any], ctx: ProbeContext) -> None:
 # --- evaluate (pure) -------------------------------------------------------------------------
 
 
+def counter_max(counter: str) -> int:
+    """The largest value ``counter`` can hold: its PMA field's maximum (where it saturates), or
+    2^64-1 for the 64-bit extended counters. A file showing more is unknown, never a count."""
+    width = PMA_WIDTHS.get(counter)
+    return U64_MAX if width is None else (1 << width) - 1
+
+
 def growth(counter: str, now: Optional[int], before: Optional[int]) -> Optional[int]:
     """Growth of a PMA counter between reads; None when unknown: a value missing, a reset (it
     went down) or a saturated counter (at its maximum it no longer counts)."""
-    width = PMA_WIDTHS.get(counter)
-    return counters.growth(now, before, saturates_at=None if width is None else (1 << width) - 1)
+    limit = counter_max(counter)
+    return counters.growth(now, before, saturates_at=None if limit == U64_MAX else limit)
 
 
 def _counters(info: Mapping[str, Any]) -> Mapping[str, int]:

@@ -22,7 +22,9 @@ from tests.integration.remediation_helpers import (  # noqa: F401 (fixtures)
     wait_alert,
     write_hook,
 )
+from tests.simnode import SimNode
 from tests.slurmcluster import SlurmCluster
+from tests.standin import nvmlstub
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 
@@ -330,6 +332,62 @@ def test_hostile_node_and_job_text_leaves_every_read_whole(
     )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["partitions"][0]["nodes"] == 4
+
+
+@pytest.mark.timeout(240)
+def test_an_operator_s_resume_is_honoured_until_a_new_occurrence(fresh: SlurmCluster) -> None:
+    """docs/remediation.md, "An operator's resume": hma drains for an Xid (drain only here), an
+    admin resumes the node with the fault still active: not drained again, and said in `hma
+    status`, `hma fleet` and the agent's alerts; a new Xid drains it again."""
+    if nvmlstub.compiler() is None:
+        pytest.skip("no C compiler (cc) for the stand-in NVML library")
+    name = "node3"
+    sim = SimNode(fresh, name).build()
+    text = sim.config.read_text().replace(  # each Xid its own event: no repeat held back
+        "[sources.kernel_log]\n", "[sources.kernel_log]\ndedupe_s = 0.01\n"
+    )
+    sim.config.write_text(text + '[codes.GPU_XID_79]\naction = "none"\n')
+
+    def inject() -> None:
+        res = sim.hma(
+            "inject", "xid", "--gpu", sim.gpu_pci(0), "--xid", "79", "--yes-really-drain",
+            "--kmsg", str(sim.dev_kmsg),
+        )  # fmt: skip
+        assert res.returncode == 0, res.stderr
+
+    def drains() -> int:
+        return sim.actions().count(("drain", "done"))
+
+    def drained_by_hma() -> bool:
+        node = fresh.node(name)
+        return "DRAIN" in node["state_flags"] and node["reason"].startswith("HMA: GPU_XID_79 gpu:")
+
+    try:
+        sim.start_agent()
+        sim.wait(sim.healthy, 60, "a first healthy verdict")
+        inject()
+        sim.wait(lambda: drains() == 1 and drained_by_hma(), 60, "the drain")
+        fresh.scontrol("update", f"NodeName={name}", "State=RESUME")  # an operator
+        sim.wait(lambda: ("honour", "done") in sim.actions(), 60, "the resume honoured")
+        said = "resumed by an operator while GPU_XID_79 is active; honoured until a new occurrence"
+        rem = sim.status()["remediation"]
+        assert rem["honoured"] == said and rem["episode"]["honoured"][0][0] == "GPU_XID_79"
+        node = fresh.node(name)
+        assert "DRAIN" not in node["state_flags"] and "h=operator" in node["extra"]
+        assert said in sim.hma("status").stdout
+        fleet = sim.hma("fleet")
+        assert "resumed by an operator while the fault is active" in fleet.stdout, fleet.stderr
+        sim.wait(lambda: said in sim.log.read_text(), 30, "the alert in the agent's log")
+        # the same occurrence stays active: later passes (status written again) drain nothing
+        seen = float(sim.status()["generated"])
+        sim.wait(lambda: float(sim.status()["generated"]) > seen + 3, 30, "later passes")
+        assert [f["code"] for f in sim.faults()] == ["GPU_XID_79"] and drains() == 1
+        assert "DRAIN" not in fresh.node(name)["state_flags"]
+        inject()  # a new occurrence: a new episode, drained again
+        sim.wait(lambda: drains() == 2 and drained_by_hma(), 60, "the new occurrence drained")
+        assert sim.status()["remediation"]["honoured"] is None
+    finally:
+        sim.close()
 
 
 def test_a_forged_label_on_another_node_never_resumes_this_one(

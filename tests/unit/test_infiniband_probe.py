@@ -168,6 +168,33 @@ def test_counter_reset_or_saturation_is_not_growth(tmp_path: Path) -> None:
     assert PMA_WIDTHS["local_link_integrity_errors"] == 4
 
 
+@pytest.mark.parametrize(
+    ("counter", "text"),
+    [
+        ("port_rcv_errors", f"{2**64 - 1}\n"),  # wider than the 16-bit field
+        ("port_rcv_errors", "65536\n"),
+        ("symbol_error", f"{2**32 - 1}\n"),
+        ("link_downed", "256\n"),  # 8 bits
+        ("local_link_integrity_errors", "16\n"),  # 4 bits
+        ("port_rcv_errors", "-1\n"),
+        ("port_rcv_errors", "12abc\n"),
+    ],
+)
+def test_a_value_beyond_the_counter_s_width_is_unknown(
+    tmp_path: Path, counter: str, text: str
+) -> None:
+    root = copy(PROCFS, tmp_path)
+    healthy, _ = run(root)
+    port_file(root, "mlx5_0/1", f"counters/{counter}").write_text(text)
+    _snap, findings = run(root, previous=healthy, now=1030.0)
+    assert codes(findings) == {("IB_READ_FAILED", "ib:mlx5_0/1")}
+    assert findings[0].severity is Severity.UNKNOWN
+    width = PMA_WIDTHS[counter]
+    port_file(root, "mlx5_0/1", f"counters/{counter}").write_text(f"{(1 << width) - 1}\n")
+    _snap, findings = run(root, previous=healthy, now=1030.0)
+    assert findings == []  # at the width's maximum: saturated, not judged
+
+
 def test_link_flaps_in_a_window(tmp_path: Path) -> None:
     root = copy(PROCFS, tmp_path)
     snap, _ = run(root, now=1000.0)

@@ -6,6 +6,7 @@ odd Slurm states or many reboots, and run anywhere (no Slurm installed).
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -18,14 +19,18 @@ from hma.cluster.slurm.backend import SlurmBackend
 from hma.cluster.slurm.client import SlurmClient
 from hma.cluster.slurm.parse import SlurmError
 from hma.cluster.slurm.parse import SlurmNodeState as NodeState
+from hma.commands import fleet, status
 from hma.contracts.cluster import Job
 from hma.contracts.model import Action, Clears
 from hma.health.model import Fault, Verdict
 from hma.health.store import Store
 from hma.remediation.engine import Remediator
 from tests.faults import fault
+from tests.unit.test_slurm_hostile_text import Slurm, client, node
 
 pytestmark = pytest.mark.timeout(30)
+
+STATUS_DOC = Path(__file__).resolve().parent.parent / "fixtures" / "status" / "hostile.json"
 
 
 class FakeSlurm(SlurmClient):
@@ -467,3 +472,46 @@ def test_state_reset_with_a_forged_label_holds_and_never_reboots(tmp_path: Path)
     assert ",h=label" in fake.state["n1"].field("extra") and rem.status()["held"].startswith(
         "label"
     )
+
+
+def test_an_operator_s_resume_is_honoured_until_a_new_occurrence(tmp_path: Path) -> None:
+    fake = FakeSlurm("n1", "n2", "n3", "n4")
+    fake.state["n1"] = replace(fake.state["n1"], base="mixed")  # a job: the reboot waits
+    rem = make(tmp_path, fake)
+    seen = round(time.time()) - 5.0
+    xid = fault(first=seen, last=seen)
+    run(rem, (xid,))
+    assert writes(fake) == ["DRAIN"] and rem.status()["episode"]["id"] == 1
+    fake.update("n1", State="RESUME")  # an operator: scontrol update state=resume
+    fake.state["n1"] = replace(fake.state["n1"], base="idle")  # the job ended
+    rem.refresh()
+    run(rem, (xid,))
+    ep = rem.status()["episode"]
+    assert ep["honoured"] == [["GPU_XID_79", "gpu:0000:3b:00", seen]] and ep["owned"] is False
+    extra = fake.state["n1"].field("extra")
+    assert "hma=unhealthy:GPU_XID_79:reboot" in extra and "h=operator" in extra
+    said = [a.message for a in rem.alerts()]
+    assert any(
+        "resumed by an operator while GPU_XID_79 is active; honoured until a new occurrence" in m
+        for m in said
+    ), said
+    doc = json.loads(STATUS_DOC.read_text("utf-8"))
+    text = status.render({**doc, "remediation": rem.status()}, now=time.time())
+    assert "OPERATOR'S RESUME: resumed by an operator while GPU_XID_79 is active; honoured" in text
+    fleet_doc = fleet.collect(
+        client(Slurm([node("n1", StateComplete="idle", Extra=extra, Reason="none")])),
+        "extra",
+        10.0,
+        None,
+    )
+    assert fleet_doc["nodes"][0]["held"] == "operator"
+    assert "resumed by an operator while the fault is active" in fleet.render_text(fleet_doc)
+    for _ in range(2):  # the same occurrence: no drain, no reboot again
+        rem.refresh()
+        run(rem, (replace(xid, count=2),))
+    assert writes(fake) == ["DRAIN", "RESUME", "label"]  # the operator's resume, hma's label
+    assert "DRAIN" not in fake.state["n1"].flags
+    rem.refresh()
+    run(rem, (replace(xid, last_seen=seen + 1),))  # a new Xid: a new episode acts again
+    assert writes(fake)[:4] == ["DRAIN", "RESUME", "label", "DRAIN"] and "reboot" in writes(fake)
+    assert rem.status()["episode"]["id"] == 2 and "honoured" not in rem.status()["episode"]

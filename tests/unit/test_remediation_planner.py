@@ -321,3 +321,101 @@ def test_held_drain_is_let_go_once_someone_else_holds_the_node() -> None:
     resumed = node(extra="hma=unhealthy:GPU_XID_79")  # an admin resumed it
     s = Situation(NOW + 900, Verdict(NOW + 900, "b1", ()), resumed, boot_id="b1")
     assert kinds(plan(held, 1, s, Policy(resume_after=0.0), True)) == ["resume@ep1:resume"]
+
+
+# --- an operator's resume (planner.operator_resumed: the one rule) ---------------------------
+
+DRAINED = {"owned": True, "drained_at": NOW - 30}
+HONOURED = {
+    "owned": False,
+    "honoured": (("GPU_XID_79", "gpu:0000:3b:00", NOW),),
+    "honoured_at": NOW,
+}
+
+
+@pytest.mark.parametrize(
+    "ep, n, policy, situation, want",
+    [
+        # hma's drain, back in service with the fault active: an operator resumed it
+        (episode(**DRAINED), node(), Policy(), {}, [f"honour@ep1:honour:{int(NOW)}"]),
+        (episode(**DRAINED), node("mixed"), Policy(), {}, [f"honour@ep1:honour:{int(NOW)}"]),
+        (
+            episode(**DRAINED, acted=Acted("reboot", "b1", NOW - 20)),
+            node(),
+            Policy(),
+            {},
+            [f"honour@ep1:honour:{int(NOW)}"],
+        ),
+        (
+            episode(**DRAINED, held="human"),
+            node(),
+            Policy(),
+            {"open_rows": ((3, "hold"),)},
+            [f"honour@ep1:honour:{int(NOW)}"],
+        ),
+        # the honour asked already: once
+        (episode(**DRAINED), node(), Policy(), {"open_rows": ((4, "honour"),)}, []),
+        # not an operator's resume: still drained, the read failed, hma's own resume, a dry
+        # run (nothing was drained), back after the repair hma asked in an earlier boot
+        (episode(**DRAINED), node("mixed", "DRAIN", reason="HMA: x"), Policy(), {}, []),
+        (episode(**DRAINED), node(), Policy(), {"facts_ok": False}, []),
+        (episode(**DRAINED, acted=Acted("reboot", "b0", NOW - 900)), node(), Policy(), {}, []),
+        (episode(**DRAINED), node(), Policy(dry_run=True), {}, ["reboot@ep1:reboot:b1"]),
+    ],
+)
+def test_an_operator_s_resume_is_honoured(
+    ep: Episode, n: NodeState, policy: Policy, situation: dict[str, Any], want: list[str]
+) -> None:
+    assert kinds(decide(ep, (fault(),), n, policy, **situation)) == want
+
+
+def test_hma_s_own_resume_racing_the_fault_is_no_operator_s() -> None:
+    ep = episode(**DRAINED, phase="resuming", healthy_since=NOW - 300)
+    result = decide(ep, (fault(),), node(), open_rows=((9, "resume"),))
+    assert kinds(result) == ["cancel#9"]
+
+
+@pytest.mark.parametrize(
+    "faults_now",
+    [
+        (fault(last=NOW),),  # the same event: no new occurrence
+        (fault(last=NOW - 100),),
+        (fault(clears=Clears.OBSERVATION, first=NOW - 5, last=NOW + 60),),  # polled again
+    ],
+)
+def test_an_honoured_occurrence_is_not_acted_on_again(faults_now: tuple[Fault, ...]) -> None:
+    honoured = {**HONOURED, "honoured": (("GPU_XID_79", "gpu:0000:3b:00", NOW - 5),)}
+    marks = honoured if faults_now[0].clears is Clears.OBSERVATION else HONOURED
+    ep = episode(**marks)
+    result = decide(ep, faults_now, node(), open_rows=((5, "reboot"), (6, "mirror")))
+    assert [i for i in result.intents if isinstance(i, Enqueue)] == []
+    assert [i.row_id for i in result.intents if isinstance(i, Cancel)] == [5]  # the repair
+    assert result.episode == ep and result.seq == 1
+    assert decide(ep, faults_now, node()).intents == ()  # every pass: nothing
+
+
+@pytest.mark.parametrize(
+    "faults_now",
+    [
+        (fault(last=NOW + 30),),  # the event again (a new Xid)
+        (fault(), fault(code="GPU_XID_48")),  # another fault
+        (fault(clears=Clears.OBSERVATION, first=NOW + 30, last=NOW + 30),),  # cleared, back
+    ],
+)
+def test_a_new_occurrence_opens_a_new_episode_and_drains(faults_now: tuple[Fault, ...]) -> None:
+    result = decide(episode(**HONOURED), faults_now, node(), open_rows=((5, "hold"),))
+    assert kinds(result) == ["cancel#5", "drain@ep2:drain"]
+    assert result.episode is not None and (result.episode.id, result.seq) == (2, 2)
+    assert not result.episode.honoured and result.episode.owned is None
+
+
+def test_an_honoured_episode_ends_when_the_fault_clears() -> None:
+    result = decide(episode(**HONOURED), (), node())
+    assert kinds(result) == ["resume@ep1:resume"]  # clears the label; the node is in service
+
+
+def test_the_honour_survives_the_state_store() -> None:
+    ep = episode(**HONOURED)
+    assert Episode.from_json(ep.to_json()) == ep
+    assert ep.to_json()["honoured"] == [["GPU_XID_79", "gpu:0000:3b:00", NOW]]
+    assert "honoured" not in episode().to_json()

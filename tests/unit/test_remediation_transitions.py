@@ -26,6 +26,7 @@ from hma.remediation.transitions import (
     Failed,
     Held,
     HeldByBreaker,
+    Honoured,
     NotOwned,
     Outcome,
     Release,
@@ -45,6 +46,7 @@ from hma.remediation.transitions import (
 EP = Episode(7, "GPU_XID_79", "gpu:0000:3b:00", reason="HMA: GPU_XID_79 gpu:0000:3b:00", owned=True)
 ASKED = replace(EP, gpu_reset=GpuReset("gpu:0000:3b:00", "GPU_XID_79"))
 REBOOT = Acted("reboot", "b1", 50.0)
+MARKS = (("GPU_XID_79", "gpu:0000:3b:00", 40.0),)
 
 
 @pytest.mark.parametrize(
@@ -66,6 +68,7 @@ REBOOT = Acted("reboot", "b1", 50.0)
         (ResetRan("gpu:0000:3b:00", 10.0, "b1", True, "ok", "GPU reset of gpu"), "done"),
         (ResetRan("gpu:0000:3b:00", 10.0, "b1", False, "exited 3", "failed"), "skipped"),
         (Resumed(7, "resumed"), "done"),
+        (Honoured(7, 60.0, MARKS, "resumed by an operator"), "done"),
     ],
 )
 def test_each_outcome_leaves_its_row_in_one_state(outcome: Outcome, state: str) -> None:
@@ -101,6 +104,12 @@ def test_each_outcome_leaves_its_row_in_one_state(outcome: Outcome, state: str) 
             ResetRan("gpu:0000:3b:00", 60.0, "b1", False, "exited 3", "failed"),
             {"gpu_reset": GpuReset("gpu:0000:3b:00", "GPU_XID_79", 60.0, "b1", False, "exited 3")},
         ),
+        # an operator resumed hma's drain: honoured for these occurrences, the drain not hma's
+        (
+            replace(EP, drained_at=1.0, held="human"),
+            Honoured(7, 60.0, MARKS, "resumed by an operator"),
+            {"owned": False, "held": "", "honoured": MARKS, "honoured_at": 60.0},
+        ),
         # the fault came back while resuming: the drain is decided again
         (
             replace(EP, drained_at=1.0, acted=REBOOT),
@@ -124,6 +133,7 @@ def test_an_outcome_changes_only_its_fields(
         HeldByBreaker("breaker: 2 node(s) held, limit 1"),
         Failed("hook exited 1"),
         Resumed(8, "another episode's resume"),
+        Honoured(8, 60.0, MARKS, "another episode's"),
         ResetRefused("no reset asked", "not done"),  # no reset asked for: nothing to record
         ResetRan("gpu:0000:3b:00", 60.0, "b1", True, "", "done"),
     ],
@@ -132,7 +142,9 @@ def test_an_outcome_without_a_change_leaves_the_episode_as_it_is(outcome: Outcom
     assert fold(EP, outcome) is EP
 
 
-@pytest.mark.parametrize("outcome", [Drained(1.0), Resumed(7, "resumed"), Undone("undone")])
+@pytest.mark.parametrize(
+    "outcome", [Drained(1.0), Resumed(7, "resumed"), Undone("undone"), Honoured(7, 1.0, (), "")]
+)
 def test_no_open_episode_stays_none(outcome: Outcome) -> None:
     assert fold(None, outcome) is None
 

@@ -72,3 +72,20 @@ def test_names_of_15_characters_or_less_match_comm(tmp_path: Path) -> None:
         "nv-fabricmanage",
         "slurmd",
     }
+
+
+@pytest.mark.parametrize(
+    "comm", [" munged ", "munged ", " munged", "\tmunged", "munged\r", "munged\n"]
+)
+def test_blanks_around_a_name_are_another_process(tmp_path: Path, comm: str) -> None:
+    # the kernel's comm is compared exactly (only the newline /proc/PID/comm ends with goes)
+    root = procfs(tmp_path, comm, b"munged\0")
+    assert missing(root, ["munged"]) == ["munged"]
+    assert running_processes(RootReader(str(root / "proc")), ["munged"]) == set()
+    assert process_running(RootReader(str(root / "proc")), "munged") is False
+
+
+def test_a_long_name_s_comm_is_compared_exactly(tmp_path: Path) -> None:
+    root = procfs(tmp_path, f" {FM[:15]}", b"/usr/bin/nv-fabricmanager\0")
+    assert missing(root, [FM]) == [FM]
+    assert missing(procfs(tmp_path / "b", "munged", None), ["munged"]) == []
