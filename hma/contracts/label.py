@@ -25,6 +25,8 @@ import re
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
+from hma.adapters.text import plain, refused
+
 PREFIX = "hma="
 MAX_JOBS = 8
 
@@ -64,9 +66,10 @@ class Label:
 
 
 def _clean(text: str, limit: int) -> str:
-    """``text`` as a field value: no blank, separator or character ``str.isprintable`` refuses
-    (controls, bidi and format characters, tags), at most ``limit`` characters."""
-    kept = (ch for ch in text if ch.isprintable() and not ch.isspace() and ch not in ",+=")
+    """``text`` as a field value: no blank, separator or character the terminal rule refuses
+    (``hma.adapters.text.refused``: controls, bidi and format characters, tags), at most
+    ``limit`` characters."""
+    kept = (ch for ch in text if not refused(ch) and not ch.isspace() and ch not in ",+=")
     return "".join(kept)[:limit]
 
 
@@ -117,7 +120,7 @@ def _read(token: str, now: Optional[float], strict: bool) -> Optional[Label]:
         return None
     head, _, rest = token[len(PREFIX) :].partition(",")
     parts = head.split(":")
-    if len(parts) != 3 or not all(_HEAD.fullmatch(p) and p.isprintable() for p in parts):
+    if len(parts) != 3 or not all(_HEAD.fullmatch(p) and plain(p) for p in parts):
         return None
     if strict and (
         parts[0] not in STATES or not _CODE.fullmatch(parts[1]) or parts[2] not in ACTIONS
@@ -153,7 +156,7 @@ def _fields(rest: str, strict: bool) -> Optional[dict[str, str]]:
             if strict:
                 return None
             continue
-        if key in values or not form.fullmatch(value) or not value.isprintable():
+        if key in values or not form.fullmatch(value) or not plain(value):
             return None
         values[key] = value
     return values

@@ -675,7 +675,7 @@ def _distrust(lab: Optional[label_mod.Label], ep: Episode, now: float) -> str:
         return f"it names {lab.code} {lab.component}, the drain reason {ep.code} {ep.component}"
     if lab.held == "label":
         return "held before: its label was not trusted"
-    if max(lab.since, lab.drained) > now + 300:
+    if max(lab.since, lab.drained) > now + label_mod.SKEW:
         return "a time in the future"
     return ""
 
