@@ -263,3 +263,21 @@ def test_logscan_of_a_forged_segfault_file_raises_nothing(tmp_path: Path) -> Non
         "GPU_XID_154",
         "GPU_XID_145",
     }
+
+
+def test_logscan_refuses_a_journal_export_whose_binary_value_holds_a_kernel_like_line(
+    tmp_path: Path,
+) -> None:
+    # `journalctl -o export` writes a value with a newline as its length and raw bytes: a user's
+    # MESSAGE "x\nNVRM: Xid ..." puts a line of its own in the file
+    forged = b"x\nNVRM: Xid (PCI:0000:01:00): 79, pid=1, name=x, GPU has fallen off the bus."
+    entry = (
+        b"__CURSOR=s=1;i=1\n_TRANSPORT=syslog\nMESSAGE\n"
+        + len(forged).to_bytes(8, "little")
+        + forged
+        + b"\n\n"
+    )
+    log = tmp_path / "journal.export"
+    log.write_bytes(entry)
+    hits, errors = logscan.scan([str(log)], RULES)
+    assert hits == [] and len(errors) == 1 and "export" in errors[0]
