@@ -24,6 +24,7 @@ from hma.probes.kernel_log import formats
 from hma.probes.kernel_log.lines import saved_line
 from hma.probes.kernel_log.rules import RulesError, RuleSet, compile_rule
 from tests.unit.test_kernel_log_corpus import CORPUS, EXPECTED
+from tests.unit.test_kernel_log_source import Running, record
 
 RULES = RuleSet.load(None)
 Fault = Optional[tuple[str, str, Optional[str]]]  # (code, component, severity) or None
@@ -167,11 +168,11 @@ def test_fault_lines_as_names_raise_nothing_the_format_does_not() -> None:
     records = generated_records()
     assert len(records) > 2000
     raised = []
-    for name, record in records:
-        assert formats.classify(record) is not None, record
-        got = fault(record)
+    for name, message in records:
+        assert formats.classify(message) is not None, message
+        got = fault(message)
         if got is not None and got != BENIGN[name]:
-            raised.append((record, got))
+            raised.append((message, got))
     assert raised == []  # on the tree before issue 28: hundreds, many of them critical
 
 
@@ -281,3 +282,31 @@ def test_logscan_refuses_a_journal_export_whose_binary_value_holds_a_kernel_like
     log.write_bytes(entry)
     hits, errors = logscan.scan([str(log)], RULES)
     assert hits == [] and len(errors) == 1 and "export" in errors[0]
+
+
+@pytest.mark.timeout(60)
+def test_forged_records_in_the_ring_buffer_raise_nothing_at_any_start(tmp_path: Path) -> None:
+    # the issue's attack: crashing programs named like fault lines; their records stay in the
+    # ring buffer, which every start reads from its oldest record (here: a fresh state each time)
+    forged = [
+        renderings(TEMPLATES[name], message.encode()[:15], message.encode().replace(b"/", b""))[0]
+        for name in ("segfault", "trap", "hung-task", "soft-lockup", "oom-kill", "xid-154")
+        for message, _ in CORPUS_FAULTS[::7]
+    ]
+    real = "NVRM: Xid (PCI:0000:5d:00): 48, pid=1, name=python3, DBE"  # then a real fault
+    every = len(forged) + 1
+    for start in range(2):
+        (tmp_path / str(start)).mkdir()
+        run = Running(tmp_path / str(start))
+        try:
+            run.write(b"".join(record(i + 1, m) for i, m in enumerate(forged)))
+            run.write(record(len(forged) + 1, real))
+            run.wait_for(lambda r=run: r.source.stats["records"] == every, "every record")
+            run.wait_for(lambda r=run: r.findings, "the real Xid")
+        finally:
+            run.stop()
+        codes = {f.code for f in run.findings}
+        assert codes - {"KERNEL_HUNG_TASK", "KERNEL_SOFT_LOCKUP", "GPU_XID_154"} == {"GPU_XID_48"}
+        # what their own formats raise with any name: GPU_XID_154 at the catalogue's warning
+        assert all(f.severity is None for f in run.findings if f.code == "GPU_XID_154")
+        assert run.findings[-1].details["seq"] == len(forged) + 1
