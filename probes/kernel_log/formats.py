@@ -91,6 +91,13 @@ FORMATS: tuple[Format, ...] = (
         ' state:%c ..."',
     ),
     _f(
+        "task-state-old",
+        " 0x",
+        rf"^{COMM} [A-Za-z](?:  running task   )? +\d+ +\d+ +\d+ 0x[0-9a-f]+$",
+        'kernel/sched/core.c sched_show_task() (to 5.9): "%-15.15s %c" then "%5lu %5d %6d'
+        ' 0x%08lx"',
+    ),
+    _f(
         "dump-stack",
         " Comm: ",
         r"^CPU: \d+ (?:UID: \d+ )?PID: \d+ Comm: (?P<fields>.*)$",

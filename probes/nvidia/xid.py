@@ -28,7 +28,8 @@ PREFIX = "GPU_XID_"
 XID_RE = re.compile(
     r"^NVRM: Xid \((?:PCI:)?(?P<pci>[0-9a-fA-F]{1,8}:[0-9a-fA-F]{1,2}:[0-9a-fA-F]{1,2}(?:\.[0-7])?"
     r"|[0-9a-fA-F]{1,2}:[0-9a-fA-F]{1,2}(?:\.[0-7])?)\)[^:]{0,40}?: (?P<xid>\d{1,6})\b,?[ \t]*"
-    r"(?P<rest>.*)"
+    r"(?P<rest>.*)",
+    re.DOTALL,  # a process name may hold a newline (journald keeps it in the one MESSAGE)
 )
 _PID_NAME_RE = re.compile(r"^pid=(?P<pid>'?<unknown>'?|\d+), name=(?P<name>[^,]*),?[ \t]*")
 # The text that decides a verdict is the driver's own and ends the line; the process name before

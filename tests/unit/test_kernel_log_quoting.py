@@ -44,6 +44,7 @@ TEMPLATES: dict[str, str] = {
     "hung-task": "INFO: task {comm}:4242 blocked for more than 120 seconds.",
     "soft-lockup": "watchdog: BUG: soft lockup - CPU#3 stuck for 23s! [{comm}:4242]",
     "task-state": "task:{comm} state:D stack:0     pid:4242  ppid:1      flags:0x00004000",
+    "task-state-old": "{comm} D    0  4242      1 0x00000080",
     "dump-stack": "CPU: 3 PID: 4242 Comm: {comm} Not tainted 6.8.0-45-generic #45-Ubuntu",
     "oom-kill": "Out of memory: Killed process 4242 ({comm}) total-vm:1000kB, anon-rss:100kB, "
     "file-rss:0kB, shmem-rss:0kB, UID:1000 pgtables:40kB oom_score_adj:0",
@@ -216,6 +217,7 @@ def test_any_user_name_raises_only_what_a_benign_name_raises(
         ("x, GPU recove", None),
         ("RLW Fatal XC0", None),
         ("a, b, c", None),
+        ("a\nb", None),  # journald keeps a newline inside the message: the text still counts
     ],
 )
 def test_the_xid_process_name_does_not_steer_its_verdict(name: str, verdict: object) -> None:
