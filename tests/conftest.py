@@ -51,7 +51,7 @@ class Env:
         os.chmod(base, 0o755)
         # the kernel log: a FIFO no one writes (opened read-write by the source: no end of file),
         # never this machine's /dev/kmsg
-        self.kmsg = base / "kmsg"
+        self.kmsg = base / "hma-env-kmsg"
         os.mkfifo(self.kmsg, 0o600)
         self.write("")
 
