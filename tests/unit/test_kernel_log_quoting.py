@@ -235,6 +235,10 @@ def test_a_site_rule_reads_a_quoting_format_only_when_it_names_it(tmp_path: Path
     seeing = RuleSet([*RULES.rules, compile_rule({**raw, "formats": ["segfault"]}, "site.toml")])
     match = seeing.matcher("t").match(oom)
     assert match is not None and match.code == "SITE_SEGV"
+    cable = {"name": "c", "pattern": "mlx5_core \\S+: Cable unplugged", "code": "SITE_CABLE"}
+    anchored = RuleSet([*RULES.rules, compile_rule(cable, "site.toml")]).matcher("t")
+    assert anchored.match("mlx5_core 0000:41:00.0: Cable unplugged") is not None
+    assert anchored.match("x mlx5_core 0000:41:00.0: Cable unplugged") is None  # from the start
     with pytest.raises(ValueError, match="formats"):
         compile_rule({**raw, "formats": ["no-such-format"]}, "site.toml")
     with pytest.raises(ValueError, match="formats"):
