@@ -8,8 +8,9 @@ records only" does not keep that text out. Every format in :data:`FORMATS` is ma
 start of the message (after the record's prefix and time stamp); a message of one of them goes
 only to the rules that name its format (``formats = [...]`` in a rule file, docs/kernel-log.md),
 never to any other rule, so no rule reads a user's span as evidence of another fault. Its user
-fields (``comm``, ``file``, ``fields``) are data: the rule of that format carries them in its
-finding's details; they decide neither code, severity nor component.
+fields (the groups ``comm``, ``file``, ``fields`` of each pattern) are data: a rule of that format
+may carry them in its finding's details (its own named groups); they decide neither code,
+severity nor component.
 
 /dev/kmsg prints a byte below 0x20 or above 0x7e as ``\\xNN`` (four characters), so one 15-byte
 ``comm`` is at most 60 characters of a message (:data:`COMM`).
@@ -166,25 +167,14 @@ FORMATS: tuple[Format, ...] = (
         " name is the task's comm)",
     ),
 )
-NEEDLES: tuple[str, ...] = tuple(sorted({f.needle for f in FORMATS}))
 
 
-@dataclass(frozen=True)
-class Quoted:
-    """A message of a format with user fields: the format and its user spans (data)."""
-
-    format: str
-    fields: dict[str, str]
-
-
-def classify(message: str) -> Optional[Quoted]:
+def classify(message: str) -> Optional[Format]:
     """The format with user fields that ``message`` is printed in, or None (the kernel's own
     text only, as far as hma knows its formats)."""
     for fmt in FORMATS:
-        if fmt.needle in message:
-            m = fmt.pattern.match(message)
-            if m is not None:
-                return Quoted(fmt.name, {k: v for k, v in m.groupdict().items() if v is not None})
+        if fmt.needle in message and fmt.pattern.match(message) is not None:
+            return fmt
     return None
 
 

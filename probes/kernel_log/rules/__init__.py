@@ -512,7 +512,7 @@ class Matcher:
                 return None  # the common case: literal checks only, no regular expression
             quoted = formats.classify(message)
             if quoted is not None:  # a format that quotes a user: its own rules only
-                return self._match(message, at, self._by_format.get(quoted.format, ()))
+                return self._match(message, at, self._by_format.get(quoted.name, ()))
             key = tuple(found)
             candidates = self._candidates.get(key)
             if candidates is None:
