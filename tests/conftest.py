@@ -22,6 +22,19 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
 PLUGINS = ROOT / "tests" / "plugins"
 
+# --- hermetic: no test reads this machine's /dev/kmsg (tests/hermetic/sitecustomize.py) ----------
+# Every Python process the tests start finds the guard on PYTHONPATH; this one installs it too. An
+# open of the device is refused and logged to KMSG_LOG, which fails the test that did it.
+HERMETIC = ROOT / "tests" / "hermetic"
+_fd, _kmsg_log = tempfile.mkstemp(prefix="hma-test-kmsg-", suffix=".log")
+os.close(_fd)
+KMSG_LOG = Path(_kmsg_log)
+os.environ["HMA_TEST_KMSG_LOG"] = str(KMSG_LOG)
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (str(HERMETIC), os.environ.get("PYTHONPATH", "")) if p
+)
+from tests.hermetic import sitecustomize  # noqa: E402  (installs the guard in this process)
+
 
 class Env:
     """An isolated agent installation: config, state and run folders under tmp_path."""
@@ -36,10 +49,18 @@ class Env:
         self.probes_d.mkdir()
         os.chmod(self.probes_d, 0o755)
         os.chmod(base, 0o755)
+        # the kernel log: a FIFO no one writes (opened read-write by the source: no end of file),
+        # never this machine's /dev/kmsg
+        self.kmsg = base / "hma-env-kmsg"
+        os.mkfifo(self.kmsg, 0o600)
         self.write("")
 
-    def write(self, extra: str) -> None:
-        """(Re)write hma.toml: the folders, then ``extra`` TOML."""
+    def write(self, extra: str, kernel_log: bool = True) -> None:
+        """(Re)write hma.toml: the folders, then ``extra`` TOML (and, unless ``extra`` has its
+        own or ``kernel_log`` is false, a ``[sources.kernel_log]`` that reads the silent
+        stand-in ``kmsg``: no daemon of a test reads this machine's kernel log)."""
+        if kernel_log and "[sources.kernel_log]" not in extra:
+            extra += f'\n[sources.kernel_log]\npath = "{self.kmsg}"\nbackend = "kmsg"\n'
         self.config.write_text(
             f'[agent]\nstate_dir = "{self.state}"\nrun_dir = "{self.run}"\n'
             f'probes_dir = "{self.probes_d}"\nnode_name = "testnode"\n' + extra
@@ -103,6 +124,26 @@ def trusted_dir(tmp_path: Path) -> Iterator[Path]:
         yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _hermetic_kernel_log() -> Iterator[None]:
+    """Fail a test that opened the real /dev/kmsg (in this process or one it started)."""
+    before = KMSG_LOG.stat().st_size
+    yield
+    with open(KMSG_LOG, encoding="utf-8") as fh:
+        fh.seek(before)
+        opened = fh.read()
+    if opened:
+        pytest.fail(
+            f"the test opened the real {sitecustomize.DEVICE} (point sources.kernel_log at a "
+            f"stand-in, tests/standin/kmsg.py):\n{opened}"
+        )
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove this session's log of refused /dev/kmsg opens."""
+    KMSG_LOG.unlink(missing_ok=True)
 
 
 @pytest.fixture

@@ -47,6 +47,7 @@ class Hit:
 
 BLOCK = 1 << 20  # bytes read at a time
 MAX_LINE = 65536  # bytes of one line kept (longer: cut; rules see MAX_MESSAGE characters anyway)
+EXPORT_HEAD = b"__CURSOR="  # the first field of every entry of `journalctl -o export`
 MAX_FINDINGS = 1000  # distinct faults kept (then one more per new code); the rest are counted
 
 
@@ -243,7 +244,10 @@ def scan(
         try:
             with _open(path) as stream:
                 one = _Scan(path, rules, hits, not_kept, each)
-                for block in blocks(stream):
+                for i, block in enumerate(blocks(stream)):
+                    if i == 0 and block.startswith(EXPORT_HEAD):
+                        one.export = True  # not one line of it is read: a binary field value
+                        break  # holds user text on lines of their own
                     one.block(block)
             if one.export:
                 errors.append(

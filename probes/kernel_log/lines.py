@@ -39,6 +39,7 @@ _CTIME = re.compile(
 # `dmesg --time-format iso`: comma, microseconds, `+hh:mm` (journalctl and rsyslog print a dot)
 _ISO_DMESG = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d,\d{6}[+-]\d\d:\d\d ")
 _PRI = r"(?:<\d{1,3}>)?"
+_PRI_ONLY = re.compile(r"^<\d{1,3}>")
 # Shapes with an identifier field after the time stamp (and the host): journalctl's short,
 # short-precise, short-iso(-precise), short-full, short-unix, syslog files (RFC 3164, with or
 # without `<pri>`), rsyslog's RFC 3339 time stamps.
@@ -179,6 +180,7 @@ def saved_line(line: str) -> tuple[str, Optional[str]]:
         if m.group("app") != "kernel":
             return "rfc5424", None
         return "rfc5424", _DMESG_TS.sub("", m.group("msg") or "", count=1)
+    line = _PRI_ONLY.sub("", line, count=1)  # `dmesg -r -t`, a record as written to /dev/kmsg
     if line[:1].isspace() or _USER_TAG.match(line):
         return "plain", None
     bare = _BARE_IDENT.match(line)

@@ -22,25 +22,34 @@ from hma.probes.kernel_log.decoders import component_of
 OTHER = "GPU_XID_OTHER"
 PREFIX = "GPU_XID_"
 
-# `NVRM: Xid (PCI:0000:8a:00): 48, pid=..., name=..., text` (pid/name only on newer drivers). Like
-# gpud's kmsg regex, anything between the PCI id and ": <xid>," is tolerated.
+# `NVRM: Xid (PCI:0000:8a:00): 48, pid=..., name=..., text` (pid/name only on newer drivers),
+# matched from the start of the message (re.match: the driver's prefix, not text anywhere in a
+# line). Like gpud's kmsg regex, a few characters between the PCI id and ": <xid>," are tolerated.
 XID_RE = re.compile(
-    r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9a-fA-F]{1,8}:[0-9a-fA-F]{1,2}:[0-9a-fA-F]{1,2}(?:\.[0-7])?"
+    r"^NVRM: Xid \((?:PCI:)?(?P<pci>[0-9a-fA-F]{1,8}:[0-9a-fA-F]{1,2}:[0-9a-fA-F]{1,2}(?:\.[0-7])?"
     r"|[0-9a-fA-F]{1,2}:[0-9a-fA-F]{1,2}(?:\.[0-7])?)\)[^:]{0,40}?: (?P<xid>\d{1,6})\b,?[ \t]*"
-    r"(?P<rest>.*)"
+    r"(?P<rest>.*)",
+    re.DOTALL,  # a process name may hold a newline (journald keeps it in the one MESSAGE)
 )
 _PID_NAME_RE = re.compile(r"^pid=(?P<pid>'?<unknown>'?|\d+), name=(?P<name>[^,]*),?[ \t]*")
+# The text that decides a verdict is the driver's own and ends the line; the process name before
+# it (`name=%s, `: the task's comm, any user's choice, ", " included) may shift where the text
+# seems to start, so the verdict is read as the line's last, whole sentence (``$``), after the
+# start of the text or a ", ": 15 bytes of a name can hold none of these sentences.
 # NVLink5 (Xids 144-150): `RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0409a0c2 0x00000008 ...)`.
 _NVLINK5_RE = re.compile(
-    r"^(?P<unit>[A-Z][A-Z0-9_]*) (?P<fatal>Fatal|Nonfatal) (?P<xc>XC\d+) i(?P<inst>\d+) "
-    r"Link (?P<link>-?\d+)(?: \((?P<words>[^)]*)\))?"
+    r"(?:^|, )(?P<unit>[A-Z][A-Z0-9_]*) (?P<fatal>Fatal|Nonfatal) (?P<xc>XC\d+) i(?P<inst>\d+) "
+    r"Link (?P<link>-?\d+)(?: \((?P<words>[^()]*)\))?$"
 )
 NVLINK5_XIDS = range(144, 151)
 RECOVERY_XID = 154
 # Xid 154: `GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)`; the values
 # are NVML_GPU_RECOVERY_ACTION_* (REFERENCE 1.5): 0 none, 5 recover IMEX domain; the others need a
 # GPU reset or a reboot.
-_RECOVERY_TO_RE = re.compile(r"\bto 0x(?P<to>[0-9a-fA-F]+)")
+_RECOVERY_TO_RE = re.compile(
+    r"(?:^|, )GPU recovery action changed from 0x[0-9a-fA-F]+(?: \([^()]*\))? "
+    r"to 0x(?P<to>[0-9a-fA-F]+)(?: \([^()]*\))?\.?$"
+)
 _RECOVERY_NO_DRAIN = {0, 5}
 TELL_APART = {OTHER: "xid"}  # Xids outside the catalogue share a code: their numbers differ
 
@@ -56,8 +65,8 @@ class XidLine(NamedTuple):
 
 
 def parse_xid_line(message: str) -> Optional[XidLine]:
-    """The Xid line inside ``message`` (any prefix before ``NVRM:`` is ignored), or None."""
-    m = XID_RE.search(message)
+    """The Xid line that ``message`` is (from its start: ``NVRM: Xid (...``), or None."""
+    m = XID_RE.match(message)
     if m is None:
         return None
     number, pci, rest = m.group("xid", "pci", "rest")
@@ -131,7 +140,7 @@ def line_verdict(
     """(severity, action, details) that the line's text decides beyond its Xid number (NVLink5
     Nonfatal, Xid 154's recovery action); None, None (catalogue values) for the others."""
     if line.xid in NVLINK5_XIDS:
-        m = _NVLINK5_RE.match(line.text)
+        m = _NVLINK5_RE.search(line.text)
         if m:
             details = {
                 "nvlink_unit": m.group("unit"),
@@ -206,9 +215,9 @@ class XidDecoder(decoders.Decoder):
 
     def fault(self, message: str) -> Optional[tuple[str, str, Optional[Severity]]]:
         """(code, component, the severity its text decides (:func:`line_verdict`)) of the Xid
-        line inside ``message``, or None: the fault without the rest of :func:`parse_xid_line`
+        line ``message`` is, or None: the fault without the rest of :func:`parse_xid_line`
         (a storm repeats a few faults, each line needs only this)."""
-        m = XID_RE.search(message)
+        m = XID_RE.match(message)
         if m is None:
             return None
         number, pci = m.group("xid", "pci")

@@ -42,7 +42,7 @@ NOT_NEEDED = (
 
 
 def test_check_system_imports_no_other_probe(hma_env) -> None:  # type: ignore[no-untyped-def]
-    hma_env.write("[probes.system]\nfilesystems = []\n")
+    hma_env.write("[probes.system]\nfilesystems = []\n", kernel_log=False)  # no source read
     out = subprocess.run(
         [sys.executable, "-c", LOADED],
         env=hma_env.env(),

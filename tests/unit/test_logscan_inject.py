@@ -145,7 +145,8 @@ def test_logscan_site_rules_from_rules_dir(
     site = site_rules(
         tmp_path,
         '[[rules]]\nname = "oom"\npattern = "Out of memory: Killed process (?P<pid>\\\\d+)"\n'
-        'code = "SITE_OOM_KILL"\n\n[codes.SITE_OOM_KILL]\nsummary = "OOM kill"\n'
+        'code = "SITE_OOM_KILL"\nformats = ["oom-kill"]\n\n'  # the format quotes the user
+        '[codes.SITE_OOM_KILL]\nsummary = "OOM kill"\n'
         'remedy = "Look at the job."\nseverity = "warning"\naction = "none"\n'
         'clears = "window"\nwindow_s = 600.0\n',
     )

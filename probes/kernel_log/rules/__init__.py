@@ -9,7 +9,8 @@ A rule file::
     [[rules]]
     name = "nvrm-fallen-off-bus"          # unique, used in the finding's details
     needles = ["fallen off the bus"]      # literal prefilter: one must occur (cheap under storms)
-    pattern = 'NVRM: GPU (?P<pci>\\S+): GPU has fallen off the bus'   # Python regex, searched
+    pattern = 'NVRM: GPU (?P<pci>[0-9a-f:.]+): GPU has fallen off the bus'  # Python regex,
+    #                                     matched from the START of the message (re.match)
     code = "GPU_FALLEN_OFF_BUS"
     component = ["{gpu}", "node"]         # first template whose groups matched; {gpu} <- pci
     message = "GPU {pci} has fallen off the bus"
@@ -17,10 +18,17 @@ A rule file::
     # decoder registered in the hma.kernel_log.decoders entry point group, built-in rules only),
     # before = 'regex' + before_lines = N (fill missing groups from the N previous lines),
     # count = N + window_s = S (raise only on the N-th match for one component within S seconds:
-    # a storm), clears = true (the line says the fault is over: it clears (component, code))
+    # a storm), clears = true (the line says the fault is over: it clears (component, code)),
+    # formats = ["hung-task"] (the rule reads the messages of these kernel formats that quote
+    # users, hma.probes.kernel_log.formats; no other rule ever sees them)
 
     [codes.SITE_EXAMPLE]                  # site files only: catalogue entries for their rules
     summary = "..."  ...
+
+A pattern (and ``before``) is matched from the start of the message, after the record's prefix
+and time stamp (``re.match``, not ``re.search``): write the subsystem's printk format as the
+driver prints it, prefix included, with each field in its real shape (``\\d+``, a PCI address),
+never ``.*`` into text the kernel fills from user space.
 """
 
 from __future__ import annotations
@@ -42,7 +50,7 @@ except ImportError:  # pragma: no cover - Python 3.9, 3.10
 from hma.adapters import tomlcompat
 from hma.contracts.catalogue import Catalogue, CatalogueError, Entry, parse_entry
 from hma.contracts.model import Action, Finding, Severity
-from hma.probes.kernel_log import decoders
+from hma.probes.kernel_log import decoders, formats
 
 MAX_MESSAGE = 4096  # characters of a message that rules see (longer ones are cut)
 _RULE_KEYS = {
@@ -60,6 +68,7 @@ _RULE_KEYS = {
     "count",
     "window_s",
     "clears",
+    "formats",
 }
 MAX_STORM_KEYS = 4096  # (rule, component) pairs whose recent matches are remembered
 MAX_NEEDLE_SETS = 1024  # sets of needles found together whose candidate rules are remembered
@@ -93,6 +102,7 @@ class Rule:
     clears: bool = False  # a match clears (component, code) instead of raising it
     origin: str = ""
     decoder: Optional[decoders.Decoder] = None  # the decoder of a kind other than "code"
+    formats: tuple[str, ...] = ()  # the formats quoting users whose messages it reads (formats)
 
 
 def derive_needles(pattern: re.Pattern[str]) -> list[str]:
@@ -192,7 +202,20 @@ def compile_rule(raw: Mapping[str, Any], origin: str) -> Rule:
         clears=clears,
         origin=origin,
         decoder=decoder,
+        formats=_quoting(name, raw.get("formats", [])),
     )
+
+
+def _quoting(name: str, value: Any) -> tuple[str, ...]:
+    """A rule's ``formats``: names of kernel formats that quote users (formats.FORMATS)."""
+    if (
+        not isinstance(value, list)
+        or not all(isinstance(f, str) for f in value)
+        or not set(value) <= formats.names()
+    ):
+        known = ", ".join(sorted(formats.names()))
+        raise ValueError(f"{name}: formats: expected a list of kernel formats ({known})")
+    return tuple(value)
 
 
 def _decoder(name: str, kind: Any) -> Optional[decoders.Decoder]:
@@ -340,6 +363,12 @@ class RuleSet:
                 by_needle.setdefault(needle, []).append(i)
         self.by_needle: dict[str, tuple[int, ...]] = {k: tuple(v) for k, v in by_needle.items()}
         self.always: tuple[int, ...] = tuple(i for i, r in enumerate(self.rules) if not r.needles)
+        # a format quoting users -> the rules (positions) that read its messages (no other does)
+        by_format: dict[str, list[int]] = {}
+        for i, rule in enumerate(self.rules):
+            for name in rule.formats:
+                by_format.setdefault(name, []).append(i)
+        self.by_format: dict[str, tuple[int, ...]] = {k: tuple(v) for k, v in by_format.items()}
         self.all_needles: tuple[str, ...] = tuple(sorted(by_needle))
 
     @classmethod
@@ -430,6 +459,7 @@ class Matcher:
         self._all_needles = ruleset.all_needles
         self._by_needle = ruleset.by_needle
         self._always = ruleset.always
+        self._by_format = ruleset.by_format
         # the needles found in a message -> the rules (positions, in order) to try
         self._candidates: dict[tuple[str, ...], tuple[int, ...]] = {}
         # each rule's component templates with the fields they need (not parsed per line)
@@ -480,6 +510,9 @@ class Matcher:
             found = [n for n in self._all_needles if n in message] if needles is None else needles
             if not found and not self._always:
                 return None  # the common case: literal checks only, no regular expression
+            quoted = formats.classify(message)
+            if quoted is not None:  # a format that quotes a user: its own rules only
+                return self._match(message, at, self._by_format.get(quoted.name, ()))
             key = tuple(found)
             candidates = self._candidates.get(key)
             if candidates is None:
@@ -522,7 +555,7 @@ class Matcher:
                 code, component, severity = fault
                 severity = rule.severity or severity  # as _override decides
                 return Match(code, component, severity, self._decoded, (rule, message))
-            m = rule.pattern.search(message)
+            m = rule.pattern.match(message)
             if m is None:
                 continue
             groups = m.groupdict()
@@ -598,7 +631,7 @@ class Matcher:
             pending, self._pending = self._pending, None
             self.context(pending())
         for previous in list(self._recent)[-rule.before_lines :][::-1]:
-            m = rule.before.search(previous)
+            m = rule.before.match(previous)
             if m:
                 return {k: v for k, v in m.groupdict().items() if v is not None}
         return {}
