@@ -95,10 +95,10 @@ class NvidiaSmiProbe(Probe):
 
     def applies(self, ctx: ProbeContext) -> Optional[str]:
         exe = ctx.options["command"][0]
-        if shutil.which(exe) is not None or common.expected_count(ctx.options, ctx.instance_type):
+        if shutil.which(exe) is not None:
             return None
-        if common.pci_gpus(ctx.sysfs):
-            return None  # GPUs on the PCI bus: a missing nvidia-smi is a finding
+        if common.gpus_may_be_there(ctx.options, ctx.instance_type, ctx.sysfs):
+            return None  # GPUs expected or on the PCI bus: a missing nvidia-smi is a finding
         return f"{exe} not found, no GPUs expected or on the PCI bus"
 
     def collect(self, ctx: ProbeContext) -> Any:
@@ -117,7 +117,7 @@ class NvidiaSmiProbe(Probe):
             "stdout": result.stdout,
             "stderr": result.stderr[-4000:],
         }
-        return parse_result(raw, common.pci_gpus(ctx.sysfs))
+        return parse_result(raw, common.pci_gpus(ctx.sysfs) or ())
 
     def evaluate(self, snapshot: Any, ctx: ProbeContext) -> list[Finding]:
         elapsed = ctx.clock() - ctx.previous_ts if ctx.previous_ts else 0.0
