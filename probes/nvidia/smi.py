@@ -200,6 +200,12 @@ def _handle_errors(text: str) -> list[GpuReading]:
     return out
 
 
+# Characters XML 1.0 cannot carry. nvidia-smi prints a process name as the process set it, so
+# one such name would make the whole document unreadable (every GPU unknown): they are replaced
+# (U+FFFD) before parsing, and a driver value holding one is then refused by its strict parser.
+NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+
 def parse_xml(text: str) -> dict[str, Any]:
     """The snapshot (JSON form) of an ``nvidia-smi -q -x`` document: :func:`_document`."""
     return _document(text).to_json()
@@ -214,7 +220,7 @@ def _document(text: str) -> Snapshot:
     gets a read failure (``call_errors``) naming the element, never a reading. A document with
     neither a GPU nor a driver version is refused (ValueError): it answers nothing.
     """
-    root = ET.fromstring(text)
+    root = ET.fromstring(NOT_XML.sub("\ufffd", text))
     if root.tag != "nvidia_smi_log":
         raise ValueError(f"root element is <{root.tag}>, not <nvidia_smi_log>")
     gpus = [_gpu(index, node) for index, node in enumerate(root.findall("gpu"))]
