@@ -83,9 +83,12 @@ class SimNode:
 
     # --- the node -------------------------------------------------------------------------------
 
-    def build(self, recovery: Optional[dict[str, Any]] = None) -> SimNode:
+    def build(
+        self, recovery: Optional[dict[str, Any]] = None, slurm: Optional[dict[str, Any]] = None
+    ) -> SimNode:
         """Build the NVML stand-in, the sysfs and procfs roots, the kernel-log FIFO, the config
-        (``recovery``: ``[recovery]`` keys beside ``RECOVERY``)."""
+        (``recovery``: ``[recovery]`` keys beside ``RECOVERY``; ``slurm``: ``[slurm]`` keys,
+        e.g. a wrapper around scontrol)."""
         self.base.mkdir(parents=True, exist_ok=True)
         os.chmod(self.base, 0o755)
         lib = nvmlstub.build(self.base / "lib")
@@ -114,6 +117,7 @@ class SimNode:
             self.cluster,
             self.node,
             recovery={**RECOVERY, **(recovery or {})},
+            slurm=slurm,
             extra=extra,
             paths={"sysfs": str(self.sysfs)},
         )

@@ -299,6 +299,8 @@ def _remediation_lines(rem: Mapping[str, Any], now: float) -> list[str]:
         )
         if a.get("reason"):
             row += f", reason {_clean(a['reason'])!r}"
+        if a.get("state") == "failed" and a.get("next_try"):  # retried with backoff: when
+            row += f", next try {_when(a.get('next_try'), now)}"
         lines.append(row)
         if a.get("state") == "held" and rem.get("held"):
             lines.append(f"      held: {_clean(rem['held'])}")

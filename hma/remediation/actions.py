@@ -98,12 +98,12 @@ class Applier:
         self._last_recheck = 0.0
         self._recheck_every = recovery.recheck_interval
 
-    def _record(self, action: str) -> None:
+    def _record(self, action: str) -> bool:
         """Record a remediation of the open episode (before the call that carries it, so that
-        the label written with it mirrors it)."""
+        the label written with it mirrors it); False when it was recorded already (or no
+        episode is open)."""
         ep = self.outbox.episode()
-        if ep is not None:
-            self.outbox.record(ep, action, self.view().boot_id, self.clock())
+        return ep is not None and self.outbox.record(ep, action, self.view().boot_id, self.clock())
 
     def _breaker_holds(self, node: NodeState, what: str) -> Optional[Outcome]:
         """The breaker's check before a drain, reboot, replace or GPU reset of ``node``: held

@@ -11,6 +11,7 @@ import tempfile
 from typing import Callable, Mapping, Optional
 
 from hma.adapters.command import CommandRunner
+from hma.adapters.text import printable
 from hma.contracts.cluster import BackendError
 from hma.health.model import Verdict
 from hma.remediation.options import Recovery
@@ -65,6 +66,11 @@ def run_hook(
     finally:
         os.unlink(path)
     if not result.ok:
-        err = (result.stderr.strip() or result.stdout.strip() or result.error)[-300:]
-        what = "timed out" if result.timed_out else f"exited {result.rc}"
-        raise BackendError(f"{kind} hook {what}: {err}")
+        # the hook's own words, cut before they are escaped (status and journald show them)
+        err = printable((result.stderr.strip() or result.stdout.strip() or result.error)[-300:])
+        what = (
+            f"timed out after {rec.command_timeout:g} s"
+            if result.timed_out
+            else f"exited {result.rc}"
+        )
+        raise BackendError(f"{kind} hook {what}" + (f": {err}" if err else ""))

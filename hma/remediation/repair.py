@@ -60,7 +60,8 @@ ENGINE_MODES = ("command", "drain_only")
 
 class Repairer:
     """The repair steps of one engine. ``guard``: the breaker's check before acting on a node
-    (``Applier``'s); ``record``: records a remediation of the open episode; ``gpu_reset``:
+    (``Applier``'s); ``record``: records a remediation of the open episode (False: recorded
+    already in this episode and boot); ``gpu_reset``:
     makes the GPU reset (asked when the first is due)."""
 
     def __init__(
@@ -75,7 +76,7 @@ class Repairer:
         spares: Spares,
         gpu_reset: Callable[[], GpuResetter],
         guard: Callable[[NodeState, str], Optional[Outcome]],
-        record: Callable[[str], None],
+        record: Callable[[str], bool],
     ) -> None:
         self.backend = backend
         self.outbox = outbox
@@ -197,7 +198,11 @@ class Repairer:
         held = self.guard(node, "GPU reset on")
         if held is not None:
             return held
-        self.record("reset_gpu")
+        first = self.record("reset_gpu")
+        if not first and row.state == "attempting":  # the agent stopped during this reset
+            at, boot = self.clock(), self.view().boot_id
+            why = "the agent restarted during the GPU reset (outcome unknown)"
+            return ResetRan(gpu, at, boot, False, why, f"{why}; the next rung follows")
         self.labels.write(node)
         ok, out = self._resetter()(gpu)
         at, boot = self.clock(), self.view().boot_id

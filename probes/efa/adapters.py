@@ -21,6 +21,7 @@ counters and the ENA link files only. docs/neuron-efa.md has the details.
 from __future__ import annotations
 
 import os
+import re
 import stat
 from dataclasses import dataclass
 from typing import Any, ClassVar, Collection, Mapping, Optional
@@ -44,6 +45,8 @@ U64 = 1 << 64
 EFA_DEVICE_IDS = frozenset({0xEFA0, 0xEFA1, 0xEFA2, 0xEFA3})
 ENA_DRIVER = "ena"
 IFF_UP = 0x1
+# A PCI function's name on the bus (domain:bus:device.function, as the kernel writes it).
+BDF = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]\Z", re.ASCII)
 # operstate words (Documentation/ABI/testing/sysfs-class-net); "down"-like ones with carrier.
 OPERSTATES = ("unknown", "notpresent", "down", "lowerlayerdown", "testing", "dormant", "up")
 
@@ -267,7 +270,7 @@ def discover_adapters(
             if vendor not in vendors:
                 ignored.append(name)
                 continue
-            found[name] = sysfs.realname(link)
+            found[name] = pci_function(sysfs, link)
             ports[name] = sysfs.listdir(f"{IB}/{name}/ports")
             folders = [f"{IB}/{name}/ports/{port}/hw_counters" for port in ports[name]]
             counters[name] = {
@@ -284,12 +287,25 @@ def discover_adapters(
         return Layout(found, ignored, unresolved, ports, counters, None, error)
 
 
+def pci_function(sysfs: RootReader, link: str) -> str:
+    """The PCI function (``0000:10:00.0``) a device's ``device`` link points to; ReadError when
+    the link leads to something that is not named as one (a folder in its place, a virtual
+    device): no function is known, so none can be unbound."""
+    name = sysfs.realname(link)
+    if not BDF.match(name):
+        raise ReadError(f"{sysfs.path(link)}: not a link to a PCI function ({name[:40]!r})")
+    return name
+
+
 def efa_functions(sysfs: RootReader, vendors: Collection[int]) -> dict[str, dict[str, Any]]:
     """EFA PCI functions on the bus (vendor in ``vendors``, an efa device id) and the driver each
-    is bound to (None: unbound). A function whose ids cannot be read is left out: it is no
-    evidence either way. ReadError when ``bus/pci/devices`` cannot be listed."""
+    is bound to (None: unbound). A function whose ids cannot be read, or an entry not named as
+    a function, is left out: it is no evidence either way. ReadError when ``bus/pci/devices``
+    cannot be listed."""
     out: dict[str, dict[str, Any]] = {}
     for bdf in sysfs.listdir(PCI):
+        if not BDF.match(bdf):
+            continue  # not a function's name: no evidence either way
         try:
             if sysfs.pci_id(f"{PCI}/{bdf}/vendor") not in vendors:
                 continue

@@ -9,6 +9,7 @@ is not measured (never a finding), a value of the wrong type is not understood (
 
 from __future__ import annotations
 
+import re
 from typing import Any, Mapping, Optional
 
 from hma.adapters.files import ReadError, RootReader
@@ -105,23 +106,44 @@ INSTANCE_GPUS: Mapping[str, int] = {
 }
 
 
-def pci_devices(sysfs: RootReader, classes: tuple[str, ...]) -> list[str]:
-    """PCI addresses of NVIDIA devices whose class starts with one of ``classes``, sorted."""
+NVIDIA_VENDOR = 0x10DE
+# A PCI class attribute as the kernel writes it: class, subclass, programming interface.
+PCI_CLASS = re.compile(r"0x[0-9a-f]{6}\Z", re.ASCII)
+
+
+def pci_devices(sysfs: RootReader, classes: tuple[str, ...]) -> Optional[list[str]]:
+    """PCI addresses of NVIDIA devices whose class starts with one of ``classes``, sorted; None
+    when the bus or one of its devices cannot be read (it may be one: a shorter list would
+    shift NVML's index order and could say "no GPUs" on a GPU node)."""
     found = []
     try:
         for dev in sysfs.listdir("bus/pci/devices"):
-            vendor = sysfs.text_or_none(f"bus/pci/devices/{dev}/vendor")
-            klass = sysfs.text_or_none(f"bus/pci/devices/{dev}/class") or ""
-            if vendor == "0x10de" and klass[:6] in classes:
+            vendor = sysfs.pci_id(f"bus/pci/devices/{dev}/vendor")
+            klass = sysfs.text(f"bus/pci/devices/{dev}/class").lower()
+            if not PCI_CLASS.match(klass):
+                return None
+            if vendor == NVIDIA_VENDOR and klass[:6] in classes:
                 found.append(dev)
     except ReadError:
-        return []
+        return None
     return sorted(found)
 
 
-def pci_gpus(sysfs: RootReader) -> list[str]:
-    """PCI addresses of NVIDIA VGA/3D controllers in sysfs (NVML's default order)."""
+def pci_gpus(sysfs: RootReader) -> Optional[list[str]]:
+    """PCI addresses of NVIDIA VGA/3D controllers in sysfs (NVML's default order); None when
+    the bus cannot be read whole."""
     return pci_devices(sysfs, ("0x0300", "0x0302"))
+
+
+def gpus_may_be_there(
+    opts: Mapping[str, Any], instance_type: Optional[str], sysfs: RootReader
+) -> bool:
+    """Whether a GPU probe applies even without its driver or tool: GPUs are expected, are on
+    the PCI bus, or the bus cannot be read to tell (unknown, never "unsupported")."""
+    if expected_count(opts, instance_type):
+        return True
+    pci = pci_gpus(sysfs)
+    return pci is None or bool(pci)
 
 
 def expected_count(opts: Mapping[str, Any], instance_type: Optional[str]) -> Optional[int]:

@@ -83,7 +83,7 @@ class GpuProbe(Probe):
     }
 
     def applies(self, ctx: ProbeContext) -> Optional[str]:
-        if common.expected_count(ctx.options, ctx.instance_type) or common.pci_gpus(ctx.sysfs):
+        if common.gpus_may_be_there(ctx.options, ctx.instance_type, ctx.sysfs):
             return None  # GPUs expected or present: a missing library is a finding
         if nvml.library_missing(ctx.options.get("library")):
             return f"{nvml.MISSING}, no GPUs expected or on the PCI bus"
@@ -177,7 +177,7 @@ class _Reader:
 
 def read_all(ctx: ProbeContext, progress: dict[str, Any]) -> Snapshot:
     """The NVML snapshot of the node."""
-    snap = Snapshot("nvml", pci_gpus=common.pci_gpus(ctx.sysfs))
+    snap = Snapshot("nvml", pci_gpus=common.pci_gpus(ctx.sysfs) or [])
     progress["call"], progress["device"] = "nvmlInit", None
     try:
         nvml.load_library(ctx.options.get("library"))

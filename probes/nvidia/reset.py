@@ -15,6 +15,8 @@ from hma.adapters.text import printable
 
 # A GPU component as hma names it (``gpu:<domain>:<bus>:<device>``, hex).
 _GPU = re.compile(r"gpu:([0-9a-f]{4,8}):([0-9a-f]{2}):([0-9a-f]{2})")
+# Characters of the tool's output kept in the outcome (before escaping).
+OUTPUT = 300
 
 
 def pci_bus_id(component: str) -> Optional[str]:
@@ -45,8 +47,12 @@ class GpuReset:
         """Reset the GPU ``component``: (whether it worked, its output or why it failed)."""
         argv = [*self.command, "--gpu-reset", "-i", str(pci_bus_id(component))]
         result = self.runner.run(argv, self.timeout)
-        out = printable((result.stdout.strip() + " " + result.stderr.strip()).strip())[:300]
+        # cut before escaping, so that an escape is never cut in half
+        out = printable((result.stdout.strip() + " " + result.stderr.strip()).strip()[:OUTPUT])
         if not result.ok:
-            what = "timed out" if result.timed_out else f"exited {result.rc}"
-            return False, f"GPU reset of {component} failed ({what}): {out or result.error}"
+            what = (
+                f"timed out after {self.timeout:g} s" if result.timed_out else f"exited {result.rc}"
+            )
+            why = out or printable(result.error)
+            return False, f"GPU reset of {component} failed ({what})" + (f": {why}" if why else "")
         return True, out

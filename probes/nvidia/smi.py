@@ -95,10 +95,10 @@ class NvidiaSmiProbe(Probe):
 
     def applies(self, ctx: ProbeContext) -> Optional[str]:
         exe = ctx.options["command"][0]
-        if shutil.which(exe) is not None or common.expected_count(ctx.options, ctx.instance_type):
+        if shutil.which(exe) is not None:
             return None
-        if common.pci_gpus(ctx.sysfs):
-            return None  # GPUs on the PCI bus: a missing nvidia-smi is a finding
+        if common.gpus_may_be_there(ctx.options, ctx.instance_type, ctx.sysfs):
+            return None  # GPUs expected or on the PCI bus: a missing nvidia-smi is a finding
         return f"{exe} not found, no GPUs expected or on the PCI bus"
 
     def collect(self, ctx: ProbeContext) -> Any:
@@ -117,7 +117,7 @@ class NvidiaSmiProbe(Probe):
             "stdout": result.stdout,
             "stderr": result.stderr[-4000:],
         }
-        return parse_result(raw, common.pci_gpus(ctx.sysfs))
+        return parse_result(raw, common.pci_gpus(ctx.sysfs) or ())
 
     def evaluate(self, snapshot: Any, ctx: ProbeContext) -> list[Finding]:
         elapsed = ctx.clock() - ctx.previous_ts if ctx.previous_ts else 0.0
@@ -200,6 +200,12 @@ def _handle_errors(text: str) -> list[GpuReading]:
     return out
 
 
+# Characters XML 1.0 cannot carry. nvidia-smi prints a process name as the process set it, so
+# one such name would make the whole document unreadable (every GPU unknown): they are replaced
+# (U+FFFD) before parsing, and a driver value holding one is then refused by its strict parser.
+NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+
 def parse_xml(text: str) -> dict[str, Any]:
     """The snapshot (JSON form) of an ``nvidia-smi -q -x`` document: :func:`_document`."""
     return _document(text).to_json()
@@ -214,7 +220,7 @@ def _document(text: str) -> Snapshot:
     gets a read failure (``call_errors``) naming the element, never a reading. A document with
     neither a GPU nor a driver version is refused (ValueError): it answers nothing.
     """
-    root = ET.fromstring(text)
+    root = ET.fromstring(NOT_XML.sub("\ufffd", text))
     if root.tag != "nvidia_smi_log":
         raise ValueError(f"root element is <{root.tag}>, not <nvidia_smi_log>")
     gpus = [_gpu(index, node) for index, node in enumerate(root.findall("gpu"))]

@@ -1,5 +1,6 @@
 """scontrol stand-in for the kill -9 tests: logs every call, and once kills the agent that
-called it around the drain (``before``: the drain never reaches Slurm; ``after``: it does).
+called it around the drain (``before``: the drain never reaches Slurm; ``after``: it does;
+``log``: never, only the log).
 
     scontrol = [python, scontrol_wrapper.py, MODE, LOGFILE, /usr/bin/scontrol]
 """
@@ -17,7 +18,7 @@ def main() -> int:
     mode, logfile, real, args = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
     drain = "update" in args and "State=DRAIN" in args
     marker = logfile + ".killed"
-    kill = drain and not os.path.exists(marker)
+    kill = drain and mode != "log" and not os.path.exists(marker)
     if kill and mode == "before":
         open(marker, "w").close()
         with open(logfile, "a") as fh:

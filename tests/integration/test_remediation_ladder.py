@@ -42,6 +42,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 GPU = "gpu:0000:5d:00"  # stand-in GPU 3
 XID46 = "GPU_XID_46"  # NVIDIA's catalogue: RESET_GPU
 SMI = [sys.executable, str(nvmlstub.NVIDIA_SMI)]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -108,6 +109,36 @@ def test_refused_or_failed_reset_goes_on_to_a_reboot(
         assert rem.gpu_resets() == []
     finally:
         rem.close()
+
+
+def test_kill_9_between_the_reset_and_its_record_resets_once_then_reboots(
+    fresh: SlurmCluster, tmp_path: Path, scenario: nvmlstub.Scenario
+) -> None:
+    log = tmp_path / "reset.log"
+    wrapper = [sys.executable, str(ROOT / "tests/integration/reset_wrapper.py"), str(log), *SMI]
+    cfg = write_config(tmp_path / "hma.toml", fresh, "node3", {"gpu_reset_command": wrapper})
+    db = tmp_path / "state.db"
+    child = [sys.executable, "-m", "tests.integration.remediate_child", str(cfg), str(db), "xid46"]
+    before = fresh.reboots().count("node3")
+    first = subprocess.run(child, cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
+    assert first.returncode == -9, first.stderr  # killed right after the reset
+    assert "DRAIN" in fresh.node("node3")["state_flags"]
+    second = subprocess.run(
+        child, cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert second.returncode == 0, second.stderr
+    rows = {r["kind"]: r for r in json.loads(second.stdout)}
+    assert list(rows) == ["drain", "reset_gpu", "reboot"]
+    assert rows["reset_gpu"]["state"] == "skipped"
+    assert "outcome unknown" in rows["reset_gpu"]["last_error"]
+    assert rows["reboot"]["state"] == "done"
+    assert [line.split()[:2] for line in log.read_text().splitlines()] == [["ran", "rc=0"]]
+    wait(lambda: fresh.reboots().count("node3") > before, 30, "RebootProgram run")
+    assert [r["action"] for r in remediations.rows(Store(str(db)))] == [
+        "drain",
+        "reset_gpu",
+        "reboot",
+    ]
 
 
 def observed_fault(code: str) -> Any:

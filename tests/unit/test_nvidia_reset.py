@@ -56,7 +56,7 @@ def test_only_a_gpu_pci_address_can_be_reset(component: str, why: str) -> None:
         (
             (None, "", "", {"timed_out": True}),
             False,
-            "GPU reset of gpu:0000:3b:00 failed (timed out): ",
+            "GPU reset of gpu:0000:3b:00 failed (timed out after 120 s)",
         ),
         (
             (None, "", "", {"error": "No such file"}),

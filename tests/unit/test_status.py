@@ -270,6 +270,21 @@ def test_done_action_shows_its_result_not_an_error() -> None:
     assert "last error: reboot via scontrol" not in text
 
 
+def test_failed_action_says_when_it_is_tried_again() -> None:
+    doc = live(sample())
+    now = time.time()
+    doc["remediation"] = {
+        "policy": "automatic",
+        "actions": [
+            {"id": 1, "kind": "drain", "state": "failed", "attempts": 3, "next_try": now + 30,
+             "last_error": "Unable to contact slurm controller (connect failure)"},
+        ],
+    }  # fmt: skip
+    text = status.render(doc, "")
+    assert "#1 drain failed, 3 attempts" in text and ", next try " in text and "(in " in text
+    assert "      last error: Unable to contact slurm controller" in text
+
+
 def test_writer_writes_changes_and_heartbeats_only(tmp_path: Path) -> None:
     path = statusfile.status_path(tmp_path)
     writer = statusfile.StatusWriter(path, heartbeat_s=15.0, min_interval_s=0.25)
