@@ -6,6 +6,9 @@ import csv
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from mutate import budget
 
 from hma.contracts.catalogue import load_builtin
 from hma.contracts.model import Action, Clears, Severity
@@ -112,3 +115,23 @@ def test_lines_without_a_verdict_or_out_of_shape_are_not_sxids(text: str) -> Non
 def test_a_line_without_a_link_has_none() -> None:
     parsed = sxid.parse_sxid_line(line(10004, "Non-fatal", rest="thermal event start"))
     assert parsed is not None and parsed.link is None and parsed.switch == "nvswitch1"
+
+
+@budget(200)
+@given(
+    n=st.one_of(st.sampled_from(sorted(sxid.catalogued_sxids())), st.integers(0, 99999)),
+    fatal=st.booleans(),
+    rest=st.text(max_size=80),
+)
+def test_the_number_and_word_decide_whatever_follows(n: int, fatal: bool, rest: str) -> None:
+    """The text after the word (the driver's, but free-form) never changes code, component or
+    severity; fault() and finding() agree."""
+    decoder = decoders.load("sxid")
+    text = line(n, "Fatal" if fatal else "Non-fatal", rest=rest)
+    fault = decoder.fault(text)
+    expected = sxid.verdict(n, fatal)
+    assert fault == (expected[0], "nvswitch:0000:06:00.0", expected[1])
+    finding = decoder.finding(text, {}, "kernel_log", 0.0)
+    assert (finding.code, finding.component, finding.severity) == fault
+    assert finding.details["sxid"] == n and finding.details["sxid_fatal"] is fatal
+    assert expected[0] in decoder.codes()
