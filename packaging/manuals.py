@@ -72,12 +72,12 @@ def commands(parser: argparse.ArgumentParser) -> Iterator[tuple[str, str, argpar
 
 # The page of `hma healthcheck` is also the page of the hma-healthcheck executable.
 HEALTHCHECK = r""".B hma-healthcheck
-is the same check as an executable of its own, for slurm.conf
-.B HealthCheckProgram=
+is the same check as an executable of its own, the program to name in slurm.conf:
+.B HealthCheckProgram=/usr/bin/hma\-healthcheck
 (slurmd passes no arguments); it takes no option but
 .BI "\-\-config " FILE .
 .B /usr/bin/hma
-run by slurmd with no arguments does the same."""
+run by slurmd with no arguments does the same (older configurations)."""
 
 
 def roff(markdown: str) -> str:
