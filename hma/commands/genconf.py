@@ -22,16 +22,16 @@ from typing import Any, Mapping, Optional
 from hma.adapters import tomlcompat
 from hma.adapters.text import printable
 from hma.assembly import load
-from hma.commands.common import EX_CANTCREAT
+from hma.commands.common import EX_CANTCREAT, config_failed
 from hma.config import match
-from hma.config.files import config_path
+from hma.config.files import ConfigError, config_path
+from hma.config.schema import EX_CONFIG
 from hma.contracts.model import RunStatus, Severity
 from hma.contracts.options import Option
 from hma.detection.runner import run_once
 from hma.detection.setup import Setup
 
 NAME = "50-genconf.toml"
-EX_CONFIG = 78  # sysexits: the configuration does not load
 
 
 def default_output(config: Optional[str]) -> Path:
@@ -122,12 +122,13 @@ def write(path: Path, text: str, force: bool) -> Optional[str]:
             if force:
                 os.replace(tmp, path)  # replaces a file (a link in its place meanwhile too)
             else:
-                os.link(tmp, path)  # fails if the file appeared meanwhile: never overwritten
+                try:
+                    os.link(tmp, path)  # fails if the file appeared meanwhile
+                except FileExistsError:
+                    return f"{path} exists; --force replaces it"
         finally:
             if os.path.lexists(tmp):
                 os.unlink(tmp)
-    except FileExistsError:
-        return f"{path} exists; --force replaces it"
     except OSError as exc:
         return f"cannot write {path}: {exc.strerror or exc}"
     return None
@@ -136,14 +137,10 @@ def write(path: Path, text: str, force: bool) -> Optional[str]:
 def main(config: Optional[str], output: Optional[str], force: bool) -> int:
     """``hma genconf [--output PATH|-] [--force]``: 0 written, 73 not written, 78 invalid
     configuration. Raises nothing on bad input."""
-    from hma.config.files import ConfigError
-
     try:
         setup = load(config)
     except ConfigError as exc:
-        for line in exc.errors:
-            print(line, file=sys.stderr)
-        return EX_CONFIG
+        return config_failed(exc, EX_CONFIG)
     data, notes = record(setup)
     stamp = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     header = (

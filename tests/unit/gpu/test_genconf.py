@@ -211,3 +211,17 @@ def test_genconf_never_overwrites_or_writes_through_a_link(node: Node, capsys: A
 
     code, out, _err = node.hma(capsys, "genconf", "--output", "-")
     assert code == 0 and tomlcompat.loads(out)["probes"]["efa"] == {"expected_adapters": 32}
+
+
+def test_bad_input_is_one_line_and_its_exit_code(tmp_path: Path, capsys: Any) -> None:
+    config = tmp_path / "hma.toml"
+    config.write_text("[probes.system]\nno_such_key = 1\n")
+    assert main(["--config", str(config), "genconf", "--output", "-"]) == 78
+    assert "probes.system.no_such_key" in capsys.readouterr().err
+    config.write_text('[paths]\nsysfs = "/nonexistent"\nprocfs = "/nonexistent"\n')
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    code = main(["--config", str(config), "genconf", "--output", str(blocker / "x.toml")])
+    err = capsys.readouterr().err
+    assert code == 73 and err.strip().splitlines()[-1].startswith("hma genconf: cannot write ")
+    assert "Traceback" not in err
