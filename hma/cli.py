@@ -435,8 +435,8 @@ def _genconf(verbs: Verbs) -> None:
         "genconf",
         help="record what this node has now as a configuration drop-in",
         description="Run every enabled probe once and write what the node has now (GPU count, "
-        "model and PCIe width; InfiniBand ports and rate; EFA adapters; memory; online CPUs; "
-        "mounted file systems) into the options the probes judge, with a [match] for this "
+        "model, PCIe width and generation; InfiniBand ports and rate; EFA adapters; memory; online "
+        "CPUs; mounted file systems) into the options the probes judge, with a [match] for this "
         "node's product, as a drop-in (default hma.d/50-genconf.toml next to the main file). "
         "Exit 0 written, 73 not written (exists without --force, a symbolic link, cannot "
         "write), 78 invalid configuration.",

@@ -256,8 +256,8 @@ def problems(table: Any) -> list[str]:
         out.append(f"match: names nothing to match (give {' and/or '.join(KEYS)})")
     for key in KEYS:
         value = table.get(key)
-        if key == "product" and isinstance(value, list) and any(_bad_text(v) for v in value):
-            out.append("match.product: names must be one line without control characters")
+        if key == "product" and isinstance(value, list) and all(isinstance(v, str) for v in value):
+            out += [f"match.product: {p}" for p in map(_product_problem, value) if p]
         if key in table and (
             not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value)
         ):
@@ -305,5 +305,10 @@ def decide(table: Mapping[str, Any], node: Node) -> tuple[bool, str]:
     return True, "; ".join(why)
 
 
-def _bad_text(value: Any) -> bool:
-    return not isinstance(value, str) or not value.strip() or any(ord(c) < 0x20 for c in value)
+def _product_problem(value: Any) -> Optional[str]:
+    """What is wrong with one product name: the rule of every string option (one line, no
+    control characters), and not blank."""
+    from hma.contracts.options import Option
+
+    problem = Option("str", None, "").validate(value)
+    return problem or (None if value.strip() else "a product name must not be blank")

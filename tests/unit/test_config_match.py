@@ -192,8 +192,8 @@ def test_product_matches_the_dmi_product_name_read_once(tmp_path: Path) -> None:
     (tmp_path / "etc/hma.d/60-bad.toml").write_text('[match]\nproduct = ["a\\nb"]\n')
     _layers, errors, _notes = configfile.read_layers_noted(main, Node(("n1",), str(sysfs)))
     assert errors == [
-        f"{tmp_path}/etc/hma.d/60-bad.toml: match.product: names must be one line without "
-        "control characters"
+        f"{tmp_path}/etc/hma.d/60-bad.toml: match.product: must not contain control character "
+        "'\\n', got str 'a\\nb'"
     ]
 
 
