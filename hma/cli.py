@@ -43,6 +43,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     ),
     "fleet": ("hma fleet", "hma fleet --json | jq '.nodes[].node'"),
     "topology": ("hma topology --check", "hma topology --format block"),
+    "genconf": (
+        "sudo hma genconf   (writes /etc/hma/hma.d/50-genconf.toml)",
+        "hma genconf --output - | less",
+    ),
     "explain": ("hma explain GPU_XID_79", "hma explain --list | grep EFA_"),
     "logscan": ("hma logscan /var/log/kern.log", "journalctl -k -o short-iso | hma logscan -"),
     "inject": ("sudo hma inject xid --gpu 0000:3b:00.0 --xid 79 --yes-really-drain",),
@@ -419,6 +423,29 @@ def _topology(verbs: Verbs) -> None:
     p.set_defaults(func=cmd_topology)
 
 
+def cmd_genconf(args: argparse.Namespace) -> int:
+    """Record what this node has now as a drop-in (``nhc-genconf``)."""
+    from hma.commands import genconf
+
+    return genconf.main(args.config, args.output, args.force)
+
+
+def _genconf(verbs: Verbs) -> None:
+    p = verbs.add(
+        "genconf",
+        help="record what this node has now as a configuration drop-in",
+        description="Run every enabled probe once and write what the node has now (GPU count, "
+        "model, PCIe width and generation; InfiniBand ports and rate; EFA adapters; memory; online "
+        "CPUs; mounted file systems) into the options the probes judge, with a [match] for this "
+        "node's product, as a drop-in (default hma.d/50-genconf.toml next to the main file). "
+        "Exit 0 written, 73 not written (exists without --force, a symbolic link, cannot "
+        "write), 78 invalid configuration.",
+    )
+    p.add_argument("--output", metavar="PATH", help="file to write, - for stdout")
+    p.add_argument("--force", action="store_true", help="replace an existing file")
+    p.set_defaults(func=cmd_genconf)
+
+
 def cmd_explain(args: argparse.Namespace) -> int:
     """Print a catalogue entry (or list them all with ``--list``)."""
     from hma.commands import explain
@@ -547,6 +574,7 @@ REGISTRATIONS: tuple[Callable[[Verbs], None], ...] = (
     _healthcheck,
     _fleet,
     _topology,
+    _genconf,
     _explain,
     _logscan,
     _inject,

@@ -59,6 +59,12 @@ expected_gpus = 8
 hardware = ["!nvidia", "!neuron"]
 [probes.system]
 interval = 120.0
+
+# /etc/hma/hma.d/50-genconf.toml: what `hma genconf` recorded on one node of a class
+[match]
+product = ["PowerEdge XE9680"]      # the DMI product name, any of these
+[probes.gpu]
+expected_gpus = 8
 ```
 
 - `hosts`: Slurm hostlist syntax (`gpu-[001-128,200]`, `rack[1-4]-n[01-16]`; zero padding kept,
@@ -71,12 +77,18 @@ interval = 120.0
   the Neuron driver's devices), `efa` (an EFA function), each read from the PCI ids under
   `[paths] sysfs` of the main file, so a node whose driver is missing still counts; `!kind`:
   absent. All must hold.
-- Both keys given: both must hold. Drop-ins without `[match]` apply everywhere; the order of
+- `product`: the DMI product name (`class/dmi/id/product_name` under `[paths] sysfs` of the
+  main file, read once), compared stripped and without case; any name may match. A failed GPU
+  or adapter never changes it, so the drop-in `hma genconf` writes keeps holding the node to
+  what it had (`hardware` would stop matching once the last such device is gone). A node whose
+  product name cannot be read matches no `product`.
+- Every key given must hold. Drop-ins without `[match]` apply everywhere; the order of
   merging stays the name order. `[match]` in the main file is an error.
 - `hma config check` prints one line per drop-in with `[match]`: `applied` or `not applied`, and
   why (`host gpu-007 matches gpu-[001-128]; nvidia present`). A bad pattern, an unknown key or
-  kind, or a PCI bus that cannot be read is an error naming the file (the file is left out; the
-  daemon refuses to start on it, a reload keeps the old configuration).
+  kind, a product name with a control character, or a PCI bus that cannot be read is an error
+  naming the file (the file is left out; the daemon refuses to start on it, a reload keeps the
+  old configuration).
 """
 
 

@@ -2,8 +2,9 @@
 
 One ``/etc/hma`` serves a mixed cluster: a drop-in with ``[match]`` is merged only on the nodes
 it names, by host name (Slurm hostlist ranges ``gpu-[001-128]`` and shell wildcards ``p5-*``) and
-by hardware seen on the PCI bus (``nvidia``, ``neuron``, ``efa``; ``!kind`` for "none of it").
-Both keys, when given, must hold. docs/configuration.md ("Drop-ins for some nodes") documents
+by hardware seen on the PCI bus (``nvidia``, ``neuron``, ``efa``; ``!kind`` for "none of it")
+and by the DMI product name (``product``: the node's model, which a failed part never changes).
+Every key given must hold. docs/configuration.md ("Drop-ins for some nodes") documents
 it. Light on purpose: read by every command before the configuration is validated.
 """
 
@@ -14,7 +15,8 @@ import re
 import socket
 from typing import Any, Callable, Mapping, NamedTuple, Optional
 
-KEYS = ("hosts", "hardware")
+KEYS = ("hosts", "hardware", "product")
+PRODUCT = "class/dmi/id/product_name"  # under sysfs: the DMI product name (`hma genconf`)
 
 # PCI ids (sysfs ``bus/pci/devices/*/{vendor,device,class}``), present whether a driver is loaded
 # or not: NVIDIA VGA/3D controllers (as the gpu probe counts them); the Neuron devices of
@@ -182,12 +184,19 @@ class Node:
     ) -> None:
         self.names, self.sysfs, self.reader = names, sysfs, reader or read_hardware
         self._hardware: Optional[frozenset[str]] = None
+        self._product: Optional[tuple[Optional[str]]] = None
 
     @classmethod
     def here(cls, sysfs: str = "/sys") -> Node:
         """This host: its name as the kernel has it and the short form (before the first dot)."""
         full = socket.gethostname().lower()
         return cls(tuple(dict.fromkeys([full, full.split(".")[0]])), sysfs)
+
+    def product(self) -> Optional[str]:
+        """The DMI product name under ``sysfs`` (stripped; None when unreadable), read once."""
+        if self._product is None:
+            self._product = (read_product(self.sysfs),)
+        return self._product[0]
 
     def hardware(self) -> frozenset[str]:
         """The kinds of ``HARDWARE`` present; OSError when the PCI devices cannot be listed."""
@@ -218,6 +227,16 @@ def read_hardware(sysfs: str) -> frozenset[str]:
     return frozenset(found)
 
 
+def read_product(sysfs: str) -> Optional[str]:
+    """The DMI product name under ``sysfs`` (``class/dmi/id/product_name``), stripped; None when
+    it cannot be read or is empty."""
+    try:
+        with open(os.path.join(sysfs, PRODUCT), encoding="utf-8") as fh:
+            return fh.read(256).strip() or None
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
 def _pci_id(path: str) -> Optional[int]:
     try:
         with open(path, encoding="ascii") as fh:
@@ -237,6 +256,8 @@ def problems(table: Any) -> list[str]:
         out.append(f"match: names nothing to match (give {' and/or '.join(KEYS)})")
     for key in KEYS:
         value = table.get(key)
+        if key == "product" and isinstance(value, list) and all(isinstance(v, str) for v in value):
+            out += [f"match.product: {p}" for p in map(_product_problem, value) if p]
         if key in table and (
             not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value)
         ):
@@ -275,4 +296,19 @@ def decide(table: Mapping[str, Any], node: Node) -> tuple[bool, str]:
             if (name in present) == absent:
                 return False, f"{name} {'present' if absent else 'not found'}"
             why.append(f"{name} {'absent' if absent else 'present'}")
+    products = list(table.get("product", []))
+    if products:
+        product = node.product()
+        if product is None or product.lower() not in {p.strip().lower() for p in products}:
+            return False, f"product {product!r} is none of {', '.join(map(repr, products))}"
+        why.append(f"product {product!r}")
     return True, "; ".join(why)
+
+
+def _product_problem(value: Any) -> Optional[str]:
+    """What is wrong with one product name: the rule of every string option (one line, no
+    control characters), and not blank."""
+    from hma.contracts.options import Option
+
+    problem = Option("str", None, "").validate(value)
+    return problem or (None if value.strip() else "a product name must not be blank")

@@ -135,6 +135,12 @@ class Probe:
         e.g. the efa_mesh matrix; None (the default) when there is nothing worth showing."""
         return None
 
+    def expectations(self, snapshot: Any) -> dict[str, Any]:
+        """Pure: option values of this probe that hold the node to what ``snapshot`` shows
+        (``hma genconf`` writes them to a drop-in); empty (the default) when it records nothing.
+        Only what was read counts: a value the snapshot lacks is left out, never guessed."""
+        return {}
+
 
 def unknown(code: str, component: str, message: str, **details: Any) -> Finding:
     """A finding that says "could not measure": severity unknown whatever the catalogue says."""

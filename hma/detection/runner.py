@@ -368,6 +368,7 @@ def run_once(setup: Setup, names: Sequence[str], boot_id: str = "") -> list[Prob
             run.duration_s,
             tuple(setup.catalogue.resolve_all(run.findings)),
             run.error,
+            run.snapshot,
         )
 
     threads = [threading.Thread(target=one, args=(n,), daemon=True) for n in names]

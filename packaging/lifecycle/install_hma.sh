@@ -6,7 +6,8 @@
 #   HMA_RECOVERY_POLICY=automatic HMA_EXPECTED_GPUS=8 HMA_EXPECTED_EFA_ADAPTERS=32 \
 #       ./install_hma.sh /path/to/hma_0.1.0_all.deb
 #
-# Usage: install_hma.sh [--deep-check STAGES] [PACKAGE]    install_hma.sh --help: this text
+# Usage: install_hma.sh [--genconf] [--prometheus-textfile [DIR]] [--deep-check STAGES] [PACKAGE]
+#        install_hma.sh --help: this text
 #
 # Settings (environment), each written only when set:
 #   HMA_PACKAGE / $1             .deb or .rpm file (or an http(s) URL); default: the newest
@@ -21,15 +22,26 @@
 #   HMA_EXTRA_TOML               more TOML appended verbatim (any key of `hma config defaults`)
 #   HMA_START                    0 = install and configure only (default 1)
 #   HMA_APT_UPDATE               0 = skip `apt-get update` (default 1)
+#   HMA_CONFIG                   the main file (default /etc/hma/hma.toml); the drop-ins go to
+#                                hma.d/ next to it
+# Option --genconf: once the configuration checks, record what this node has now (`hma genconf`:
+# GPUs, InfiniBand and EFA ports, memory, CPUs, mounted file systems) in hma.d/50-genconf.toml,
+# held against from then on (docs/nhc.md); a file recorded before is kept (delete it to record
+# again), so a re-run never records a node that lost a part as healthy.
+# Option --prometheus-textfile [DIR]: turn the Prometheus reporter on (it is off by default),
+# writing DIR/hma.prom for node_exporter's textfile collector (default DIR
+# /var/lib/prometheus/node-exporter, Debian's); another DIR is created and added to the unit's
+# ReadWritePaths (/etc/systemd/system/hma.service.d/50-textfile.conf). docs/alerting.md.
 # Option --deep-check STAGES (before the package; e.g. stress,accelerators,dcgm,efa): run those
 # `hma deep-check` stages once the agent runs (cluster creation, scale-up); a failing stage is
 # recorded for the agent (which drains per policy) and this script exits 2 (docs/deep-check.md).
 # The settings go to /etc/hma/hma.d/50-lifecycle.toml, so the packaged /etc/hma/hma.toml stays
-# untouched and package upgrades never stop at a conffile question.
+# untouched and package upgrades never stop at a conffile question. The options come before the
+# package.
 set -euo pipefail
 
 usage() {  # the comment block above, from its second line to the line before `set`
-  echo "Usage: $(basename "$0") [--deep-check STAGES] [PACKAGE]"
+  echo "Usage: $(basename "$0") [--genconf] [--prometheus-textfile [DIR]] [--deep-check STAGES] [PACKAGE]"
   echo
   sed -n '2,/^set -euo pipefail$/{/^set /d;s/^# \{0,1\}//;p}' "$0"
 }
@@ -48,12 +60,32 @@ fi
 [[ $(id -u) -eq 0 ]] || die "run as root"
 here=$(cd "$(dirname "$0")" && pwd)
 deep_check=
-if [[ "${1:-}" == --deep-check ]]; then
-  [[ -n "${2:-}" ]] || die "--deep-check needs a comma-separated list of stages"
-  deep_check=$2
-  shift 2
-fi
-[[ "${1:-}" != -* ]] || die "unknown option $1 (--help lists them)"
+genconf=0
+textfile_dir=
+textfile_default=/var/lib/prometheus/node-exporter
+while [[ "${1:-}" == -* ]]; do
+  case $1 in
+    --deep-check)
+      [[ -n "${2:-}" ]] || die "--deep-check needs a comma-separated list of stages"
+      deep_check=$2
+      shift 2
+      ;;
+    --genconf) genconf=1; shift ;;
+    --prometheus-textfile)
+      shift
+      textfile_dir=$textfile_default
+      # DIR is the next argument unless that is an option or the package
+      if [[ -n "${1:-}" && "$1" != -* && "$1" != *.deb && "$1" != *.rpm ]]; then
+        textfile_dir=$1
+        shift
+      fi
+      [[ "$textfile_dir" == /* && "$textfile_dir" != *[[:cntrl:]]* ]] \
+        || die "--prometheus-textfile needs an absolute folder, not '$textfile_dir'"
+      textfile_dir=${textfile_dir%/}
+      ;;
+    *) die "unknown option $1 (--help lists them)" ;;
+  esac
+done
 package=${1:-${HMA_PACKAGE:-}}
 if [[ -z "$package" ]]; then
   package=$(ls -t "$here"/hma_*.deb "$here"/hma-*.rpm 2>/dev/null | head -1 || true)
@@ -131,16 +163,47 @@ toml_str() { printf '"%s"' "$(printf '%s' "$1" | sed 's/\\/\\\\/g; s/"/\\"/g')";
   if [[ -n "${HMA_EXPECTED_EFA_ADAPTERS:-}" ]]; then
     printf '\n[probes.efa]\nexpected_adapters = %s\n' "$HMA_EXPECTED_EFA_ADAPTERS"
   fi
+  if [[ -n "$textfile_dir" ]]; then
+    printf '\n[reporters.prometheus]\nenabled = true\ntextfile = %s\n' \
+      "$(toml_str "$textfile_dir/hma.prom")"
+  fi
   if [[ -n "${HMA_EXTRA_TOML:-}" ]]; then printf '\n%s\n' "$HMA_EXTRA_TOML"; fi
 } > "$tmp/50-lifecycle.toml"
 
-dropin=/etc/hma/hma.d/50-lifecycle.toml
-mkdir -p /etc/hma/hma.d
+config=${HMA_CONFIG:-/etc/hma/hma.toml}
+dropins=$(dirname "$config")/hma.d
+dropin=$dropins/50-lifecycle.toml
+mkdir -p "$dropins"
 [[ ! -e "$dropin" ]] || cp -p "$dropin" "$tmp/previous.toml"
 install -m 0644 "$tmp/50-lifecycle.toml" "$dropin"
-if ! hma config check; then
+if ! hma --config "$config" config check; then
   if [[ -e "$tmp/previous.toml" ]]; then cp -p "$tmp/previous.toml" "$dropin"; else rm -f "$dropin"; fi
   die "the configuration above is invalid; $dropin left as it was"
+fi
+if [[ -n "$textfile_dir" ]]; then
+  install -d -m 0755 "$textfile_dir"
+  if [[ "$textfile_dir" != "$textfile_default" ]]; then  # the packaged unit may write only there
+    unit_dropin=/etc/systemd/system/hma.service.d/50-textfile.conf
+    mkdir -p "$(dirname "$unit_dropin")"
+    printf '# Written by install_hma.sh: the Prometheus textfile folder.\n[Service]\nReadWritePaths=%s\n' \
+      "$textfile_dir" > "$unit_dropin"
+    log "wrote $unit_dropin (the agent may write $textfile_dir)"
+  fi
+  log "Prometheus textfile: $textfile_dir/hma.prom"
+fi
+
+# 2b. Record what the node has now (--genconf), checked like the settings.
+if [[ "$genconf" == 1 ]]; then
+  recorded=$dropins/50-genconf.toml
+  if [[ -e "$recorded" || -L "$recorded" ]]; then
+    log "kept $recorded, recorded before (delete it to record this node again)"
+  else
+    hma --config "$config" genconf --output "$recorded" || die "hma genconf failed (see above)"
+    if ! hma --config "$config" config check; then
+      rm -f "$recorded"
+      die "the configuration with $recorded is invalid; the file is removed"
+    fi
+  fi
 fi
 
 # 3. Enable and start (the package enables the unit but starts it only here, once configured).

@@ -206,6 +206,15 @@ class EfaProbe(Probe):
             out += _eval_growth(adapters, base)
         return out
 
+    def expectations(self, snapshot: Any) -> dict[str, Any]:
+        """The adapters found as ``expected_adapters`` (fewer is critical), when every RDMA
+        device could be classified."""
+        if not isinstance(snapshot, dict) or not snapshot.get("listed", True):
+            return {}
+        if snapshot.get("unresolved") or not snapshot.get("adapters"):
+            return {}
+        return {"expected_adapters": len(snapshot["adapters"])}
+
 
 def _error_component(error: Mapping[str, Any]) -> str:
     if error.get("adapter"):

@@ -200,6 +200,21 @@ class InfinibandProbe(Probe):
             for key, p in sorted(ports.items())
         } or None
 
+    def expectations(self, snapshot: Any) -> dict[str, Any]:
+        """The ACTIVE ports as ``expected_ports`` (a port that goes down or away is critical),
+        and their rate as ``expected_rate_gbps`` when they all run at one rate."""
+        if not isinstance(snapshot, dict) or not snapshot.get("listed", True):
+            return {}
+        ports = snapshot.get("ports", {})
+        active = sorted(k for k, p in ports.items() if p.get("state") == "ACTIVE")
+        if not active:
+            return {}
+        out: dict[str, Any] = {"expected_ports": active}
+        rates = {ports[k].get("rate_gbps") for k in active}
+        if len(rates) == 1 and isinstance(next(iter(rates)), float):
+            out["expected_rate_gbps"] = rates.pop()
+        return out
+
 
 # --- collect ---------------------------------------------------------------------------------
 

@@ -170,6 +170,12 @@ RULE_OPTIONS: Mapping[str, Option] = {
     "expected_driver": Option(
         "str", None, "Driver version the node should run (warning when different); unset: any."
     ),
+    "expected_model": Option(
+        "str",
+        None,
+        "Product name every GPU must report, e.g. 'NVIDIA H100 80GB HBM3' (warning when "
+        "different); unset: any.",
+    ),
     "ecc_aggregate_uncorrected_max": Option(
         "int", 0, "Warning when lifetime uncorrected ECC errors exceed this.", minimum=0
     ),
@@ -188,6 +194,14 @@ RULE_OPTIONS: Mapping[str, Option] = {
         "PCIe link width the GPUs must run at (critical below); unset: the GPU's own baseline "
         "(docs/gpu.md).",
         check=_link_width,
+    ),
+    "expected_pcie_gen": Option(
+        "int",
+        None,
+        "PCIe generation the GPUs' links must run at while busy (warning below; an idle link "
+        "may lower it); unset: not judged.",
+        minimum=1,
+        maximum=6,
     ),
     "nvlink_errors_per_minute": Option(
         "float",
@@ -418,8 +432,12 @@ def _eval_gpu(
     def add(code: str, message: str, **details: Any) -> None:
         out.append(Finding(code, comp, message, {**base, **details}))
 
+    model = opts.get("expected_model")
+    if model and isinstance(gpu.get("name"), str) and gpu["name"] != model:
+        add("GPU_MODEL_MISMATCH", f"GPU is a {gpu['name']}, expected {model}", expected=model)
     _eval_memory(gpu, opts, add)
     _eval_pcie(gpu, opts, prev_snap, add)
+    _eval_pcie_gen(gpu, opts, add)
     _eval_nvlink(gpu, prev, opts, elapsed_s, add)
     clocks = gpu.get("clocks") or {}
     active = [
@@ -534,6 +552,30 @@ def _link(gpu: Mapping[str, Any]) -> Optional[tuple[float, float, bool]]:
     return width, max_width, not power_saving
 
 
+def expectations(snap: Any) -> dict[str, Any]:
+    """What ``hma genconf`` records of a snapshot (``Probe.expectations``): the GPU count, the
+    model and the PCIe width and generation when every GPU reports the same (a link only where
+    it is judged: not in power saving). Nothing when the reading ended early (no driver, a hang)."""
+    if not isinstance(snap, Mapping) or snap.get("init_error") or snap.get("hang"):
+        return {}
+    out: dict[str, Any] = {}
+    count = snap.get("count")
+    if isinstance(count, int) and not isinstance(count, bool):
+        out["expected_gpus"] = count
+    gpus = [g for g in snap.get("gpus") or [] if isinstance(g, Mapping) and not g.get("error")]
+    names = {g.get("name") for g in gpus}
+    if len(names) == 1 and isinstance(next(iter(names)), str):
+        out["expected_model"] = names.pop()
+    links = [_link(g) for g in gpus]
+    widths = {int(link[0]) for link in links if link is not None and link[2]}
+    if len(widths) == 1 and _link_width(next(iter(widths))) is None:
+        out["expected_pcie_width"] = widths.pop()
+    gens = {(g.get("pcie") or {}).get("gen") for g, link in zip(gpus, links) if link and link[2]}
+    if len(gens) == 1 and isinstance(next(iter(gens)), int):
+        out["expected_pcie_gen"] = gens.pop()
+    return out
+
+
 def with_baseline(snap: dict[str, Any], previous: Any) -> dict[str, Any]:
     """``snap`` with ``pcie_baseline``: the previous snapshot's, raised by this run's judgeable
     widths. Kept across runs that measured nothing (a hang, a driver error)."""
@@ -584,6 +626,28 @@ def _eval_pcie(
             f"PCIe link x{width:.0f} of max x{max_width:.0f}; no expected width known "
             "(set expected_pcie_width)",
             **details,
+        )
+
+
+def _eval_pcie_gen(gpu: Mapping[str, Any], opts: Mapping[str, Any], add: Any) -> None:
+    """Generation against ``expected_pcie_gen``, judged only while the GPU is known not to be
+    idle: an idle GPU lowers its link generation to save power."""
+    want = opts.get("expected_pcie_gen")
+    gen = _num((gpu.get("pcie") or {}).get("gen"))
+    clocks = gpu.get("clocks")
+    if (
+        not want
+        or gen is None
+        or not isinstance(clocks, Mapping)
+        or clocks.get("gpu_idle") is not False
+    ):
+        return
+    if gen < want:
+        add(
+            "GPU_PCIE_GEN_DEGRADED",
+            f"PCIe link gen {gen:.0f} while busy, expected gen {want}",
+            gen=gen,
+            expected=want,
         )
 
 

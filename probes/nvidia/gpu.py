@@ -131,6 +131,9 @@ class GpuProbe(Probe):
     def summary(self, snapshot: Any) -> Optional[dict]:
         return common.summary(snapshot)
 
+    def expectations(self, snapshot: Any) -> dict[str, Any]:
+        return common.expectations(snapshot)
+
 
 def _hang_snapshot(deadline: float, still_stuck: bool) -> Snapshot:
     progress = _STATE["progress"]

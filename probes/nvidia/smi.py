@@ -126,6 +126,9 @@ class NvidiaSmiProbe(Probe):
     def summary(self, snapshot: Any) -> Optional[dict]:
         return common.summary(snapshot)
 
+    def expectations(self, snapshot: Any) -> dict[str, Any]:
+        return common.expectations(snapshot)
+
 
 def parse_result(raw: Mapping[str, Any], pci_gpus: Sequence[str] = ()) -> dict[str, Any]:
     """The probe's snapshot (the JSON form of a :class:`Snapshot`) from one nvidia-smi run (exit

@@ -7,6 +7,7 @@ at Unicode spaces and line separators, which a mount point (a user's FUSE mount)
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from typing import Any, ClassVar, Mapping, Optional
@@ -122,6 +123,51 @@ class SystemProbe(Probe):
         out += _eval_edac(snapshot.get("edac"), _prev(ctx, "edac"), opts)
         out += _eval_cpus(snapshot.get("cpus"), opts)
         return out
+
+    def expectations(self, snapshot: Any) -> dict[str, Any]:
+        """MemTotal (GiB, rounded down to 0.1) as ``expected_memory_gib``, the online CPUs as
+        ``expected_cpus``, and as ``filesystems`` the configured paths that exist and every file
+        system mounted read-write now (``recorded_mounts``)."""
+        if not isinstance(snapshot, dict):
+            return {}
+        out: dict[str, Any] = {}
+        mem = snapshot.get("meminfo")
+        if isinstance(mem, dict) and isinstance(mem.get("MemTotal"), int):
+            out["expected_memory_gib"] = math.floor(mem["MemTotal"] * 10 / GIB) / 10
+        cpus = snapshot.get("cpus")
+        if isinstance(cpus, dict) and isinstance(cpus.get("online"), int):
+            out["expected_cpus"] = cpus["online"]
+        fs = snapshot.get("filesystems") or {}
+        paths = [p for p, info in fs.items() if info.get("exists")]
+        if isinstance(snapshot.get("mounts"), list):
+            paths += recorded_mounts(snapshot["mounts"])
+        if paths:
+            out["filesystems"] = list(dict.fromkeys(paths))
+        return out
+
+
+# File systems of the kernel and of containers, not storage a node is held to: pseudo file
+# systems, memory-backed ones (tmpfs: /run, /dev/shm), read-only images (squashfs: snaps) and
+# container layers (overlay), automount points (autofs).
+PSEUDO_FS = frozenset(
+    "autofs binfmt_misc bpf cgroup cgroup2 configfs debugfs devpts devtmpfs efivarfs fusectl "
+    "hugetlbfs mqueue nsfs overlay proc pstore ramfs rpc_pipefs securityfs squashfs sysfs "
+    "tmpfs tracefs".split()
+)
+VIRTUAL_ROOTS = ("/proc", "/sys", "/dev", "/run")
+
+
+def recorded_mounts(mounts: list[list[str]]) -> list[str]:
+    """Mount points (rows of ``_mounts``) of storage mounted read-write: not a ``PSEUDO_FS``, not
+    below ``VIRTUAL_ROOTS``, ``ro`` in neither the file system's nor the mount's options."""
+    out = []
+    for row in mounts:
+        point, fstype = row[0], row[1]
+        options = {o for opts in row[2:] for o in opts.split(",")}
+        below = any(point == t or point.startswith(t + "/") for t in VIRTUAL_ROOTS)
+        if fstype not in PSEUDO_FS and not below and "ro" not in options:
+            out.append(point)
+    return sorted(set(out))
 
 
 def _guard(snap: dict[str, Any], key: str, fn: Any) -> Any:

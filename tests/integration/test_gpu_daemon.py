@@ -104,3 +104,66 @@ def test_gpu_probe_and_one_xid_through_two_sources(hma_env: Env, tmp_path: Path)
             out = proc.communicate()[0]
         os.close(kmsg)
     assert proc.returncode == 0, out
+
+
+@pytest.mark.timeout(120)
+def test_the_daemon_judges_against_what_genconf_recorded(hma_env: Env, tmp_path: Path) -> None:
+    """`hma genconf` records the 8 GPUs; the running daemon, reading that drop-in, makes a GPU
+    gone later a critical fault (without the drop-in nothing says how many there should be)."""
+    if nvmlstub.compiler() is None:
+        pytest.skip("no C compiler (cc) to build the stand-in NVML library")
+    lib = nvmlstub.build(tmp_path / "lib")
+    scenario = nvmlstub.Scenario(tmp_path / "scenario.txt")
+    for i in range(8):
+        scenario.drop(i, "fabric")  # no NVSwitch fabric: no fabric manager expected
+    off = ("nvidia_smi", "system", "efa", "efa_mesh", "infiniband", "neuron", "slurm")
+    hma_env.write(
+        f'[probes.gpu]\nlibrary = "{lib}"\ninterval = 0.5\n'
+        + "".join(f"[probes.{name}]\nenabled = false\n" for name in off)
+        + "[slurm]\nenabled = false\n"
+    )
+    environ = hma_env.env()
+    environ[nvmlstub.ENV] = str(scenario.path)
+    done = subprocess.run(
+        [sys.executable, "-m", "hma", "genconf"],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    recorded = hma_env.base / "hma.d" / "50-genconf.toml"
+    assert "expected_gpus = 8" in recorded.read_text()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hma", "run"],
+        env=environ,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+
+        def gpu_ran() -> bool:
+            try:
+                probes = hma_env.status().get("probes", [])
+            except (FileNotFoundError, json.JSONDecodeError):
+                return False
+            return any(p.get("name") == "gpu" and p.get("status") == "ran" for p in probes)
+
+        _wait(gpu_ran, proc)
+        assert _faults(hma_env) == []
+        scenario.devices.pop(7)  # a GPU gone
+        scenario.write()
+        _wait(lambda: any(f["code"] == "GPU_COUNT_MISMATCH" for f in _faults(hma_env)), proc)
+        (fault,) = _faults(hma_env)
+        assert fault["severity"] == "critical" and fault["details"]["expected"] == 8
+        assert hma_env.hma("status").returncode == 2
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            out = proc.communicate(timeout=20)[0]
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out = proc.communicate()[0]
+    assert proc.returncode == 0, out

@@ -158,10 +158,43 @@ def test_bad_match_tables_are_errors_and_their_file_is_left_out(tmp_path: Path) 
     assert all(not name.endswith(("40-bad.toml", "50-typo.toml")) for name, _ in layers)
     text = "\n".join(errors)
     assert "40-bad.toml: match.hosts: bad host pattern 'gpu-[1-': '[' without ']'" in text
-    assert "50-typo.toml: match.hardwre: unknown key (one of: hosts, hardware)" in text
+    assert "50-typo.toml: match.hardwre: unknown key (one of: hosts, hardware, product)" in text
     assert "60-kind.toml: match.hardware: 'gpu' is not one of nvidia, neuron, efa" in text
     assert "70-empty.toml: match: names nothing to match" in text
     assert f"{main}: [match] belongs in a drop-in" in text
+
+
+def test_product_matches_the_dmi_product_name_read_once(tmp_path: Path) -> None:
+    """``product`` (what `hma genconf` writes) selects a node class by its DMI product name,
+    which a failed GPU or adapter never changes; compared stripped and without case."""
+    sysfs = tmp_path / "sys"
+    (sysfs / "class/dmi/id").mkdir(parents=True)
+    (sysfs / "bus/pci/devices").mkdir(parents=True)
+    (tmp_path / "nodmi/bus/pci/devices").mkdir(parents=True)
+    (sysfs / "class/dmi/id/product_name").write_text("PowerEdge XE9680 \n")
+    main = write_tree(tmp_path / "etc", sysfs)
+    (tmp_path / "etc/hma.d/40-class.toml").write_text(
+        '[match]\nproduct = ["poweredge xe9680", "other"]\n[probes.system]\ninterval = 44.0\n'
+    )
+    (tmp_path / "etc/hma.d/50-other.toml").write_text(
+        '[match]\nproduct = ["p5.48xlarge"]\n[probes.system]\ninterval = 55.0\n'
+    )
+    value, errors, notes = interval(main, Node(("n1",), str(sysfs)))
+    assert value == 44.0 and errors == []
+    assert any(n.endswith("40-class.toml: applied (product 'PowerEdge XE9680')") for n in notes)
+    assert any(
+        "50-other.toml: not applied (product 'PowerEdge XE9680' is none of" in n for n in notes
+    )
+    # no DMI product name (a node without DMI): no product drop-in applies
+    value, errors, notes = interval(main, Node(("n1",), str(tmp_path / "nodmi")))
+    assert value == 33.0 and errors == []  # the CPU drop-in still applies
+    assert any("40-class.toml: not applied (product None" in n for n in notes)
+    (tmp_path / "etc/hma.d/60-bad.toml").write_text('[match]\nproduct = ["a\\nb"]\n')
+    _layers, errors, _notes = configfile.read_layers_noted(main, Node(("n1",), str(sysfs)))
+    assert errors == [
+        f"{tmp_path}/etc/hma.d/60-bad.toml: match.product: must not contain control character "
+        "'\\n', got str 'a\\nb'"
+    ]
 
 
 def test_hardware_that_cannot_be_read_is_an_error_not_a_guess(tmp_path: Path) -> None:

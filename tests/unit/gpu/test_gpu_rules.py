@@ -277,3 +277,42 @@ def test_recovery_action_imex_does_not_drain() -> None:
     assert "recover IMEX domain" in f.message
     (f,) = rules.evaluate(with_gpu(0, recovery_action=1), OPTS)
     assert (f.severity, f.action) == (None, None)  # catalogue: critical, reboot
+
+
+def test_model_expectation_warns_on_another_product() -> None:
+    """``expected_model`` (what `hma genconf` records): a GPU of another model is a warning."""
+    opts = {**OPTS, "expected_model": "NVIDIA H100 80GB HBM3"}
+    assert rules.evaluate(snap(), opts) == []
+    found = rules.evaluate(with_gpu(2, name="NVIDIA H100 PCIe"), opts)
+    assert codes(found) == ["GPU_MODEL_MISMATCH"] and found[0].component == "gpu:0000:1a:00"
+    entry = load_builtin().entry("GPU_MODEL_MISMATCH")
+    assert (entry.severity, entry.action) == (Severity.WARNING, Action.NONE)
+
+
+def test_expectations_record_only_what_every_gpu_agrees_on() -> None:
+    assert rules.expectations(snap()) == {
+        "expected_gpus": 8,
+        "expected_model": "NVIDIA H100 80GB HBM3",
+        "expected_pcie_width": 16,
+        "expected_pcie_gen": 5,
+    }
+    mixed = with_gpu(1, name="NVIDIA H100 PCIe", pcie={"width": 8, "max_width": 16, "gen": 5})
+    assert rules.expectations(mixed) == {"expected_gpus": 8, "expected_pcie_gen": 5}
+    # a link in power saving (idle, below its generation) is not a width to hold the GPU to
+    saving = with_gpu(1, pcie={"width": 8, "max_width": 16, "gen": 1, "max_gen": 5})
+    assert rules.expectations(saving)["expected_pcie_width"] == 16
+    assert rules.expectations(saving)["expected_pcie_gen"] == 5
+    no_driver = snap(init_error={"call": "nvmlInit", "code": 12, "text": "no library"})
+    assert rules.expectations(no_driver) == {}
+
+
+def test_pcie_generation_is_judged_only_while_the_gpu_is_busy() -> None:
+    opts = {**OPTS, "expected_pcie_gen": 5}
+    busy = {"gpu_idle": False, "hw_slowdown": False}
+    low = {"width": 16, "max_width": 16, "gen": 4, "max_gen": 5}
+    found = rules.evaluate(with_gpu(0, pcie=low, clocks=busy), opts)
+    assert codes(found) == ["GPU_PCIE_GEN_DEGRADED"]
+    assert load_builtin().entry("GPU_PCIE_GEN_DEGRADED").severity is Severity.WARNING
+    assert rules.evaluate(with_gpu(0, pcie=low), opts) == []  # idle: power saving
+    assert rules.evaluate(with_gpu(0, pcie=low, clocks=None), opts) == []  # not known
+    assert rules.evaluate(with_gpu(0, clocks=busy), opts) == []
