@@ -10,8 +10,10 @@ from typing import Any
 import pytest
 
 
-def deep_check(hma_env: Any, scenario: Any, nvml_lib: Path) -> tuple[int, dict[str, Any]]:
-    hma_env.write(f'[probes.gpu]\nlibrary = "{nvml_lib}"\nexpected_gpus = 8\n')
+def deep_check(
+    hma_env: Any, scenario: Any, nvml_lib: Path, extra: str = ""
+) -> tuple[int, dict[str, Any]]:
+    hma_env.write(f'[probes.gpu]\nlibrary = "{nvml_lib}"\nexpected_gpus = 8\n{extra}')
     env = hma_env.env()
     env["HMA_NVML_SCENARIO"] = str(scenario.path)
     proc = hma_env.hma("deep-check", "--stages", "accelerators", "--json", "--no-record", env=env)
@@ -34,8 +36,8 @@ def test_narrow_link_and_down_nvlink_are_wiring_faults(
 ) -> None:
     scenario.dev(2, pcie="8 16 5 5")
     scenario.dev(5, **{"nvlink_state.3": 0})
-    scenario.write()
-    rc, doc = deep_check(hma_env, scenario, nvml_lib)
+    scenario.write()  # the host's sysfs has no slot for the stand-in's GPUs: the width is set
+    rc, doc = deep_check(hma_env, scenario, nvml_lib, "expected_pcie_width = 16\n")
     (stage,) = doc["stages"]
     found = {(f["details"]["code"], f["component"]) for f in stage["findings"]}
     assert {f["code"] for f in stage["findings"]} == {"DEEP_ACCEL_WIRING"}
