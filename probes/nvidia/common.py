@@ -594,10 +594,11 @@ def with_baseline(snap: dict[str, Any], previous: Any) -> dict[str, Any]:
 def _eval_pcie(
     gpu: Mapping[str, Any], opts: Mapping[str, Any], prev: Mapping[str, Any], add: Any
 ) -> None:
-    """Width against what is known to be expected: ``expected_pcie_width``, else this GPU's own
-    baseline (its widest link seen before), else what both ends of the link can do (the GPU's
-    maximum and its upstream port's, ``slot_max_width``). With none known (a GPU on a virtual
-    machine's root bus) the width is not judged: cloud instances run GPUs in x8 slots."""
+    """Width against what is known to be expected. Below ``expected_pcie_width``, else below
+    this GPU's own baseline (its widest link seen before): degraded. Without a configured width,
+    below what both ends of the link can do (the GPU's maximum and its upstream port's,
+    ``slot_max_width``): narrow. A GPU with no known slot (on a virtual machine's root bus) is
+    not judged against its maximum: cloud instances run GPUs in x8 slots."""
     link = _link(gpu)
     if link is None or not link[2]:
         return

@@ -70,8 +70,9 @@ def settle(
     now: float, booted: float, version: Optional[str], previous: Any, settle_s: float
 ) -> Optional[Settle]:
     """The settling window ``now`` lies in, if any: after a module version change seen against
-    ``previous`` (this probe's previous snapshot; such a window is carried until it ends), else
-    after the boot at ``booted`` (0: unknown, no window)."""
+    ``previous`` (this probe's previous snapshot; such a window is carried until it ends, and
+    never lasts past ``settle_s`` from now), else after the boot at ``booted`` (0: unknown, no
+    window)."""
     prev = previous if isinstance(previous, Mapping) else {}
     old = prev.get("module_version")
     if isinstance(old, str) and version is not None and old != version:
@@ -79,9 +80,9 @@ def settle(
     carried = prev.get("settle")
     if isinstance(carried, Mapping) and str(carried.get("why", "boot")) != "boot":
         since, until = _seconds(carried.get("since")), _seconds(carried.get("until"))
-        if since is not None and until is not None and now < until:
+        if since is not None and until is not None and now < until <= now + settle_s:
             return Settle(since, until, str(carried["why"]))
-    if booted > 0 and now < booted + settle_s:
+    if 0 < booted <= now < booted + settle_s:
         return Settle(booted, booted + settle_s, "boot")
     return None
 
