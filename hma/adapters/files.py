@@ -166,6 +166,19 @@ class RootReader:
         return os.path.basename(os.path.realpath(self.path(rel)))
 
 
+def boot_time(procfs: str) -> float:
+    """When this boot started: ``btime`` of ``<procfs>/stat`` (unix seconds); 0.0 unknown."""
+    try:
+        lines = RootReader(procfs).text("stat", limit=1 << 20).splitlines()
+    except ReadError:
+        return 0.0
+    for line in lines:
+        key, _, value = line.partition(" ")
+        if key == "btime" and value.strip().isascii() and value.strip().isdigit():
+            return float(value)
+    return 0.0
+
+
 COMM_LEN = 15  # TASK_COMM_LEN - 1: the characters of a command name the kernel keeps in comm
 
 

@@ -35,6 +35,7 @@ WIRING_CODES = frozenset(
         "GPU_PCIE_WIDTH_DEGRADED",
         "GPU_PCIE_WIDTH_NARROW",
         "GPU_NVLINK_DOWN",
+        "GPU_FABRIC_NOT_READY",
         "GPU_FABRIC_UNHEALTHY",
         "NEURON_DEVICE_COUNT",
         "NEURON_CORE_COUNT",
@@ -267,7 +268,8 @@ def accelerators(ctx: StageContext) -> StageResult:
 
 
 def judge_accelerators(runs: Sequence[Any]) -> StageResult:
-    """Missing/miswired devices from the probes' findings; an unfinished probe run is unknown."""
+    """Missing/miswired devices from the probes' findings; an unfinished probe run, or a wiring
+    reading the probe could not judge yet (GPUs settling after boot), is unknown."""
     ran = [r for r in runs if r.status not in (RunStatus.UNSUPPORTED, RunStatus.DISABLED)]
     if not ran:
         return skipped("accelerators", "no GPU or Neuron devices on this node")
@@ -276,7 +278,9 @@ def judge_accelerators(runs: Sequence[Any]) -> StageResult:
         if run.status is not RunStatus.RAN:
             unfinished.append(f"{run.probe}: {run.status.value} {run.error}".strip())
         for f in run.findings:
-            if f.code in WIRING_CODES:
+            if f.code in WIRING_CODES and f.severity is Severity.UNKNOWN:
+                unfinished.append(f"{run.probe}: {f.code}: {f.message}")  # e.g. still settling
+            elif f.code in WIRING_CODES:
                 findings.append(
                     Finding(
                         "DEEP_ACCEL_WIRING",

@@ -14,9 +14,9 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import replace
-from pathlib import Path
 from typing import Any, Callable, Optional
 
+from hma.adapters.files import boot_time
 from hma.config.schema import ConfigError
 from hma.contracts.alert import Alert
 from hma.contracts.cluster import Backend, NodeState
@@ -68,19 +68,6 @@ def marked_codes(setup: Setup) -> tuple[frozenset[str], frozenset[str]]:
         frozenset(e.code for e in entries if e.reset_gpu),
         frozenset(e.code for e in entries if e.scheduler),
     )
-
-
-def boot_time(procfs: str) -> float:
-    """When this boot started: ``btime`` of ``<procfs>/stat`` (unix seconds); 0.0 unknown."""
-    try:
-        lines = (Path(procfs) / "stat").read_text().splitlines()
-    except OSError:
-        return 0.0
-    for line in lines:
-        key, _, value = line.partition(" ")
-        if key == "btime" and value.strip().isdigit():
-            return float(value)
-    return 0.0
 
 
 class Remediator:

@@ -16,6 +16,7 @@ from hma.adapters.files import ReadError, RootReader
 from hma.contracts.model import Action, Finding, Severity, gpu_component
 from hma.contracts.options import Option
 from hma.contracts.probe import unknown
+from hma.probes.nvidia import settle
 
 NODE = "node"
 
@@ -220,6 +221,20 @@ RULE_OPTIONS: Mapping[str, Option] = {
         ["ampere", "hopper", "blackwell"],
         "Architectures whose data-center GPUs remap rows (REFERENCE 1.3).",
     ),
+    "settle_s": Option(
+        "float",
+        120.0,
+        "Seconds after a boot or a driver upgrade during which a GPU count mismatch, a driver "
+        "that is not loaded and an unfinished fabric registration are unknown (settling), not "
+        "faults; 0: judged at once.",
+        minimum=0,
+    ),
+    "ecc_off_by_default": Option(
+        "strlist",
+        ["GeForce", "RTX", "TITAN", "Quadro"],
+        "Product-name words of GPUs that ship with ECC off (workstation and consumer parts): "
+        "ECC disabled on them is their normal, not a finding.",
+    ),
     "row_remap_exclude": Option(
         "strlist",
         ["GeForce", "RTX", "TITAN"],
@@ -280,7 +295,7 @@ def evaluate(
         finding = _error_finding(init, NODE, reader)
         if int(init.get("code", 0)) == NO_DRIVER and expected_count(opts, instance_type) is None:
             finding = _unexpected_gpus(finding, snap.get("pci_gpus") or [])
-        out.append(finding)
+        out.append(_settling(finding, snap))
     if hang or init:
         return out  # nothing else was measured
     out += _eval_node(snap, opts, instance_type)
@@ -330,6 +345,23 @@ def _error_finding(err: Mapping[str, Any], component: str, reader: str) -> Findi
 
 
 NO_DRIVER = 12  # NVML_ERROR_LIBRARY_NOT_FOUND; nvidia-smi that cannot start
+# What a boot or a driver upgrade shows for a while on a healthy node (settle.py).
+SETTLING_CODES = frozenset({"GPU_COUNT_MISMATCH", "GPU_DRIVER_NOT_LOADED", "GPU_FABRIC_NOT_READY"})
+
+
+def _settling(finding: Finding, snap: Mapping[str, Any]) -> Finding:
+    """``finding`` as unknown while the snapshot's GPUs settle, for the codes a boot or a
+    driver upgrade shows on a healthy node; unchanged otherwise."""
+    window = snap.get("settle")
+    if finding.code not in SETTLING_CODES or not isinstance(window, Mapping):
+        return finding
+    return unknown(
+        finding.code,
+        finding.component,
+        f"{settle.judged_from(window)}; now: {finding.message}",
+        **finding.details,
+        settle=dict(window),
+    ).with_(action=Action.NONE)
 
 
 def _unexpected_gpus(finding: Finding, pci: list[str]) -> Finding:
@@ -370,14 +402,13 @@ def _eval_node(
     want = expected_count(opts, instance_type)
     count = snap.get("count")
     if want is not None and isinstance(count, int) and count != want:
-        out.append(
-            Finding(
-                "GPU_COUNT_MISMATCH",
-                NODE,
-                f"{count} GPU(s) visible, {want} expected",
-                {"count": count, "expected": want, "instance_type": instance_type},
-            )
+        mismatch = Finding(
+            "GPU_COUNT_MISMATCH",
+            NODE,
+            f"{count} GPU(s) visible, {want} expected",
+            {"count": count, "expected": want, "instance_type": instance_type},
         )
+        out.append(_settling(mismatch, snap))
     driver = snap.get("driver")
     if opts.get("expected_driver") and driver and driver != opts["expected_driver"]:
         out.append(
@@ -430,7 +461,7 @@ def _eval_gpu(
         out.append(read_failed)
 
     def add(code: str, message: str, **details: Any) -> None:
-        out.append(Finding(code, comp, message, {**base, **details}))
+        out.append(_settling(Finding(code, comp, message, {**base, **details}), snap))
 
     model = opts.get("expected_model")
     if model and isinstance(gpu.get("name"), str) and gpu["name"] != model:
@@ -462,10 +493,18 @@ def _eval_gpu(
     return out
 
 
+def ecc_expected(gpu: Mapping[str, Any], opts: Mapping[str, Any]) -> bool:
+    """Whether the product ships with ECC on (data-center parts), so ECC off is something to
+    do; workstation and consumer parts (``ecc_off_by_default`` words) ship with it off."""
+    name = str(gpu.get("name") or "").lower()
+    return not any(word.lower() in name for word in opts.get("ecc_off_by_default") or [])
+
+
 def _eval_memory(gpu: Mapping[str, Any], opts: Mapping[str, Any], add: Any) -> None:
     """ECC mode and counts, retired pages (before Ampere), row remapping (Ampere on)."""
-    ecc_mode = gpu.get("ecc_mode")
-    if isinstance(ecc_mode, Mapping) and ecc_mode.get("current") is False:
+    mode = gpu.get("ecc_mode")
+    ecc_mode: Mapping[str, Any] = mode if isinstance(mode, Mapping) else {}
+    if ecc_mode.get("current") is False and ecc_expected(gpu, opts):
         add("GPU_ECC_DISABLED", "ECC is disabled", pending=ecc_mode.get("pending"))
     ecc = gpu.get("ecc") or {}
     vol_unc = _num(ecc.get("volatile_uncorrected"))
@@ -597,21 +636,29 @@ def with_baseline(snap: dict[str, Any], previous: Any) -> dict[str, Any]:
 def _eval_pcie(
     gpu: Mapping[str, Any], opts: Mapping[str, Any], prev: Mapping[str, Any], add: Any
 ) -> None:
-    """Width against what is known to be expected: ``expected_pcie_width``, else this GPU's own
-    baseline (its widest link seen before). Narrower than the link's maximum with neither known
-    is a warning only: cloud instances run GPUs in x8 slots."""
+    """Width against what is known to be expected. Below ``expected_pcie_width``, else below
+    this GPU's own baseline (its widest link seen before): degraded. Without a configured width,
+    below what both ends of the link can do (the GPU's maximum and its upstream port's,
+    ``slot_max_width``): narrow. A GPU with no known slot (on a virtual machine's root bus) is
+    not judged against its maximum: cloud instances run GPUs in x8 slots."""
     link = _link(gpu)
     if link is None or not link[2]:
         return
     width, max_width, _judged = link
     baseline = prev.get("pcie_baseline")
     seen = baseline.get(pcie_key(gpu) or "") if isinstance(baseline, Mapping) else None
+    slot = _num((gpu.get("pcie") or {}).get("slot_max_width"))
+    details = {
+        "width": width,
+        "max_width": max_width,
+        "slot_max_width": slot,
+        "gen": (gpu.get("pcie") or {}).get("gen"),
+    }
     expected: Optional[float] = None
     if opts.get("expected_pcie_width"):
         expected, source = float(opts["expected_pcie_width"]), "expected_pcie_width"
     elif isinstance(seen, int) and not isinstance(seen, bool):
         expected, source = float(seen), "baseline (widest link seen on this GPU)"
-    details = {"width": width, "max_width": max_width, "gen": (gpu.get("pcie") or {}).get("gen")}
     if expected is not None and width < expected:
         add(
             "GPU_PCIE_WIDTH_DEGRADED",
@@ -620,11 +667,13 @@ def _eval_pcie(
             expected_from=source,
             **details,
         )
-    elif not opts.get("expected_pcie_width") and width < max_width:
+    elif not opts.get("expected_pcie_width") and slot is not None and width < min(max_width, slot):
         add(
             "GPU_PCIE_WIDTH_NARROW",
-            f"PCIe link x{width:.0f} of max x{max_width:.0f}; no expected width known "
-            "(set expected_pcie_width)",
+            f"PCIe link x{width:.0f}, though the GPU (x{max_width:.0f}) and its slot "
+            f"(x{slot:.0f}) can do x{min(max_width, slot):.0f}",
+            expected=min(max_width, slot),
+            expected_from="both ends of the link (GPU and upstream port maximum)",
             **details,
         )
 
@@ -693,10 +742,18 @@ def _eval_fabric(fabric: Any, add: Any) -> None:
     summary = fabric.get("summary")
     if state in (None, 0):  # fabric not supported on this GPU
         return
-    if state != FABRIC_COMPLETED or (status is not None and status != 0):
+    if state != FABRIC_COMPLETED:
+        add(
+            "GPU_FABRIC_NOT_READY",
+            f"fabric registration {FABRIC_STATES.get(state, state)}: no multi-GPU work",
+            state=state,
+            status=status,
+            summary=summary,
+        )
+    elif status is not None and status != 0:
         add(
             "GPU_FABRIC_UNHEALTHY",
-            f"fabric state {FABRIC_STATES.get(state, state)}, status {status}",
+            f"fabric registration failed: status {status}",
             state=state,
             status=status,
             summary=summary,

@@ -22,7 +22,7 @@ from hma.adapters.files import ReadError, RootReader, running_processes
 from hma.contracts.model import Finding
 from hma.contracts.options import Option, positive
 from hma.contracts.probe import Probe, ProbeContext
-from hma.probes.nvidia import common, nvml
+from hma.probes.nvidia import common, nvml, settle
 from hma.probes.nvidia.reading import (
     CallError,
     Clocks,
@@ -62,7 +62,7 @@ class GpuProbe(Probe):
     default_interval = 60.0
     default_timeout = 30.0
     isolation = "process"
-    previous_keys = ("pcie_baseline",)  # collect reads only the baseline of the previous run
+    previous_keys = ("pcie_baseline", "module_version", "settle")  # what collect reads of it
     subsystems = ("pci",)
     unsupported_stands = True  # no devices (or no driver) until a device event
     options: ClassVar[Mapping[str, Option]] = {
@@ -90,7 +90,7 @@ class GpuProbe(Probe):
         return None
 
     def collect(self, ctx: ProbeContext) -> Any:
-        return common.with_baseline(self._read(ctx).to_json(), ctx.previous)
+        return common.with_baseline(settle.observe(self._read(ctx), ctx).to_json(), ctx.previous)
 
     def _read(self, ctx: ProbeContext) -> Snapshot:
         stuck = _STATE["stuck"]

@@ -114,6 +114,9 @@ class Pcie(Record):
     max_width: Optional[int]
     gen: Optional[int]
     max_gen: Optional[int]
+    # The other end's maximum: max_link_width of the upstream port in sysfs (None: not known,
+    # e.g. a GPU on a virtual machine's root bus).
+    slot_max_width: Optional[int] = optional()
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,16 @@ class Fabric(Record):
     health_mask: Optional[int]
     cluster_uuid: Optional[str]
     clique_id: Optional[int]
+
+
+@dataclass(frozen=True)
+class Settle(Record):
+    """The GPUs are settling after a boot or a driver upgrade: counts, a driver that is not
+    loaded and an unfinished fabric registration are judged only from ``until`` (unix seconds)."""
+
+    since: float
+    until: float
+    why: str  # "boot", or "driver upgrade (OLD -> NEW)"
 
 
 @dataclass
@@ -189,3 +202,5 @@ class Snapshot(Record):
     nvswitch: bool = False
     fabric_manager: Optional[bool] = None  # nv-fabricmanager runs (None: not looked at)
     call_errors: dict[str, str] = optional({})
+    module_version: Optional[str] = optional()  # the loaded nvidia module (last known)
+    settle: Optional[Settle] = optional()  # set while the GPUs settle (``common.observe``)

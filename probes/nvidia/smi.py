@@ -27,7 +27,7 @@ from hma.adapters.strict import (
 from hma.contracts.model import Finding
 from hma.contracts.options import Option, positive
 from hma.contracts.probe import Probe, ProbeContext
-from hma.probes.nvidia import common
+from hma.probes.nvidia import common, settle
 from hma.probes.nvidia.reading import (
     CallError,
     Clocks,
@@ -102,14 +102,14 @@ class NvidiaSmiProbe(Probe):
         return f"{exe} not found, no GPUs expected or on the PCI bus"
 
     def collect(self, ctx: ProbeContext) -> Any:
-        return common.with_baseline(self._read(ctx), ctx.previous)
+        return common.with_baseline(settle.observe(self._read(ctx), ctx).to_json(), ctx.previous)
 
-    def _read(self, ctx: ProbeContext) -> dict[str, Any]:
+    def _read(self, ctx: ProbeContext) -> Snapshot:
         argv = list(ctx.options["command"])
         timeout = float(ctx.options["command_timeout"])
         result = ctx.runner.run(argv, timeout)
         if result.timed_out:
-            return Snapshot("nvidia-smi", hang=Hang(" ".join(argv), None, timeout, 1)).to_json()
+            return Snapshot("nvidia-smi", hang=Hang(" ".join(argv), None, timeout, 1))
         raw = {
             "rc": result.rc,
             "start_error": result.error,
@@ -117,7 +117,7 @@ class NvidiaSmiProbe(Probe):
             "stdout": result.stdout,
             "stderr": result.stderr[-4000:],
         }
-        return parse_result(raw, common.pci_gpus(ctx.sysfs) or ())
+        return snapshot(raw, common.pci_gpus(ctx.sysfs) or ())
 
     def evaluate(self, snapshot: Any, ctx: ProbeContext) -> list[Finding]:
         elapsed = ctx.clock() - ctx.previous_ts if ctx.previous_ts else 0.0
@@ -131,11 +131,16 @@ class NvidiaSmiProbe(Probe):
 
 
 def parse_result(raw: Mapping[str, Any], pci_gpus: Sequence[str] = ()) -> dict[str, Any]:
-    """The probe's snapshot (the JSON form of a :class:`Snapshot`) from one nvidia-smi run (exit
-    code, stdout, stderr), with the NVIDIA GPUs on the PCI bus."""
+    """The JSON form of :func:`snapshot`."""
+    return snapshot(raw, pci_gpus).to_json()
+
+
+def snapshot(raw: Mapping[str, Any], pci_gpus: Sequence[str] = ()) -> Snapshot:
+    """The readings of one nvidia-smi run (exit code, stdout, stderr), with the NVIDIA GPUs on
+    the PCI bus."""
     snap = _snapshot(raw)
     snap.pci_gpus = list(pci_gpus)
-    return snap.to_json()
+    return snap
 
 
 def _snapshot(raw: Mapping[str, Any]) -> Snapshot:

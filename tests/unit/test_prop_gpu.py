@@ -17,6 +17,7 @@ from mutate import budget, garbage_text, replace_leaf, xml_leaves
 from hma.contracts.catalogue import load_builtin
 from hma.contracts.model import Severity
 from hma.probes.nvidia import common as rules
+from hma.probes.nvidia import settle
 from hma.probes.nvidia.smi import NvidiaSmiProbe, parse_result
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi"
@@ -140,6 +141,46 @@ def test_rules_never_raise_on_odd_records(changes: dict, previous: object) -> No
     snap = judge_snapshot(DOCS["h100-v13.xml"])
     snap["gpus"][0].update(changes)
     rules.evaluate(rules.with_baseline(snap, previous), OPTS, None, previous, 60.0)
+
+
+WINDOW = st.fixed_dictionaries({"since": SCALAR, "until": SCALAR, "why": SCALAR})
+NOW = 1.8e9
+
+
+@SETTINGS
+@given(
+    previous=st.one_of(
+        JSON,
+        st.fixed_dictionaries(
+            {}, optional={"module_version": SCALAR, "settle": st.one_of(JSON, WINDOW)}
+        ),
+    ),
+    version=st.none() | st.sampled_from(["590.48.01", "570.86.15"]),
+    booted=st.floats(0, 2e9),
+)
+def test_settle_window_from_any_previous(previous: object, version: object, booted: float) -> None:
+    """A stored previous snapshot of any shape gives no window or one that ends within
+    ``settle_s`` from now: a damaged snapshot never keeps the GPUs unjudged."""
+    window = settle.settle(NOW, booted, version, previous, 120.0)  # type: ignore[arg-type]
+    assert window is None or NOW < window.until <= NOW + 120.0
+
+
+@SETTINGS
+@given(count=st.integers(0, 16), state=st.integers(0, 4), status=SCALAR)
+def test_nothing_is_critical_while_settling(count: int, state: int, status: object) -> None:
+    """While the GPUs settle, a count mismatch and an unfinished fabric registration are
+    unknown, never critical; once settled a count mismatch is critical."""
+    snap = judge_snapshot(DOCS["h100-v13.xml"])
+    snap["count"] = count
+    snap["gpus"][0]["fabric"].update(state=state, status=status)
+    snap["settle"] = {"since": NOW - 10, "until": NOW + 110, "why": "boot"}
+    found = [CATALOGUE.resolve(f) for f in rules.evaluate(snap, {**OPTS, "expected_gpus": 1})]
+    settling = [f for f in found if f.code in rules.SETTLING_CODES]
+    assert all(f.severity is Severity.UNKNOWN for f in settling), settling
+    del snap["settle"]
+    found = [CATALOGUE.resolve(f) for f in rules.evaluate(snap, {**OPTS, "expected_gpus": 1})]
+    if count != 1:
+        assert ("GPU_COUNT_MISMATCH", Severity.CRITICAL) in [(f.code, f.severity) for f in found]
 
 
 PROCESS_DOCS = sorted(name for name, doc in DOCS.items() if "<process_name>" in doc)

@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -36,6 +37,16 @@ def scenario(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, nvml_lib: Path) ->
     return sc
 
 
+def _wait_for_comm(pid: int, comm: str) -> None:
+    """Wait until the process's comm is ``comm``: Popen returns once the exec closed its
+    close-on-exec pipe, which the kernel does before it renames the task."""
+    deadline = time.monotonic() + 10.0
+    path = Path(f"/proc/{pid}/comm")
+    while path.read_text().rstrip("\n") != comm:
+        assert time.monotonic() < deadline, f"process {pid} never became {comm}"
+        time.sleep(0.01)
+
+
 @pytest.fixture
 def fabricmanager(tmp_path: Path) -> Iterator[int]:
     """A real process whose comm is nv-fabricmanage(r): a copy of sleep under that name."""
@@ -45,6 +56,7 @@ def fabricmanager(tmp_path: Path) -> Iterator[int]:
     shutil.copy(sleep, exe)
     proc = subprocess.Popen([str(exe), "300"])
     try:
+        _wait_for_comm(proc.pid, "nv-fabricmanage")
         yield proc.pid
     finally:
         os.kill(proc.pid, signal.SIGKILL)

@@ -28,6 +28,7 @@ from hma.contracts.model import RunStatus, Severity
 from hma.contracts.probe import ProbeContext
 from hma.detection.runner import ProcessSlot, run_probe
 from hma.probes.nvidia.gpu import GpuProbe
+from tests.unit.trn_support import gen_sysfs
 
 
 def ctx(lib: Path, tmp_path: Path, **opts: Any) -> ProbeContext:
@@ -36,7 +37,7 @@ def ctx(lib: Path, tmp_path: Path, **opts: Any) -> ProbeContext:
     options.update(opts)
     return ProbeContext(
         options=options,
-        sysfs=RootReader(str(tmp_path / "nosysfs")),
+        sysfs=RootReader(str(tmp_path / "sys")),
         procfs=RootReader("/proc"),
         runner=CommandRunner(),
     )
@@ -48,6 +49,9 @@ def check(lib: Path, tmp_path: Path, **opts: Any) -> tuple[dict, list]:
     assert probe.applies(c) is None
     snap = probe.collect(c)
     return snap, probe.evaluate(snap, c)
+
+
+BUS_IDS = [f"0000:{b}:00.0" for b in ("18", "2a", "3a", "5d", "9a", "ab", "ba", "db")]
 
 
 def codes(findings: list) -> list[tuple[str, str]]:
@@ -81,7 +85,7 @@ def test_fabric_manager_not_running(scenario, nvml_lib: Path, tmp_path: Path) ->
         ({"nvlink_state.7": 0}, "GPU_NVLINK_DOWN"),
         ({"clocks_event_reasons": "0x40"}, "GPU_CLOCKS_SLOWDOWN"),
         ({"temp": 88}, "GPU_TEMP_HIGH"),
-        ({"fabric": "2 0 0 0"}, "GPU_FABRIC_UNHEALTHY"),
+        ({"fabric": "2 0 0 0"}, "GPU_FABRIC_NOT_READY"),
         ({"fabric": f"3 0 {0x1AA} 2"}, "GPU_FABRIC_UNHEALTHY"),
         ({"fabric": f"3 0 {0x1AA} 3"}, "GPU_FABRIC_DEGRADED"),
         ({"field.230": 4}, "GPU_RECOVERY_ACTION"),
@@ -91,6 +95,7 @@ def test_fault_scenarios(
     scenario, nvml_lib: Path, tmp_path: Path, fabricmanager: int, readings: dict, code: str
 ) -> None:
     scenario.dev(5, **readings)
+    gen_sysfs.pci_gpus(tmp_path / "sys", BUS_IDS)  # each GPU in an x16 slot
     _snap, findings = check(nvml_lib, tmp_path)
     assert codes(findings) == [(code, "gpu:0000:ab:00")]
 
@@ -287,7 +292,7 @@ def test_nvswitch_bridges_and_lost_gpu_address_from_sysfs(
 ) -> None:
     """HGX A100: no fabric state through NVML, but NVSwitch bridges on the bus need the fabric
     manager; a GPU whose handle fails is named by its sysfs address (NVML's PCI order)."""
-    root = tmp_path / "nosysfs"
+    root = tmp_path / "sys"
     for i in range(8):
         _pci(root, f"0000:{0x10 + i:02x}:00.0", "0x030200")
     for i in range(6):

@@ -57,6 +57,9 @@ def snap(**changes: Any) -> dict[str, Any]:
     return base
 
 
+SLOT16 = {"slot_max_width": 16}  # the GPU sits in an x16 port
+
+
 def with_gpu(index: int, **changes: Any) -> dict[str, Any]:
     s = snap()
     s["gpus"][index].update(changes)
@@ -81,14 +84,15 @@ def test_healthy_node_has_no_findings() -> None:
         (with_gpu(2, remap={"pending": True, "failure": False}), "GPU_ROW_REMAP_PENDING"),
         (with_gpu(2, remap={"pending": False, "failure": True}), "GPU_ROW_REMAP_FAILURE"),
         (
-            with_gpu(2, pcie={"width": 8, "max_width": 16, "gen": 5, "max_gen": 5}),
+            with_gpu(2, pcie={"width": 8, "max_width": 16, "gen": 5, "max_gen": 5, **SLOT16}),
             "GPU_PCIE_WIDTH_NARROW",
         ),
         (with_gpu(2, nvlink={"states": {"0": True, "1": False}}), "GPU_NVLINK_DOWN"),
         (with_gpu(2, clocks={"hw_slowdown": True}), "GPU_CLOCKS_SLOWDOWN"),
         (with_gpu(2, clocks={"hw_power_brake_slowdown": True}), "GPU_CLOCKS_SLOWDOWN"),
         (with_gpu(2, temp=87), "GPU_TEMP_HIGH"),
-        (with_gpu(2, fabric={"state": 2, "status": 0}), "GPU_FABRIC_UNHEALTHY"),
+        (with_gpu(2, fabric={"state": 2, "status": 0}), "GPU_FABRIC_NOT_READY"),
+        (with_gpu(2, fabric={"state": 1, "status": 0}), "GPU_FABRIC_NOT_READY"),
         (with_gpu(2, fabric={"state": 3, "status": 999}), "GPU_FABRIC_UNHEALTHY"),
         (with_gpu(2, fabric={"state": 3, "status": 0, "summary": 2}), "GPU_FABRIC_UNHEALTHY"),
         (
@@ -173,7 +177,7 @@ def test_retired_pages_only_before_ampere() -> None:
 
 def test_pcie_width_ignored_while_idle_link_saves_power() -> None:
     """The real A10G capture: idle, gen 1 of 4, x8 of x16. Not a fault."""
-    idle = with_gpu(0, pcie={"width": 8, "max_width": 16, "gen": 1, "max_gen": 4})
+    idle = with_gpu(0, pcie={"width": 8, "max_width": 16, "gen": 1, "max_gen": 4, **SLOT16})
     assert rules.evaluate(idle, OPTS) == []
     busy = copy.deepcopy(idle)
     busy["gpus"][0]["clocks"]["gpu_idle"] = False
@@ -181,16 +185,22 @@ def test_pcie_width_ignored_while_idle_link_saves_power() -> None:
     assert rules.evaluate(busy, {**OPTS, "expected_pcie_width": 8}) == []
 
 
-def test_narrow_link_without_knowledge_is_a_warning_only() -> None:
-    """A healthy T4/A10G in a cloud x8 slot (x8 of x16 at full generation, busy)."""
+def test_narrow_link_is_judged_against_both_ends_of_the_link() -> None:
+    """A T4/A10G in a cloud x8 slot (x8 of x16 at full generation, busy): nothing when the slot
+    is unknown (a VM's root bus) or x8; a warning only when the slot can do x16."""
     s = with_gpu(0, pcie={"width": 8, "max_width": 16, "gen": 3, "max_gen": 3})
     s["gpus"][0]["clocks"]["gpu_idle"] = False
+    assert rules.evaluate(s, OPTS) == []
+    s["gpus"][0]["pcie"]["slot_max_width"] = 8
+    assert rules.evaluate(s, OPTS) == []
+    s["gpus"][0]["pcie"]["slot_max_width"] = 16
     (found,) = rules.evaluate(s, OPTS)
     f = load_builtin().resolve(found)
-    assert (f.code, f.severity, f.action) == (
+    assert (f.code, f.severity, f.action, f.details["expected"]) == (
         "GPU_PCIE_WIDTH_NARROW",
         Severity.WARNING,
         Action.NONE,
+        16,
     )
     s = rules.with_baseline(s, None)  # first seen at x8: the baseline is x8, still a warning
     assert codes(rules.evaluate(s, OPTS, previous=s)) == ["GPU_PCIE_WIDTH_NARROW"]
@@ -213,7 +223,7 @@ def test_pcie_baseline_is_carried_and_a_drop_is_critical() -> None:
     assert rules.with_baseline(dropped, hung)["pcie_baseline"][key] == 16  # never lowered
     replaced = copy.deepcopy(dropped)
     replaced["gpus"][3]["uuid"] = "GPU-new"  # another GPU in that slot: its own baseline
-    assert codes(rules.evaluate(replaced, OPTS, previous=hung)) == ["GPU_PCIE_WIDTH_NARROW"]
+    assert codes(rules.evaluate(replaced, OPTS, previous=hung)) == []  # slot unknown
 
 
 def test_nvlink_error_rate_needs_a_previous_run() -> None:

@@ -113,7 +113,7 @@ def test_schema_differences_are_normalized() -> None:
             "GPU_RECOVERY_ACTION",
         ),
         (V12, [("<reset_required>No", "<reset_required>Yes")], "GPU_RECOVERY_ACTION"),
-        (V13, [("<state>Completed", "<state>In Progress")], "GPU_FABRIC_UNHEALTHY"),
+        (V13, [("<state>Completed", "<state>In Progress")], "GPU_FABRIC_NOT_READY"),
         (V13, [("<summary>N/A", "<summary>Unhealthy")], "GPU_FABRIC_UNHEALTHY"),
         (
             V11,
@@ -137,7 +137,6 @@ def test_schema_differences_are_normalized() -> None:
         ),
         (V13, [("<gpu_temp_tlimit>46 C", "<gpu_temp_tlimit>-3 C")], "GPU_TEMP_HIGH"),
         (V11, [("<gpu_temp>17 C", "<gpu_temp>96 C")], "GPU_TEMP_HIGH"),
-        (V13, [("<current_link_width>16x", "<current_link_width>4x")], "GPU_PCIE_WIDTH_NARROW"),
     ],
 )
 def test_faults_in_documents(
