@@ -40,6 +40,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "healthcheck": (
         "HealthCheckProgram=/usr/bin/hma-healthcheck   (slurm.conf)",
         "hma healthcheck; echo $?",
+        "sudo hma healthcheck -d -t 20",
     ),
     "fleet": ("hma fleet", "hma fleet --json | jq '.nodes[].node'"),
     "topology": ("hma topology --check", "hma topology --format block"),
@@ -349,18 +350,22 @@ def cmd_healthcheck(args: argparse.Namespace) -> int:
     """Slurm HealthCheckProgram: the daemon's verdict (or one probe run), drain state per policy."""
     from hma.commands import healthcheck
 
-    return healthcheck.run(args.config, quiet=args.quiet)
+    return healthcheck.run(args.config, quiet=args.quiet, debug=args.debug, timeout=args.timeout)
 
 
 def _healthcheck(verbs: Verbs) -> None:
+    from hma.commands import healthcheck  # its options: hma-healthcheck takes them too
+
     p = verbs.add(
         "healthcheck",
         help="Slurm HealthCheckProgram: verdict and drain state",
         description="What slurmd runs as HealthCheckProgram: with the daemon running it reads "
-        "its verdict; without one it runs the probes once and drains or resumes the node per "
-        "[recovery] policy. Exit code: the node's severity (slurmd ignores it).",
+        "its verdict; without one it runs the probes once, drains or resumes the node per "
+        "[recovery] policy and writes what it decided to status.json for `hma status`. Each "
+        "run's output is kept in the run log <state_dir>/healthcheck.log. Exit code: the "
+        "node's severity (slurmd ignores it); 3 also for a bad -t.",
     )
-    p.add_argument("--quiet", action="store_true", help="print nothing; only the exit code")
+    healthcheck.arguments(p)
     p.set_defaults(func=cmd_healthcheck)
 
 

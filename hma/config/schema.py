@@ -90,6 +90,26 @@ CORE_SECTIONS: dict[str, dict[str, Option]] = {
             "the node blind and send a journal entry) or drain (that, and drain the node).",
             choices=("note", "drain"),
         ),
+        "interval": Option(
+            "float",
+            300.0,
+            "slurm.conf's HealthCheckInterval: without a daemon, `hma status` shows the last "
+            "health check's status.json until it is 3 x this old (then stale, exit 3).",
+            check=positive,
+            maximum=86400.0,
+        ),
+        "debug": Option(
+            "bool",
+            False,
+            "Debug lines of every run (what each probe read and compared) in the run log, as "
+            "`hma healthcheck -d` (slurmd runs HealthCheckProgram without arguments).",
+        ),
+        "log": Option(
+            "bool",
+            True,
+            "Keep the run log <state_dir>/healthcheck.log: each run's output, last 100 runs, "
+            "at most 1 MiB.",
+        ),
     },
 }
 # The sections of the features (deep checks, topology, remediation) and of the cluster backends
