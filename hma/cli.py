@@ -23,9 +23,13 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "hma": ("hma status", "hma check gpu --json", "hma explain GPU_XID_79", "hma COMMAND --help"),
     "check": ("hma check", "hma check system gpu --json", "hma check --debug gpu"),
     "status": ("hma status", "hma status --json | jq .severity", "watch -n 5 hma status"),
-    "config": ("hma config check", "hma config defaults | less"),
+    "config": ("hma config check", "hma config show | less", "hma config defaults | less"),
     "config check": ("hma config check", "hma --config /tmp/new.toml config check"),
     "config defaults": ("hma config defaults > /tmp/hma-defaults.toml",),
+    "config show": (
+        "hma config show | grep -v '# default$'",
+        "hma config show --json | jq '.values[\"probes.gpu.expected_gpus\"]'",
+    ),
     "run": ("systemctl start hma   (the service runs `hma run`)", "hma run --log-level debug"),
     "ack": ("sudo hma ack GPU_ROW_REMAP_FAILURE", "sudo hma ack SITE_PROBE_CRITICAL node"),
     "reset": (
@@ -216,6 +220,13 @@ def cmd_config_defaults(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_config_show(args: argparse.Namespace) -> int:
+    """Print the merged configuration, each value with where it came from (hma.commands)."""
+    from hma.commands import configshow
+
+    return configshow.main(args.config, args.json)
+
+
 def _config(verbs: Verbs) -> None:
     p = verbs.add("config", help="configuration tools")
     csub = p.add_subparsers(dest="config_command", metavar="ACTION")
@@ -226,6 +237,18 @@ def _config(verbs: Verbs) -> None:
     verbs.add_to(csub, "config", "defaults", help="print every key with its default").set_defaults(
         func=cmd_config_defaults
     )
+    show = verbs.add_to(
+        csub,
+        "config",
+        "show",
+        help="print the merged configuration and where each value came from",
+        description="Every key of the configuration in effect on this node, with its value and "
+        "where it came from: the main file, a drop-in (by path; a drop-in whose [match] does "
+        "not apply here is named and left out) or the default. Exit 0, or 2 with the errors "
+        "of an invalid configuration.",
+    )
+    show.add_argument("--json", action="store_true", help="print the JSON document")
+    show.set_defaults(func=cmd_config_show)
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -436,7 +436,7 @@ def render_defaults(schema: Schema) -> str:
                 lines.append(f"#   {each}: {', '.join(opt.choices)}")
             if opt.limits():
                 lines.append(f"#   range: {opt.limits()}")
-            lines.append(f"# {key} = {_toml_value(opt.default)}")
+            lines.append(f"# {key} = {toml_value(opt.default)}")
         lines.append("")
 
     for name, options in schema.sections.items():
@@ -451,7 +451,8 @@ def render_defaults(schema: Schema) -> str:
     return "\n".join(lines)
 
 
-def _toml_value(value: Any) -> str:
+def toml_value(value: Any) -> str:
+    """``value`` as TOML writes it (``<unset>`` for None: a key without a default)."""
     if value is None:
         return "<unset>"
     if isinstance(value, bool):
@@ -459,7 +460,7 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, str):
         return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
     if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
     if isinstance(value, dict):
-        return "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + " }"
+        return "{ " + ", ".join(f"{k} = {toml_value(v)}" for k, v in value.items()) + " }"
     return repr(value)
