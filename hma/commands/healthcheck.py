@@ -168,9 +168,10 @@ def _say(text: str, quiet: bool, log: runlog.RunLog) -> None:
 def _blind(
     config_file: Optional[str], errors: list[str], limit: Optional[float], log: runlog.RunLog
 ) -> None:
-    """The health check cannot check: say so where the controller and journald see it (the
-    node's label, a journal entry; a drain with ``[healthcheck] on_error = "drain"``), from
-    what can be read of the configuration (hma.remediation.blind)."""
+    """The health check cannot check: say so where the controller, journald and ``hma
+    status`` see it (the node's label, a journal entry, status.json; a drain with
+    ``[healthcheck] on_error = "drain"``), from what can be read of the configuration
+    (hma.remediation.blind)."""
     from hma import assembly
     from hma.remediation import blind
 
@@ -179,6 +180,7 @@ def _blind(
     guard = _guard(limit or float(readable.section("healthcheck")["timeout"]), log)
     for line in blind.report(readable, errors, "hma healthcheck", time.time()):
         print(line, file=sys.stderr)
+    _blind_status(readable, errors, log.started)
     guard.cancel()
 
 
@@ -342,36 +344,100 @@ def _checked(
 def _write_status(
     setup: Setup, pipeline: Pipeline, runs: list[Any], remediation: Mapping[str, Any], now: float
 ) -> None:
-    """What this run decided, as status.json (``writer`` "healthcheck") for ``hma status``:
-    never over the document of a daemon that runs (it may have started meanwhile). A file that
-    cannot be written is one line on stderr."""
+    """What this run decided, as status.json for ``hma status`` (``_publish``)."""
     from hma.health import maintenance_mode
     from hma.health.model import listed
     from hma.reporters import status
+
+    interval = float(setup.config.section("healthcheck")["interval"])
+    window = maintenance_mode.load(pipeline.store)
+    verdict = pipeline.model.verdict(time.time())
+    _publish(
+        setup,
+        status.Snapshot(
+            node=str(remediation.get("node") or setup.node_name),
+            boot_id=pipeline.boot_id,
+            started=now,
+            generated=time.time(),
+            severity=str(verdict.severity),
+            action=str(verdict.action),
+            active=len(verdict.faults),
+            instance_type=setup.instance_type(),
+            topology=_topology(setup),
+            probes=tuple(status.ProbeStatus(r.probe, r, now + interval, None) for r in runs),
+            faults=tuple(f.to_json() for f in listed(pipeline.model)),
+            remediation=remediation,
+            maintenance=window.to_json(now) if window is not None else None,
+        ),
+    )
+
+
+def _blind_status(config: Any, errors: list[str], started: float) -> None:
+    """A run that cannot check says so in status.json too (``_publish``): severity unknown and
+    the fault ``HMA_CONFIG_INVALID`` with the errors, so ``hma status`` never shows an earlier
+    run's verdict as this one's; ``config``: what could be read of the configuration."""
+    from hma.contracts.catalogue import load_builtin
+    from hma.detection.setup import Setup
+    from hma.health.model import Fault
+    from hma.remediation import blind
+    from hma.reporters import status
+
+    setup = Setup(config=config, catalogue=load_builtin(), probes={})
+    entry = setup.catalogue.entry(blind.CODE)
+    now = time.time()
+    fault = Fault(
+        blind.CODE,
+        blind.COMPONENT,
+        entry.severity,
+        entry.action,
+        f"invalid configuration: {errors[0] if errors else '?'}",
+        {"errors": list(errors[: blind.MAX_ERRORS])},
+        "hma healthcheck",
+        started,
+        now,
+        1,
+        entry.drains,
+        entry.clears,
+        True,
+    )
+    procfs = config.section("paths")["procfs"]
+    _publish(
+        setup,
+        status.Snapshot(
+            node=os.environ.get("SLURMD_NODENAME") or setup.node_name,
+            boot_id=statusfile.boot_id(procfs),
+            started=started,
+            generated=now,
+            severity=str(Severity.UNKNOWN),
+            action="none",
+            active=1,
+            instance_type=setup.instance_type(),
+            topology=_topology(setup),
+            probes=(),
+            faults=(fault.to_json(),),
+            remediation={},
+        ),
+    )
+
+
+def _topology(setup: Setup) -> dict[str, str]:
+    """The NVLink domain a health check knows: the configured one (hma.topology.domain)."""
     from hma.topology import domain
+
+    name, source = domain.resolve(setup.config.section("topology")["domain"], {})
+    return {"domain": name, "source": source}
+
+
+def _publish(setup: Setup, snapshot: Any) -> None:
+    """Write ``snapshot``'s document as status.json, ``writer`` "healthcheck" and heartbeat
+    ``[healthcheck] interval``: never over the document of a daemon that runs (it may have
+    started meanwhile). A file that cannot be written is one line on stderr."""
+    from hma.reporters import status
 
     run_dir = setup.config.section("agent")["run_dir"]
     if statusfile.daemon_pid(run_dir, setup.config.section("paths")["procfs"]) is not None:
         return
     interval = float(setup.config.section("healthcheck")["interval"])
-    window = maintenance_mode.load(pipeline.store)
-    name, source = domain.resolve(setup.config.section("topology")["domain"], {})
-    verdict = pipeline.model.verdict(time.time())
-    snapshot = status.Snapshot(
-        node=str(remediation.get("node") or setup.node_name),
-        boot_id=pipeline.boot_id,
-        started=now,
-        generated=time.time(),
-        severity=str(verdict.severity),
-        action=str(verdict.action),
-        active=len(verdict.faults),
-        instance_type=setup.instance_type(),
-        topology={"domain": name, "source": source},
-        probes=tuple(status.ProbeStatus(r.probe, r, now + interval, None) for r in runs),
-        faults=tuple(f.to_json() for f in listed(pipeline.model)),
-        remediation=remediation,
-        maintenance=window.to_json(now) if window is not None else None,
-    )
     doc = status.document(snapshot, interval, writer=statusfile.HEALTHCHECK)
     path = statusfile.status_path(run_dir)
     try:

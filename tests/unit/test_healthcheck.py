@@ -411,3 +411,23 @@ def test_hma_healthcheck_takes_the_same_options_by_hand(tmp_path: Path) -> None:
     assert healthcheck.main(["--config", str(cfg)]) == 2  # as before
     assert healthcheck.main(["--config", str(cfg), "--quiet", "-d", "-t", "20"]) == 2
     assert len(blocks_of(tmp_path)) == 2
+
+
+def test_a_run_that_cannot_check_says_so_in_hma_status(tmp_path: Path, capsys: object) -> None:
+    """A typo in the configuration after a good run: `hma status` shows the node unknown and
+    why, never the earlier run's verdict as if it were this one's."""
+    from hma import cli
+
+    cfg = standalone(tmp_path)
+    assert run(str(cfg), quiet=True) == 2
+    cfg.write_text(cfg.read_text() + "[recovery]\nresume_afterr = 0\n")
+    assert run(str(cfg), quiet=True) == 3
+    doc = json.loads((tmp_path / "r" / "status.json").read_text())
+    assert doc["writer"] == "healthcheck" and doc["severity"] == "unknown"
+    (fault,) = doc["faults"]
+    assert fault["code"] == "HMA_CONFIG_INVALID" and "resume_afterr" in fault["message"]
+    capsys.readouterr()  # type: ignore[attr-defined]
+    assert cli.main(["--config", str(cfg), "status"]) == 3
+    out = capsys.readouterr().out  # type: ignore[attr-defined]
+    assert "n1: UNKNOWN" in out and "HMA_CONFIG_INVALID on agent" in out
+    assert "SYS_FS_MISSING" not in out
