@@ -23,9 +23,13 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "hma": ("hma status", "hma check gpu --json", "hma explain GPU_XID_79", "hma COMMAND --help"),
     "check": ("hma check", "hma check system gpu --json", "hma check --debug gpu"),
     "status": ("hma status", "hma status --json | jq .severity", "watch -n 5 hma status"),
-    "config": ("hma config check", "hma config defaults | less"),
+    "config": ("hma config check", "hma config show | less", "hma config defaults | less"),
     "config check": ("hma config check", "hma --config /tmp/new.toml config check"),
     "config defaults": ("hma config defaults > /tmp/hma-defaults.toml",),
+    "config show": (
+        "hma config show | grep -v '# default$'",
+        "hma config show --json | jq '.values[\"probes.gpu.expected_gpus\"]'",
+    ),
     "run": ("systemctl start hma   (the service runs `hma run`)", "hma run --log-level debug"),
     "ack": ("sudo hma ack GPU_ROW_REMAP_FAILURE", "sudo hma ack SITE_PROBE_CRITICAL node"),
     "reset": (
@@ -40,6 +44,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "healthcheck": (
         "HealthCheckProgram=/usr/bin/hma-healthcheck   (slurm.conf)",
         "hma healthcheck; echo $?",
+        "sudo hma healthcheck -d -t 20",
     ),
     "fleet": ("hma fleet", "hma fleet --json | jq '.nodes[].node'"),
     "topology": ("hma topology --check", "hma topology --format block"),
@@ -219,6 +224,13 @@ def cmd_config_defaults(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_config_show(args: argparse.Namespace) -> int:
+    """Print the merged configuration, each value with where it came from (hma.commands)."""
+    from hma.commands import configshow
+
+    return configshow.main(args.config, args.json)
+
+
 def _config(verbs: Verbs) -> None:
     p = verbs.add("config", help="configuration tools")
     csub = p.add_subparsers(dest="config_command", metavar="ACTION")
@@ -229,6 +241,18 @@ def _config(verbs: Verbs) -> None:
     verbs.add_to(csub, "config", "defaults", help="print every key with its default").set_defaults(
         func=cmd_config_defaults
     )
+    show = verbs.add_to(
+        csub,
+        "config",
+        "show",
+        help="print the merged configuration and where each value came from",
+        description="Every key of the configuration in effect on this node, with its value and "
+        "where it came from: the main file, a drop-in (by path; a drop-in whose [match] does "
+        "not apply here is named and left out) or the default. Exit 0, or 2 with the errors "
+        "of an invalid configuration.",
+    )
+    show.add_argument("--json", action="store_true", help="print the JSON document")
+    show.set_defaults(func=cmd_config_show)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -353,18 +377,22 @@ def cmd_healthcheck(args: argparse.Namespace) -> int:
     """Slurm HealthCheckProgram: the daemon's verdict (or one probe run), drain state per policy."""
     from hma.commands import healthcheck
 
-    return healthcheck.run(args.config, quiet=args.quiet)
+    return healthcheck.run(args.config, quiet=args.quiet, debug=args.debug, timeout=args.timeout)
 
 
 def _healthcheck(verbs: Verbs) -> None:
+    from hma.commands import healthcheck  # its options: hma-healthcheck takes them too
+
     p = verbs.add(
         "healthcheck",
         help="Slurm HealthCheckProgram: verdict and drain state",
         description="What slurmd runs as HealthCheckProgram: with the daemon running it reads "
-        "its verdict; without one it runs the probes once and drains or resumes the node per "
-        "[recovery] policy. Exit code: the node's severity (slurmd ignores it).",
+        "its verdict; without one it runs the probes once, drains or resumes the node per "
+        "[recovery] policy and writes what it decided to status.json for `hma status`. Each "
+        "run's output is kept in the run log <state_dir>/healthcheck.log. Exit code: the "
+        "node's severity (slurmd ignores it); 3 also for a bad -t.",
     )
-    p.add_argument("--quiet", action="store_true", help="print nothing; only the exit code")
+    healthcheck.arguments(p)
     p.set_defaults(func=cmd_healthcheck)
 
 

@@ -1,8 +1,10 @@
 """``hma status``: read and judge ``status.json`` (docs/status.md), render it.
 
-The daemon writes the file (hma.reporters.statusfile); ``hma status`` calls ``read``, ``render`` and
-``exit_code``. Reading never raises: every problem (no file, no daemon, stale file, garbage) comes
-back as a plain sentence, and the exit code is then 3 (unknown).
+The daemon writes the file (hma.reporters.statusfile), and without a daemon each ``hma
+healthcheck`` run does (``writer`` "healthcheck": shown with its age, exit code by its verdict
+while it is fresh); ``hma status`` calls ``read``, ``render`` and ``exit_code``. Reading never
+raises: every problem (no file, no daemon, stale file, garbage) comes back as a plain sentence,
+and the exit code is then 3 (unknown).
 """
 
 from __future__ import annotations
@@ -163,23 +165,17 @@ def render(
         return f"hma status: {_clean(problem or 'no status')}"
     now = time.time() if now is None else now
     lines: list[str] = []
+    checked = doc.get("writer") == statusfile.HEALTHCHECK
     if problem:
         lines += [f"hma status: {_clean(problem)}", "Last known status (may be out of date):", ""]
+    elif checked:
+        lines += [f"hma status: no daemon; last health check {_ago(doc.get('generated'), now)}", ""]
     sev = severity(doc)
     head = f"{_clean(doc.get('node', '?'))}: {str(sev).upper()}"
     if doc.get("action") and doc.get("action") != "none":
         head += f", recommended action {_clean(doc['action'])}"
     lines.append(head)
-    about = [f"hma {_clean(doc.get('version', '?'))}", f"pid {_clean(doc.get('pid'))}"]
-    if isinstance(doc.get("started"), (int, float)):
-        about.append(f"up {statusfile.duration(now - doc['started'])}")
-    about.append(f"status written {_when(doc.get('generated'), now)}")
-    if doc.get("instance_type"):
-        about.append(f"instance {_clean(doc['instance_type'])}")
-    topo = doc.get("topology")
-    if isinstance(topo, Mapping) and topo.get("domain"):
-        about.append(f"NVLink domain {_clean(topo['domain'])} ({_clean(topo.get('source'))})")
-    lines += ["  " + ", ".join(about)]
+    lines += ["  " + ", ".join(_about(doc, checked, now))]
     lines += _maintenance_lines(doc.get("maintenance"))
     lines.append("")
 
@@ -201,7 +197,10 @@ def render(
                 row += error.splitlines()[0][:200]
             lines.append(fit(row.rstrip(), terminal))
     lines.append("")
-    lines += _source_lines(doc.get("sources"), now, terminal)
+    if checked:
+        lines += ["Event sources: not followed without the daemon (`hma run` follows them)", ""]
+    else:
+        lines += _source_lines(doc.get("sources"), now, terminal)
 
     faults = doc.get("faults") or []
     active = sorted((f for f in faults if f.get("active", True)), key=_fault_order)
@@ -227,6 +226,35 @@ def render(
     lines.append("")
     lines += _remediation_lines(doc.get("remediation") or {}, now)
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _ago(ts: Any, now: float) -> str:
+    """How long ago ``ts`` was, in words ("2 min ago"; "at an unknown time")."""
+    if not isinstance(ts, (int, float)) or not ts:
+        return "at an unknown time"
+    return f"{statusfile.duration(now - ts)} ago"
+
+
+def _about(doc: Mapping[str, Any], checked: bool, now: float) -> list[str]:
+    """Who wrote the document and when: the daemon (pid, uptime) or a health check run
+    (``checked``: its pid, when it ran, how long it took)."""
+    about = [f"hma {_clean(doc.get('version', '?'))}"]
+    started, generated = doc.get("started"), doc.get("generated")
+    if checked:
+        about.append(f"health check pid {_clean(doc.get('pid'))}, ran {_when(started, now)}")
+        if isinstance(started, (int, float)) and isinstance(generated, (int, float)):
+            about.append(f"took {_took(generated - started)}")
+    else:
+        about.append(f"pid {_clean(doc.get('pid'))}")
+        if isinstance(started, (int, float)):
+            about.append(f"up {statusfile.duration(now - started)}")
+        about.append(f"status written {_when(generated, now)}")
+    if doc.get("instance_type"):
+        about.append(f"instance {_clean(doc['instance_type'])}")
+    topo = doc.get("topology")
+    if isinstance(topo, Mapping) and topo.get("domain"):
+        about.append(f"NVLink domain {_clean(topo['domain'])} ({_clean(topo.get('source'))})")
+    return about
 
 
 def _source_lines(sources: Any, now: float, terminal: Optional[int]) -> list[str]:
@@ -332,7 +360,7 @@ def main(config_file: Optional[str], as_json: bool) -> int:
     run_dir, problems = run_dir_of(config_file)
     for line in problems:
         print(f"hma status: config: {line} (looking in {run_dir})", file=sys.stderr)
-    doc, problem = statusfile.read(run_dir, boot_id=boot_id_of(config_file))
+    doc, problem = statusfile.read(run_dir, boot_id=boot_id_of(config_file), healthcheck=True)
     if as_json:
         if doc is None:
             common.dump(common.problem("status", problem, schema=statusfile.SCHEMA))

@@ -90,6 +90,26 @@ CORE_SECTIONS: dict[str, dict[str, Option]] = {
             "the node blind and send a journal entry) or drain (that, and drain the node).",
             choices=("note", "drain"),
         ),
+        "interval": Option(
+            "float",
+            300.0,
+            "slurm.conf's HealthCheckInterval: without a daemon, `hma status` shows the last "
+            "health check's status.json until it is 3 x this old (then stale, exit 3).",
+            check=positive,
+            maximum=86400.0,
+        ),
+        "debug": Option(
+            "bool",
+            False,
+            "Debug lines of every run (what each probe read and compared) in the run log, as "
+            "`hma healthcheck -d` (slurmd runs HealthCheckProgram without arguments).",
+        ),
+        "log": Option(
+            "bool",
+            True,
+            "Keep the run log <state_dir>/healthcheck.log: each run's output, last 100 runs, "
+            "at most 1 MiB.",
+        ),
     },
 }
 # The sections of the features (deep checks, topology, remediation) and of the cluster backends
@@ -416,7 +436,7 @@ def render_defaults(schema: Schema) -> str:
                 lines.append(f"#   {each}: {', '.join(opt.choices)}")
             if opt.limits():
                 lines.append(f"#   range: {opt.limits()}")
-            lines.append(f"# {key} = {_toml_value(opt.default)}")
+            lines.append(f"# {key} = {toml_value(opt.default)}")
         lines.append("")
 
     for name, options in schema.sections.items():
@@ -431,7 +451,8 @@ def render_defaults(schema: Schema) -> str:
     return "\n".join(lines)
 
 
-def _toml_value(value: Any) -> str:
+def toml_value(value: Any) -> str:
+    """``value`` as TOML writes it (``<unset>`` for None: a key without a default)."""
     if value is None:
         return "<unset>"
     if isinstance(value, bool):
@@ -439,7 +460,7 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, str):
         return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
     if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
     if isinstance(value, dict):
-        return "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + " }"
+        return "{ " + ", ".join(f"{k} = {toml_value(v)}" for k, v in value.items()) + " }"
     return repr(value)

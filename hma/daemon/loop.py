@@ -35,7 +35,7 @@ from hma.daemon.operator import OperatorRequests
 from hma.detection.scheduler import ProbeState, Scheduler
 from hma.detection.setup import Setup
 from hma.detection.sources import SourceSupervisor
-from hma.health.model import HealthModel
+from hma.health.model import HealthModel, listed
 from hma.health.pipeline import Pipeline, open_store
 from hma.health.store import Store
 from hma.remediation.planner import VERIFY_PROBE
@@ -376,10 +376,7 @@ class Daemon:
             for name, state in sorted(self.scheduler.probes.items())
         )
         window = self.requests.watch_maintenance(now)
-        faults = sorted(
-            (self.model.fault(r) for r in self.model.records()),
-            key=lambda f: (not f.active, -f.severity.rank, f.component, f.code),
-        )
+        faults = listed(self.model)
         remediation = self.effects.remediation_status()
         return status.Snapshot(
             node=self.setup.node_name,

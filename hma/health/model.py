@@ -444,6 +444,15 @@ class HealthModel:
         return [Transition("cleared", self.fault(rec), now, why)]
 
 
+def listed(model: HealthModel) -> list[Fault]:
+    """Every record ``model`` tracks as a fault, in the order status.json lists them: active
+    first, then worst severity first, by component and code."""
+    return sorted(
+        (model.fault(r) for r in model.records()),
+        key=lambda f: (not f.active, -f.severity.rank, f.component, f.code),
+    )
+
+
 def _recent(item: Occurrence, now: float, within: float) -> bool:
     """Whether an occurrence lies in the window ending ``now`` (one dated later than ``now``, as
     a damaged store or a clock set back would give, is not counted)."""

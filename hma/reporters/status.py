@@ -1,7 +1,8 @@
 """The status reporter: the daemon hands it a ``Snapshot`` of plain data after every change;
 it builds the status.json document (``document``, docs/status.md), offers it to the file's
-writer (hma.reporters.statusfile) and publishes what was written to the other reporters. Only
-the daemon imports it: commands read the file through hma.reporters.statusfile alone.
+writer (hma.reporters.statusfile) and publishes what was written to the other reporters. The
+daemon imports it, and ``hma healthcheck`` without a daemon (its run's document); the other
+commands read the file through hma.reporters.statusfile alone.
 """
 
 from __future__ import annotations
@@ -68,10 +69,13 @@ class Snapshot:
     sources: tuple[Mapping[str, Any], ...] = ()  # the event sources' states, by name
 
 
-def document(snapshot: Snapshot, heartbeat_s: float) -> dict[str, Any]:
-    """The status.json document of ``snapshot`` (docs/status.md), written by this process."""
+def document(snapshot: Snapshot, heartbeat_s: float, writer: str = "") -> dict[str, Any]:
+    """The status.json document of ``snapshot`` (docs/status.md), written by this process: the
+    daemon, or ``writer`` (statusfile.HEALTHCHECK: a health check run without a daemon, which
+    ``heartbeat_s`` after it expects the next run)."""
     return {
         "schema": statusfile.SCHEMA,
+        **({"writer": writer} if writer else {}),
         "version": __version__,
         "node": snapshot.node,
         "hostname": socket.gethostname(),

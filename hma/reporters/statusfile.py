@@ -22,6 +22,7 @@ import psutil
 SCHEMA = 1
 FILENAME = "status.json"
 STALE_FACTOR = 3.0  # the file is stale when older than this many heartbeats
+HEALTHCHECK = "healthcheck"  # ``writer`` of a document `hma healthcheck` wrote (no daemon)
 
 
 def status_path(run_dir: Union[str, Path]) -> Path:
@@ -166,9 +167,14 @@ def read(
     run_dir: Union[str, Path],
     now: Optional[float] = None,
     boot_id: Optional[str] = None,
+    healthcheck: bool = False,
 ) -> tuple[Optional[dict[str, Any]], str]:
     """(document, problem): the document when one could be read, and "" or why it cannot be
-    trusted (no daemon, daemon gone, stale file, newer schema). Never raises."""
+    trusted (no daemon, daemon gone, stale file, newer schema). Never raises.
+
+    A document the health check wrote (``writer`` "healthcheck": no daemon runs) is "no daemon"
+    to every caller that needs one (its pid has exited); with ``healthcheck`` (``hma status``)
+    it is trusted while it is fresh: written this boot, within STALE_FACTOR x its interval."""
     path = status_path(run_dir)
     try:
         text = path.read_text(encoding="utf-8")
@@ -193,6 +199,8 @@ def read(
     doc_boot = str(doc.get("boot_id") or "").replace("-", "")
     if booted and doc_boot and booted != doc_boot:
         return doc, f"no daemon: {path} is from an earlier boot ({when})"
+    if doc.get("writer") == HEALTHCHECK:
+        return doc, _checked_by_healthcheck(doc, path, age, healthcheck)
     if not isinstance(pid, int) or not pid_alive(pid):
         return doc, f"no daemon: the hma daemon (pid {pid}) is not running; {path} was {when}"
     heartbeat = float(doc.get("heartbeat_s") or 0.0)
@@ -202,6 +210,21 @@ def read(
             f"{heartbeat:g} s; it may be hung (journalctl -u hma)"
         )
     return doc, ""
+
+
+def _checked_by_healthcheck(doc: Mapping[str, Any], path: Path, age: float, wanted: bool) -> str:
+    """The problem of a document the health check wrote, ``age`` seconds old ("" when it is
+    ``wanted`` and fresh)."""
+    when = f"the last health check wrote {path} {duration(age)} ago"
+    if not wanted:
+        return f"no daemon: {when} (pid {doc.get('pid')}, exited)"
+    interval = float(doc.get("heartbeat_s") or 0.0)
+    if interval > 0 and age > STALE_FACTOR * interval:
+        return (
+            f"stale: no daemon, and {when}; slurmd runs it every {interval:g} s "
+            "([healthcheck] interval): is HealthCheckProgram set and slurmd running?"
+        )
+    return ""
 
 
 def daemon_pid(run_dir: Union[str, Path], procfs: str) -> Optional[int]:

@@ -171,6 +171,43 @@ def drained_by_hma(cluster: SlurmCluster) -> bool:
     )
 
 
+def status(folder: Path, *args: str) -> tuple[int, str]:
+    """``hma status`` on the node, as an operator runs it: (exit code, output)."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hma",
+            "--config",
+            str(folder / f"hma-{NODE}.toml"),
+            "status",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return done.returncode, done.stdout
+
+
+def drain_shown(folder: Path) -> bool:
+    """``hma status --json`` (no daemon) shows the last health check's fault and its drain."""
+    import json
+
+    code, out = status(folder, "--json")
+    doc = json.loads(out)
+    faults = [f["code"] for f in doc.get("faults", []) if f.get("active")]
+    actions = (doc.get("remediation") or {}).get("actions") or []
+    drained = any(a.get("kind") == "drain" and a.get("state") == "done" for a in actions)
+    return (
+        code == 2
+        and doc.get("writer") == "healthcheck"
+        and "SITE_PROBE_CRITICAL" in faults
+        and drained
+    )
+
+
 def test_health_check_only(folder: Path, trusted_dir: Path, flag: Path) -> None:
     cluster = start("healthcheck", folder, trusted_dir, flag)
     try:
@@ -185,6 +222,11 @@ def test_health_check_only(folder: Path, trusted_dir: Path, flag: Path) -> None:
             30,
             "the run that drained to end",
         )
+        # no daemon, yet `hma status` shows what the last health check decided (issue 32)
+        cluster.wait(lambda: drain_shown(folder), 30, "hma status showing the drain")
+        code, out = status(folder)
+        assert code == 2 and out.startswith("hma status: no daemon; last health check "), out
+        assert "SITE_PROBE_CRITICAL on site:gpucheck" in out and " drain done" in out, out
         # drained, and still checked (HealthCheckNodeState=ANY): resumed once healthy
         seen = len(runs(folder))
         flag.unlink()
@@ -193,6 +235,9 @@ def test_health_check_only(folder: Path, trusted_dir: Path, flag: Path) -> None:
             lambda: any(r.startswith("0 ") for r in runs(folder)[seen:]), 30, "the healthy run"
         )
         assert "hma=" not in cluster.node(NODE)["extra"]
+        cluster.wait(lambda: status(folder)[0] == 0, 30, "hma status: healthy again")
+        log = (folder / f"state-{NODE}" / "healthcheck.log").read_text()
+        assert "SITE_PROBE_CRITICAL" in log and ": exit 2, " in log and ": exit 0, " in log
     finally:
         cluster.stop()
 

@@ -66,3 +66,26 @@ def test_the_drop_in_examples_are_valid() -> None:
         if "eth_link" in raw.get("probes", {}):
             continue  # an executable probe of the page's own (not installed here)
         validate(raw, known)
+
+
+def test_every_option_of_the_nhc_options_table_exists() -> None:
+    """docs/nhc.md "NHC's options" (issue 32): each row names NHC's option and its counterpart,
+    a configuration key that exists or an option of the command it names."""
+    from hma import cli
+
+    text = PAGE.read_text(encoding="utf-8")
+    body = text.split("## NHC's options", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in body.splitlines() if line.startswith("| `-") or "`-V`" in line]
+    assert len(rows) >= 8, rows
+    known = schema().sections
+    named = [m for row in rows for m in OPTION.findall(row)]
+    assert {("healthcheck", "debug"), ("healthcheck", "timeout"), ("healthcheck", "log")} <= set(
+        named
+    )
+    assert not [f"[{t}] {k}" for t, k in named if k not in known.get(t, {})]
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command").choices
+    flags = {o for a in sub["healthcheck"]._actions for o in a.option_strings}
+    for flag in re.findall(r"`hma healthcheck (-[-a-z]+)", body):
+        assert flag in flags, flag
+    assert {"-d", "-t", "--quiet"} <= flags

@@ -322,8 +322,11 @@ def test_each_command_on_an_unwritable_state_folder(
     rc, out, err = _cli(capsys, unwritable.env, *argv)
     want = 3 if command == "healthcheck" else 73  # docs/cli.md: unknown; state store unusable
     assert rc == want, (rc, out, err)
-    [line] = err.splitlines()
+    [line, *rest] = err.splitlines()
     assert "state store" in line and line.startswith("hma ")
+    # the health check's run log lives in the same folder: one more line says it is not kept
+    assert [r.split(":")[0] for r in rest] == (["hma healthcheck"] if want == 3 else [])
+    assert all("run log not written" in r for r in rest)
     if command == "maintenance-status":
         assert json.loads(out)["severity"] == "unknown"
     else:

@@ -323,3 +323,75 @@ def test_status_size_is_bounded_whatever_the_findings(tmp_path: Path) -> None:
     assert written["faults"][0]["details"]["keys"] == ["blob"]
     assert written["probes"][0]["summary"]["truncated"] is True
     assert f"and {5000 - statusfile.MAX_FAULTS} more" in status.render(written)
+
+
+# --- without a daemon: the last health check's document (issue 32) ----------------------------
+
+
+def checked(age: float, interval: float = 300.0) -> dict:
+    """The sample as a health check run wrote it ``age`` seconds ago (its process has exited)."""
+    doc = live(sample())
+    doc.update(writer="healthcheck", pid=dead_pid(), heartbeat_s=interval, sources=[])
+    doc["generated"] = time.time() - age
+    doc["started"] = doc["generated"] - 1.5
+    return doc
+
+
+def test_the_last_health_check_is_shown_with_its_age_and_verdict(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Health check only (docs/slurm.md): no daemon, but slurmd's last run decided; `hma status`
+    shows it, says plainly that no daemon runs, and exits by its verdict."""
+    run = tmp_path / "run"
+    run.mkdir()
+    doc = checked(age=130.0)
+    statusfile.write_atomic(statusfile.status_path(run), doc)
+    cfg = _config(tmp_path, run)
+    assert cli.main(["--config", cfg, "status"]) == 2
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "hma status: no daemon; last health check 2 min ago"
+    assert "node1: CRITICAL, recommended action reboot" in out
+    assert f"health check pid {doc['pid']}, ran " in out and "took 1.5 s" in out
+    assert "GPU_XID_79 on gpu:0000:3b:00" in out and "HELD: circuit breaker open" in out
+    assert "Event sources: not followed without the daemon" in out
+    assert cli.main(["--config", cfg, "status", "--json"]) == 2
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == doc and captured.err == ""
+
+
+def test_a_health_check_document_goes_stale_after_three_intervals(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    statusfile.write_atomic(statusfile.status_path(run), checked(age=3 * 60.0 + 5, interval=60.0))
+    cfg = _config(tmp_path, run)
+    assert cli.main(["--config", cfg, "status"]) == 3
+    out = capsys.readouterr().out
+    assert out.startswith("hma status: stale: no daemon, and the last health check wrote ")
+    assert "every 60 s ([healthcheck] interval)" in out
+    assert "Last known status (may be out of date):" in out and "node1: CRITICAL" in out
+    assert cli.main(["--config", cfg, "status", "--json"]) == 3
+    assert json.loads(capsys.readouterr().out)["problem"].startswith("stale: no daemon")
+
+
+def test_a_health_check_document_of_an_earlier_boot_is_no_daemon(tmp_path: Path) -> None:
+    statusfile.write_atomic(statusfile.status_path(tmp_path), checked(age=10.0))
+    _doc, problem = statusfile.read(
+        tmp_path, boot_id="00000000-0000-0000-0000-000000000000", healthcheck=True
+    )
+    assert problem.startswith("no daemon:") and "earlier boot" in problem
+
+
+def test_a_health_check_document_is_never_a_daemon(tmp_path: Path) -> None:
+    """Whatever needs a daemon (the health check's fast answer, `hma ack` waking it) never
+    takes a health check's document for one, even when its pid is alive (reused)."""
+    from hma.commands.healthcheck import daemon_status
+
+    doc = {**checked(age=1.0), "pid": os.getpid()}
+    statusfile.write_atomic(statusfile.status_path(tmp_path), doc)
+    got, problem = statusfile.read(tmp_path)
+    assert got == doc and problem.startswith("no daemon: the last health check wrote")
+    assert statusfile.daemon_pid(tmp_path, "/proc") is None
+    assert daemon_status(str(tmp_path), time.time()) is None
+    assert statusfile.read(tmp_path, healthcheck=True) == (doc, "")
