@@ -8,7 +8,9 @@ ring buffer is read again but records up to the stored one are skipped (nothing 
 repeated), and after a reboot everything in the buffer is new. Where /dev/kmsg cannot be read,
 journald (systemd-python's ``journal.Reader``, optional) serves the kernel messages instead, with
 its own cursor, blocking the same way on the journal's inotify descriptor. The path is
-configurable: tests feed a FIFO of kmsg records.
+configurable: tests feed a FIFO of kmsg records. On a path that is no character device (a FIFO,
+a file) a line in the form /dev/kmsg takes (``<N>text``, what ``hma inject xid --kmsg PATH``
+writes) becomes the record the kernel would make of it, numbered after the last one handled.
 
 Only kernel records are trusted: every /dev/kmsg record (only root may write the device, as
 ``hma inject`` does), and journald entries with ``_TRANSPORT=kernel`` (journald sets that field
@@ -34,7 +36,7 @@ from hma.contracts.model import Finding, Severity
 from hma.contracts.options import Option, positive
 from hma.contracts.source import EventSource, SourceContext
 from hma.probes.kernel_log.dedup import Dedup
-from hma.probes.kernel_log.lines import from_identifier, parse_record
+from hma.probes.kernel_log.lines import from_identifier, parse_record, written_record
 from hma.probes.kernel_log.rules import RuleSet, load_site
 
 CURSOR_KEY = "kernel_log.cursor"
@@ -166,11 +168,16 @@ class KernelLogSource(EventSource):
         poller, stoppable = _poller(ctx, fd, select.POLLIN)
         buf = b""
         cut: Optional[bytes] = None  # head of an over-long line whose end is still to come
+        kernel = stat.S_ISCHR(os.fstat(fd).st_mode)  # else a FIFO or file: no kernel numbers
 
         def handle(raw: bytes) -> None:
             if raw.startswith(b" ") or not raw:  # continuation (KEY=value dictionary) lines
                 return
             record = parse_record(raw)
+            if record is None and not kernel and raw.startswith(b"<"):
+                # what /dev/kmsg takes (`hma inject xid --kmsg PATH`), written straight to the
+                # path: the record the kernel would make of it, after the last one handled
+                record = written_record(raw, cursor.value + 1, int(time.monotonic() * 1e6))
             if record is None:
                 self.stats["malformed"] += 1
                 return

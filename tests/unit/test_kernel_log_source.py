@@ -13,6 +13,7 @@ import pytest
 from hma import assembly
 from hma.adapters.command import CommandRunner
 from hma.adapters.files import RootReader
+from hma.commands import inject
 from hma.config.schema import ConfigError
 from hma.contracts.model import Finding, Severity
 from hma.contracts.source import MemoryKV, SourceContext
@@ -199,6 +200,28 @@ def test_user_facility_and_three_line_fallen_off_the_bus(tmp_path: Path) -> None
     bus, user = run.findings
     assert (bus.code, bus.component) == ("GPU_FALLEN_OFF_BUS", "gpu:0000:b3:00")
     assert (user.code, user.details["facility"]) == ("GPU_XID_119", 1)
+
+
+@pytest.mark.timeout(30)
+def test_hma_inject_into_the_fifo_the_source_reads_raises_the_finding(tmp_path: Path) -> None:
+    # `hma inject xid --kmsg <the source's FIFO>` writes what /dev/kmsg takes (`<4>NVRM: ...`);
+    # on a path that is no kernel device the source numbers such a write after the last record
+    kv = MemoryKV()
+    kv.set(CURSOR_KEY, {"boot_id": BOOT, "seq": 41})  # records up to 41 were handled
+    run = Running(tmp_path, kv)
+    try:
+        line = inject.inject_xid("0000:5d:00.0", 79, str(run.fifo))
+        run.wait_for(lambda: run.findings, "the injected Xid")
+        run.write(record(43, XID_79.replace("3b", "5e")))  # a record after it is read too
+        run.wait_for(lambda: len(run.findings) == 2, "the record after the injected line")
+    finally:
+        run.stop()
+    injected, after = run.findings
+    assert (injected.code, injected.component) == ("GPU_XID_79", "gpu:0000:5d:00")
+    assert injected.details["line"] == line and injected.details["seq"] == 42
+    assert injected.details["facility"] == 1  # written from user space: the user facility
+    assert (after.component, after.details["seq"]) == ("gpu:0000:5e:00", 43)
+    assert run.source.stats["malformed"] == 0
 
 
 @pytest.mark.timeout(30)
