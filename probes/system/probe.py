@@ -17,7 +17,7 @@ from hma.adapters.files import ReadError, running_processes
 from hma.adapters.logs import debug_logger
 from hma.adapters.strict import ParseError, parse_uint
 from hma.adapters.text import printable
-from hma.contracts.model import Finding
+from hma.contracts.model import Finding, named_component
 from hma.contracts.options import Option
 from hma.contracts.probe import Probe, ProbeContext, unknown
 
@@ -262,11 +262,13 @@ def _eval_fs(snap: Mapping[str, Any], opts: Mapping[str, Any]) -> list[Finding]:
     out = []
     mounts = snap.get("mounts")
     for path, fs in (snap.get("filesystems") or {}).items():
-        comp = NODE
+        mount = _mount_of(path, mounts) if mounts and fs.get("exists") else None
+        # the broken thing: the mount the path is on, the path itself where that is not known
+        comp = named_component("fs", mount[0] if mount is not None else path)
         if not fs.get("exists"):
             out.append(Finding("SYS_FS_MISSING", comp, f"{path} does not exist", {"path": path}))
             continue
-        out += _eval_readonly(path, fs, _mount_of(path, mounts) if mounts else None)
+        out += _eval_readonly(path, fs, mount, comp)
         if fs["free_percent"] < opts["min_free_percent"]:
             out.append(
                 Finding(
@@ -289,7 +291,9 @@ def _eval_fs(snap: Mapping[str, Any], opts: Mapping[str, Any]) -> list[Finding]:
     return out
 
 
-def _eval_readonly(path: str, fs: Mapping[str, Any], mount: Optional[list[str]]) -> list[Finding]:
+def _eval_readonly(
+    path: str, fs: Mapping[str, Any], mount: Optional[list[str]], comp: str
+) -> list[Finding]:
     """Read-only is a mount flag, never a write permission (a non-root user cannot write ``/``).
 
     The filesystem's own options decide (``ro`` in mountinfo's superblock options, or in
@@ -301,7 +305,7 @@ def _eval_readonly(path: str, fs: Mapping[str, Any], mount: Optional[list[str]])
         return [
             Finding(
                 "SYS_FS_READONLY",
-                NODE,
+                comp,
                 f"{path} is mounted read-only ({mount[0]})",
                 {"path": path, "mount": mount[0], "fstype": mount[1], "options": mount[2]},
             )
@@ -310,7 +314,7 @@ def _eval_readonly(path: str, fs: Mapping[str, Any], mount: Optional[list[str]])
         return [
             unknown(
                 "SYS_FS_READONLY",
-                NODE,
+                comp,
                 f"{path} is on a read-only mount; without the mount table hma cannot tell "
                 "whether the filesystem itself is read-only",
                 path=path,
