@@ -36,7 +36,7 @@ from hma.contracts.model import Finding, Severity
 from hma.contracts.options import Option, positive
 from hma.contracts.source import EventSource, SourceContext
 from hma.probes.kernel_log.dedup import Dedup
-from hma.probes.kernel_log.lines import from_identifier, parse_record, written_record
+from hma.probes.kernel_log.lines import Record, from_identifier, parse_record, written_record
 from hma.probes.kernel_log.rules import RuleSet, load_site
 
 CURSOR_KEY = "kernel_log.cursor"
@@ -173,11 +173,7 @@ class KernelLogSource(EventSource):
         def handle(raw: bytes) -> None:
             if raw.startswith(b" ") or not raw:  # continuation (KEY=value dictionary) lines
                 return
-            record = parse_record(raw)
-            if record is None and not kernel and raw.startswith(b"<"):
-                # what /dev/kmsg takes (`hma inject xid --kmsg PATH`), written straight to the
-                # path: the record the kernel would make of it, after the last one handled
-                record = written_record(raw, cursor.value + 1, int(time.monotonic() * 1e6))
+            record = _record(raw, kernel, cursor.value)
             if record is None:
                 self.stats["malformed"] += 1
                 return
@@ -301,6 +297,16 @@ class KernelLogSource(EventSource):
         finally:
             cursor.save()
             reader.close()
+
+
+def _record(raw: bytes, kernel: bool, last_seq: int) -> Optional[Record]:
+    """The record of one line read (None: not one). Off a kernel device (a FIFO, a file), a
+    line in the form /dev/kmsg takes (``hma inject xid --kmsg PATH`` written straight to the
+    path) is the record the kernel would make of it, numbered after the last one handled."""
+    record = parse_record(raw)
+    if record is None and not kernel and raw.startswith(b"<"):
+        return written_record(raw, last_seq + 1, int(time.monotonic() * 1e6))
+    return record
 
 
 def _admit(dedup: Dedup, finding: Finding) -> Optional[Finding]:
