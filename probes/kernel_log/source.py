@@ -32,12 +32,13 @@ from typing import Any, Callable, ClassVar, Mapping, Optional
 
 from hma.adapters.files import ReadError, RootReader
 from hma.contracts.catalogue import Entry
-from hma.contracts.model import Finding, Severity
+from hma.contracts.model import Finding, Severity, named_component
 from hma.contracts.options import Option, positive
 from hma.contracts.source import EventSource, SourceContext
 from hma.probes.kernel_log.dedup import Dedup
 from hma.probes.kernel_log.lines import Record, from_identifier, parse_record, written_record
 from hma.probes.kernel_log.rules import RuleSet, load_site
+from hma.probes.support import mounts
 
 CURSOR_KEY = "kernel_log.cursor"
 JOURNAL_CURSOR_KEY = "kernel_log.journal_cursor"
@@ -186,7 +187,7 @@ class KernelLogSource(EventSource):
                 evidence["facility"] = record.facility
             finding = matcher.feed(record.message, time.time(), evidence, record.ts_usec / 1e6)
             if finding is not None:
-                admitted = _admit(dedup, finding)
+                admitted = _admit(dedup, on_mount(finding, ctx))
                 if admitted is not None:
                     self.stats["findings"] += 1
                     emit(admitted)
@@ -289,7 +290,7 @@ class KernelLogSource(EventSource):
                 )
                 if finding is None:
                     continue
-                admitted = _admit(dedup, finding)
+                admitted = _admit(dedup, on_mount(finding, ctx))
                 if admitted is not None:
                     self.stats["findings"] += 1
                     emit(admitted)
@@ -297,6 +298,21 @@ class KernelLogSource(EventSource):
         finally:
             cursor.save()
             reader.close()
+
+
+def on_mount(finding: Finding, ctx: SourceContext) -> Finding:
+    """A finding on a block device the kernel named (``dev:<name>``: the file-system rules) is
+    on the mount of its file system, ``fs:<mount>``, where the mount table under the source's
+    roots knows it (hma.probes.support.mounts); else it stays ``dev:<name>``. Both names are
+    kept within the component grammar (``named_component``)."""
+    kind, _, name = finding.component.partition(":")
+    if kind != "dev":
+        return finding
+    point = mounts.mount_of_device(ctx.sysfs, ctx.procfs, name)
+    if point is None:
+        return finding.with_(component=named_component("dev", name))
+    details = {**finding.details, "device": name, "mount": point}
+    return finding.with_(component=named_component("fs", point), details=details)
 
 
 def _record(raw: bytes, kernel: bool, last_seq: int) -> Optional[Record]:

@@ -50,7 +50,14 @@ def record(seq: int, message: str | bytes, pri: int = 3) -> bytes:
 class Running:
     """A source thread reading a FIFO; findings collected in order."""
 
-    def __init__(self, tmp: Path, kv: Optional[MemoryKV] = None, boot: str = BOOT, **opts: Any):
+    def __init__(
+        self,
+        tmp: Path,
+        kv: Optional[MemoryKV] = None,
+        boot: str = BOOT,
+        roots: tuple[str, str] = ("/nonexistent", "/nonexistent"),
+        **opts: Any,
+    ):
         self.fifo = tmp / "kmsg"
         if not self.fifo.exists():
             os.mkfifo(self.fifo)
@@ -59,8 +66,8 @@ class Running:
         options.update(opts)
         self.ctx = SourceContext(
             options=options,
-            sysfs=RootReader("/sys"),
-            procfs=RootReader("/proc"),
+            sysfs=RootReader(roots[0]),  # (sysfs, procfs): never the host's
+            procfs=RootReader(roots[1]),
             runner=CommandRunner(),
             boot_id=boot,
             kv=kv if kv is not None else MemoryKV(),
@@ -222,6 +229,51 @@ def test_hma_inject_into_the_fifo_the_source_reads_raises_the_finding(tmp_path: 
     assert injected.details["facility"] == 1  # written from user space: the user facility
     assert (after.component, after.details["seq"]) == ("gpu:0000:5e:00", 43)
     assert run.source.stats["malformed"] == 0
+
+
+@pytest.mark.timeout(30)
+def test_a_file_system_error_names_the_mount_the_device_is_on(tmp_path: Path) -> None:
+    # the kernel names the block device (`EXT4-fs error (device sdb1)`, `XFS (dm-0)`); the mount
+    # table under the source's roots says where it is mounted: `fs:<mount>`; a device that is
+    # not mounted is `dev:<name>`
+    sysfs, procfs = tmp_path / "sys", tmp_path / "proc"
+    for name, devno in (("sdb1", "8:17"), ("dm-0", "253:0"), ("sdc", "8:32")):
+        (sysfs / "class/block" / name).mkdir(parents=True)
+        (sysfs / "class/block" / name / "dev").write_text(devno + "\n")
+    (procfs / "self").mkdir(parents=True)
+    (procfs / "self/mountinfo").write_text(
+        "25 1 259:1 / / rw - ext4 /dev/nvme0n1p1 rw\n"
+        "40 25 8:17 /jobs /srv/jobs rw - ext4 /dev/sdb1 ro\n"  # a bind of a folder of it first
+        "41 25 8:17 / /scratch rw - ext4 /dev/sdb1 ro\n"
+        "42 25 253:0 / /my\\040data rw - xfs /dev/mapper/vg-data rw\n"
+    )
+    run = Running(tmp_path, roots=(str(sysfs), str(procfs)))
+    try:
+        run.write(
+            record(
+                1,
+                "EXT4-fs error (device sdb1): ext4_find_entry:1455: inode #2: comm ls: "
+                "reading directory lblock 0",
+            )
+        )
+        run.write(
+            record(
+                2,
+                'XFS (dm-0): metadata I/O error in "xfs_imap_to_bp+0x5e" at daddr 0x80 len 32 '
+                "error 5",
+            )
+        )
+        run.write(record(3, "EXT4-fs (sdc): Remounting filesystem read-only"))
+        run.write(record(4, "Aborting journal on device nvme0n1p1-8."))
+        run.wait_for(lambda: len(run.findings) == 4, "four file-system findings")
+    finally:
+        run.stop()
+    assert [(f.code, f.component) for f in run.findings] == [
+        ("KERNEL_FS_ERROR", "fs:/scratch"),
+        ("KERNEL_FS_ERROR", "fs:/my\\040data"),
+        ("KERNEL_FS_READONLY", "dev:sdc"),
+        ("KERNEL_FS_ERROR", "fs:/"),  # no sysfs entry: by the mount's source, /dev/nvme0n1p1
+    ]
 
 
 @pytest.mark.timeout(30)
