@@ -140,7 +140,8 @@ def _facts(setup: Setup, names: Sequence[str]) -> Optional[NodeFacts]:
     facts, error = read_once(make_backend(setup.config))
     if error:
         print(
-            f"hma check: the node's state was not read from the cluster: {error}", file=sys.stderr
+            f"hma check: the node's state was not read from the cluster: {printable(error)}",
+            file=sys.stderr,
         )
     return replace(facts, node_name=facts.node_name or setup.node_name)
 

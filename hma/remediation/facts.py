@@ -54,11 +54,11 @@ def node_facts(known: Known, configured: bool) -> NodeFacts:
     )
 
 
-def read_once(backend: Backend, node_name: Optional[str] = None) -> tuple[NodeFacts, str]:
+def read_once(backend: Backend) -> tuple[NodeFacts, str]:
     """One read of the node's facts (its state, one single-node query, and its jobs), as the
     facts thread makes it but writing nothing (for one-shot commands): (the facts, why they
     could not be read, "" when they were). Nothing is read where the backend cannot be used."""
-    known = Known(node_name=node_name or backend.node_name_configured())
+    known = Known(node_name=backend.node_name_configured())
     if not backend.enabled:
         return node_facts(known, False), ""
     try:
