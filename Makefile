@@ -5,7 +5,8 @@ PY := $(VENV)/bin/python
 # mypy and import-linter read the package as it installs: probes/ as hma/probes (scripts/lint-view)
 LINT_VIEW := build/lint
 
-.PHONY: all setup test unit integration lint compat demo bench clean deb rpm vendor install-test
+.PHONY: all setup test unit integration lint compat demo bench clean deb rpm vendor install-test \
+	release-check
 
 all: test
 
@@ -53,6 +54,11 @@ deb: setup
 
 rpm: setup
 	PIP_PYTHON=$(PY) packaging/build rpm
+
+# A release (CONTRIBUTING.md, "Releasing"): one version in the tree, CHANGELOG.md's top section
+# and the tag (when on one); the packages built now from this tree carry it and the licence.
+release-check: deb rpm
+	$(PY) packaging/release.py --dist dist
 
 install-test: setup
 	HMA_INSTALL_TESTS=1 $(PY) -m pytest -q -p no:cacheprovider tests/install

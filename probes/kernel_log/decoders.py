@@ -1,9 +1,10 @@
 """Decoders: the code behind a rule's ``kind`` other than ``code``, registered by entry point.
 
 A rule of ``kind = "xid"`` hands its line to the decoder registered under that name in the
-``hma.kernel_log.decoders`` entry point group (the NVIDIA family registers ``xid``), so the
-kernel-log family knows line shapes, rules and de-duplication and no vendor's decoding: a decoder
-says which fault a line is, builds its finding, and names the codes it can raise.
+``hma.kernel_log.decoders`` entry point group (the NVIDIA family registers ``xid`` and
+``sxid``), so the kernel-log family knows line shapes, rules and de-duplication and no vendor's
+decoding: a decoder says which fault a line is, builds its finding, and names the codes it can
+raise.
 """
 
 from __future__ import annotations

@@ -4,15 +4,19 @@ shell completion match hma's argument parser."""
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import re
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
 from typing import Callable, Iterable
 
 from hma.cli import build_parser
+from hma.contracts import catalogue
 from hma.contracts.model import Severity
+from hma.detection import registry
 
 from .chroots import ROOT
 
@@ -88,18 +92,41 @@ def dead_doc_links(root: Path, shipped: Iterable[str]) -> dict[str, list[str]]:
 
 def check_manuals(root: Path, shipped: Iterable[str]) -> None:
     """A man page for hma and one per command, each rendering without warnings and showing the
-    options of its parser; bash completion that completes the commands."""
+    options of its parser, its exit status and (hma, hma-check) the probes; zsh completion that
+    zsh loads and bash completion that completes commands, probes and codes."""
     files = set(shipped)
-    parser = build_parser()
-    (sub,) = [a for a in parser._actions if a.dest == "command"]
-    pages = {"hma": parser, **{f"hma-{name}": p for name, p in sub.choices.items()}}  # type: ignore[union-attr]
-    man = shutil.which("man")
-    assert man, "man missing (scripts/apt-packages.txt: man-db)"
-    for page, its_parser in pages.items():
+    pages = {}
+    for page in parsers():
         path = f"{MAN}/{page}.1.gz"
         assert path in files, f"no man page {path}"
+        pages[page] = root / path.lstrip("/")
+    check_pages(pages)
+    (zsh_file,) = [f for f in files if f.endswith("/_hma")]
+    assert zsh_file in (
+        "/usr/share/zsh/vendor-completions/_hma",
+        "/usr/share/zsh/site-functions/_hma",
+    )
+    check_zsh(root / zsh_file.lstrip("/"))
+    check_bash(root / "usr/share/bash-completion/completions/hma")
+
+
+def parsers() -> dict[str, argparse.ArgumentParser]:
+    """The parser of each man page: ``hma`` and ``hma-COMMAND``."""
+    parser = build_parser()
+    (sub,) = [a for a in parser._actions if a.dest == "command"]
+    return {"hma": parser, **{f"hma-{name}": p for name, p in sub.choices.items()}}  # type: ignore[union-attr]
+
+
+def check_pages(pages: dict[str, Path]) -> None:
+    """Each page (name: its file, plain or gzip) renders without warnings, names itself, shows
+    its parser's options and an EXIT STATUS; hma and hma-check list every registry probe."""
+    man = shutil.which("man")
+    assert man, "man missing (scripts/apt-packages.txt: man-db)"
+    probes, broken = registry.discover()
+    assert probes and not broken, broken
+    for page, its_parser in parsers().items():
         res = subprocess.run(
-            [man, "--warnings", "-l", "-Tutf8", str(root / path.lstrip("/"))],
+            [man, "--warnings", "-l", "-Tutf8", str(pages[page])],
             capture_output=True, text=True, timeout=60, check=False,
             env={"PATH": "/usr/bin:/bin", "MANWIDTH": "80", "LC_ALL": "C.UTF-8"},
         )  # fmt: skip
@@ -110,29 +137,67 @@ def check_manuals(root: Path, shipped: Iterable[str]) -> None:
             for option in action.option_strings:
                 if option not in ("-h", "--help"):
                     assert option in text, (page, option)
-    (zsh_file,) = [f for f in files if f.endswith("/_hma")]
-    assert zsh_file in (
-        "/usr/share/zsh/vendor-completions/_hma",
-        "/usr/share/zsh/site-functions/_hma",
-    )
+        exits = section(text, "EXIT STATUS")
+        words = re.sub(r"\s+", " ", re.sub("\u2010\n\\s*", "", exits))  # hyphenated at a break
+        assert "0 ok, 1 warning, 2 critical, 3 unknown" in words, (page, exits)
+        usage = "hma " + page[len("hma-") :] if page != "hma" else "hma check"
+        assert re.search(rf"^\s+{re.escape(usage)}\b", exits, re.M), (page, exits)
+        if page in ("hma", "hma-check"):
+            listed = section(text, "PROBES")
+            assert re.findall(r"^ {7}(\w+)", listed, re.M)[: len(probes)] == sorted(probes)
+
+
+def section(text: str, title: str) -> str:
+    """A rendered page's section ``title`` (up to the next heading); AssertionError without."""
+    found = re.search(rf"^{title}\n(.*?)(?=^\S)", text, re.M | re.S)
+    assert found, f"no {title} section"
+    return found.group(1)
+
+
+def check_zsh(completion: Path) -> None:
+    """zsh reads the completion file, compinit registers it for hma, and it names the registry's
+    probes and the catalogue's codes (as the choices of check, explain, ack and reset)."""
+    text = completion.read_text()
+    for word in [*registry.discover()[0], *(e.code for e in catalogue.load_builtin())]:
+        assert re.search(rf"\b{word}\b", text), word
     zsh = shutil.which("zsh")
     assert zsh, "zsh missing (scripts/apt-packages.txt)"
-    folder = (root / zsh_file.lstrip("/")).parent
-    script = f"fpath=({folder} $fpath); autoload -Uz compinit; compinit -u -D; "
+    script = f"fpath=({completion.parent} $fpath); autoload -Uz compinit; compinit -u -D; "
     script += "print -r -- ${_comps[hma]}"
-    for argv in ([zsh, "-n", str(folder / "_hma")], [zsh, "-f", "-c", script]):
+    for argv in ([zsh, "-n", str(completion)], [zsh, "-f", "-c", script]):
         res = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
         assert res.returncode == 0 and not res.stderr, (argv, res.stderr)
     assert res.stdout.strip() == "_hma", res.stdout  # compinit registers it for hma
-    completion = root / "usr/share/bash-completion/completions/hma"
+
+
+def bash_complete(completion: Path, words: list[str]) -> list[str]:
+    """What bash offers for the last of ``words`` (``hma ...``) with the completion file."""
+    line = " ".join(words)
+    array = " ".join(shlex.quote(w) for w in words)
     script = (
-        f"source {completion}; "
+        f"source {shlex.quote(str(completion))}; "
         "fn=$(complete -p hma | sed -n 's/.* -F \\([^ ]*\\) .*/\\1/p'); "
-        'COMP_WORDS=(hma ""); COMP_CWORD=1; COMP_LINE="hma "; COMP_POINT=4; '
-        '$fn hma "" hma; printf "%s\\n" "${COMPREPLY[@]}"'
+        f"COMP_WORDS=({array}); COMP_CWORD={len(words) - 1}; "
+        f"COMP_LINE={shlex.quote(line)}; COMP_POINT={len(line)}; "
+        f"$fn hma {shlex.quote(words[-1])} {shlex.quote(words[-2])}; "
+        'printf "%s\\n" "${COMPREPLY[@]}"'
     )
     res = subprocess.run(
         ["bash", "--norc", "--noprofile", "-c", script],
         capture_output=True, text=True, timeout=60, check=False, cwd=ROOT,
     )  # fmt: skip
-    assert sorted(res.stdout.split()) == sorted(commands()), (res.stdout, res.stderr)
+    assert res.returncode == 0 and not res.stderr, res.stderr
+    return sorted(res.stdout.split())
+
+
+def check_bash(completion: Path) -> None:
+    """bash completes the commands, the registry's probes after ``hma check`` and the
+    catalogue's codes after ``hma explain``, ``ack`` and ``reset``."""
+    assert bash_complete(completion, ["hma", ""]) == sorted(commands())
+    probes, _ = registry.discover()
+    assert bash_complete(completion, ["hma", "check", ""]) == sorted(probes)
+    assert bash_complete(completion, ["hma", "check", "gpu", "inf"]) == ["infiniband"]
+    xid = sorted(e.code for e in catalogue.load_builtin() if e.code.startswith("GPU_XID_7"))
+    assert xid
+    for command in ("explain", "ack", "reset"):
+        assert bash_complete(completion, ["hma", command, "GPU_XID_7"]) == xid, command

@@ -4,7 +4,7 @@
 
 ``xid46``: the fault is an Xid 46 on stand-in GPU 3 (a reset code: drain, GPU reset, then the
 reboot if the reset did not repair) in this boot, instead of a fault that only drains. Prints the
-outbox rows as JSON when nothing is left to do.
+outbox rows as JSON when nothing is left to do (with ``xid46``: once the reboot's row is final).
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ def main() -> int:
     setup = assembly.load(sys.argv[1])
     store = Store(sys.argv[2])
     rem = Remediator(setup, store)
-    if sys.argv[3:] == ["xid46"]:
+    reset_code = sys.argv[3:] == ["xid46"]
+    if reset_code:
         boot = boot_id(setup.config.section("paths")["procfs"])
         found = fault("GPU_XID_46", "gpu:0000:5d:00", message="Xid 46: GPU stopped processing")
         rem.update(verdict(found, boot=boot), boot)
@@ -40,7 +41,9 @@ def main() -> int:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         rows = rem.status()["actions"]
-        if rows and all(r["state"] in ("done", "held", "skipped") for r in rows):
+        final = rows and all(r["state"] in ("done", "held", "skipped") for r in rows)
+        # a reset code: the reset's row is final before the planner adds the reboot's
+        if final and (not reset_code or any(r["kind"] == "reboot" for r in rows)):
             break
         time.sleep(0.05)
     print(json.dumps(rem.status()["actions"]))

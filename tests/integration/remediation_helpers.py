@@ -50,8 +50,15 @@ def write_config(
 ) -> Path:
     """An hma.toml for ``node`` of ``cluster`` with fast timings (``extra``: more TOML;
     ``paths``: more ``[paths]`` keys, e.g. a generated sysfs root; ``agent``: ``[agent]`` keys
-    replaced, e.g. a ``probes_dir`` under a path only root can write)."""
+    replaced, e.g. a ``probes_dir`` under a path only root can write). Unless ``extra`` has its
+    own, a ``[sources.kernel_log]`` reads a FIFO no one writes: no agent of a test reads this
+    machine's kernel log (tests/hermetic)."""
     folder = path.parent
+    if "[sources.kernel_log]" not in extra:
+        silent = folder / f"kmsg-{node}"
+        if not silent.exists():
+            os.mkfifo(silent, 0o600)
+        extra += f'\n[sources.kernel_log]\npath = "{silent}"\nbackend = "kmsg"\n'
     sections = {
         "agent": {
             "state_dir": str(folder / f"state-{node}"),

@@ -135,9 +135,10 @@ def test_a_kernel_log_that_cannot_be_read_is_shown_and_warned_on_a_gpu_node(
             assert proc.poll() is None, (tmp_path / "daemon.log").read_text()
             assert time.monotonic() < deadline, "no HMA_KERNEL_LOG_BLIND in status.json"
             time.sleep(0.05)
-        doc = json.loads((tmp_path / "run" / "status.json").read_text())
+        # the warning is in the verdict (the node's own severity also counts the GPU probes,
+        # unknown on this driverless root, and whatever a probe slowed by load says)
         assert faults(tmp_path / "run" / "status.json")[key]["severity"] == "warning"
-        assert doc["severity"] == "warning"
+        doc = json.loads((tmp_path / "run" / "status.json").read_text())
         [source] = [s for s in doc["sources"] if s["name"] == "kernel_log"]
         assert source["state"] == "not-applicable"
         assert source["reason"].startswith(f"backend = kmsg, but {tmp_path}/no-kmsg cannot be")

@@ -4,8 +4,9 @@
 collector serves it; Prometheus (on loopback, 1 s scrapes and evaluations) scrapes it and
 evaluates hma-alerts.rules.yml with every `for:` cut to 1 s and the stale threshold and
 counter window cut to seconds (promtool test rules checks the real `for:` durations). Faults
-are injected for real: executable probes that fail while a flag file exists, a replace hook that
-fails, another node drained by hma (the circuit breaker opens), the agent stopped (SIGSTOP).
+are injected for real: node_exporter serving no hma textfile before the agent starts, executable
+probes that fail while a flag file exists, a replace hook that fails, another node drained by hma
+(the circuit breaker opens), the agent stopped (SIGSTOP).
 Every alert must fire on its fault and resolve after it; every PromQL expression of the Grafana
 dashboard must return data from that server.
 """
@@ -157,7 +158,7 @@ class Stack:
 
     def run(self, textfile_dir: Path, rules: Path) -> None:
         """Start node_exporter over ``textfile_dir`` and Prometheus with ``rules``; wait until
-        both answer."""
+        both answer (the folder may hold no textfile yet)."""
         self.start(
             "node_exporter",
             [
@@ -186,7 +187,9 @@ class Stack:
             ],
         )
         wait_for(
-            lambda: "hma_" in get(f"http://{self.instance}/metrics"), "node_exporter", self.procs
+            lambda: "node_textfile_scrape_error" in get(f"http://{self.instance}/metrics"),
+            "node_exporter",
+            self.procs,
         )
         wait_for(lambda: get(f"{self.url}/-/ready"), "Prometheus ready", self.procs)
 
@@ -333,19 +336,30 @@ def test_alerts_fire_and_resolve_and_the_dashboard_has_data(
         env=env,
     )
     assert check.returncode == 0 and check.stderr == "", check.stderr
-    with (tmp_path / "daemon.log").open("w") as log:
-        daemon = subprocess.Popen(
-            [sys.executable, "-m", "hma", "--config", str(config), "run"],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
-            env=env,
-        )
     stack = Stack(tmp_path)
+    daemon: subprocess.Popen | None = None
     try:
-        wait_for(textfile.exists, "the textfile", [daemon])
+        # node_exporter up, no hma textfile in its folder yet: the node is not monitored by hma
         stack.run(metrics, fast_rules(tmp_path / "rules.yml"))
+        wait_for(
+            lambda: stack.firing() == {"HmaNotReporting"},
+            "HmaNotReporting firing",
+            stack.procs,
+            lambda: stack.alerts(),
+        )
+        (missing,) = stack.alerts()["HmaNotReporting"]
+        assert missing["labels"]["instance"] == stack.instance
+        assert missing["labels"]["severity"] == "warning"
+        with (tmp_path / "daemon.log").open("w") as log:
+            daemon = subprocess.Popen(
+                [sys.executable, "-m", "hma", "--config", str(config), "run"],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=ROOT,
+                env=env,
+            )
         procs = [daemon, *stack.procs]
+        wait_for(textfile.exists, "the textfile", procs)
 
         def state() -> str:
             alerts = {n: [a["state"] for a in items] for n, items in stack.alerts().items()}
@@ -353,7 +367,8 @@ def test_alerts_fire_and_resolve_and_the_dashboard_has_data(
             return f"alerts {alerts}; textfile:\n" + "\n".join(lines)
 
         wait_for(lambda: stack.query("hma_node_state"), "the first scrape", procs)
-        assert not stack.alerts()
+        # the agent's metrics appear: HmaNotReporting resolves, and nothing else fires
+        wait_for(lambda: not stack.alerts(), "HmaNotReporting resolved", procs, state)
 
         # faults: a critical one that asks for replacement (the hook fails), a warning, a probe
         # that raises
@@ -416,10 +431,11 @@ def test_alerts_fire_and_resolve_and_the_dashboard_has_data(
         wait_for(lambda: not stack.alerts(), "HmaAgentStale resolved", procs, state)
     finally:
         stack.stop()
-        daemon.send_signal(signal.SIGCONT)
-        daemon.terminate()
-        try:
-            daemon.wait(20)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
-            daemon.wait()
+        if daemon is not None:
+            daemon.send_signal(signal.SIGCONT)
+            daemon.terminate()
+            try:
+                daemon.wait(20)
+            except subprocess.TimeoutExpired:
+                daemon.kill()
+                daemon.wait()

@@ -2,9 +2,10 @@
 HealthCheckProgram, and the node is drained on a fault and resumed when healthy, as the page says.
 
 The lines are read from the page's marked code blocks (so the page and this test cannot drift);
-only the program paths (the page's /usr/bin/hma and /usr/sbin/reboot: a launcher of this tree and
-the harness's RebootProgram stand-in) and the interval (seconds here, minutes on a cluster) are
-changed. Slurm 22.05 only: 24.11's slurmd runs in a chroot that cannot see this tree's Python.
+only the program paths (the page's /usr/bin/hma-healthcheck and /usr/sbin/reboot: a launcher of
+this tree and the harness's RebootProgram stand-in) and the interval (seconds here, minutes on a
+cluster) are changed. Slurm 22.05 only: 24.11's slurmd runs in a chroot that cannot see this
+tree's Python.
 """
 
 from __future__ import annotations
@@ -47,20 +48,22 @@ def test_the_page_has_a_block_per_mode_with_the_keys_it_explains() -> None:
     for mode, lines in blocks.items():
         keys = {line.split("=", 1)[0] for line in lines}
         assert {"HealthCheckProgram", "HealthCheckInterval", "HealthCheckNodeState"} <= keys
-        assert "HealthCheckProgram=/usr/bin/hma" in lines
+        assert "HealthCheckProgram=/usr/bin/hma-healthcheck" in lines
         assert any(line.startswith("HealthCheckNodeState=ANY") for line in lines), mode
         if mode != "hyperpod":  # the default reboot mode needs it; HyperPod's does not
             assert "RebootProgram=/usr/sbin/reboot" in lines
 
 
 def launcher(folder: Path) -> Path:
-    """Stands in for /usr/bin/hma: this tree's hma, the node's configuration (the test cannot
-    use /etc/hma), and one log line per run (exit status, then the line hma printed)."""
-    path = folder / "hma"
+    """Stands in for /usr/bin/hma-healthcheck: this tree's ``hma.commands.healthcheck:main``
+    (the console script's entry point), the node's configuration (the test cannot use /etc/hma),
+    and one log line per run (exit status, then the line hma printed)."""
+    path = folder / "hma-healthcheck"
+    entry = "import sys; from hma.commands.healthcheck import main; sys.exit(main())"
     path.write_text(
         "#!/bin/sh\n"
         f'HMA_CONFIG="{folder}/hma-$SLURMD_NODENAME.toml"; export HMA_CONFIG\n'
-        f'out=$("{sys.executable}" -m hma "$@" 2>>"{folder}/stderr.log"); rc=$?\n'
+        f'out=$("{sys.executable}" -c "{entry}" "$@" 2>>"{folder}/stderr.log"); rc=$?\n'
         f'printf "%s %s\\n" "$rc" "$out" | head -c 2000 >> "{folder}/runs-$SLURMD_NODENAME.log"\n'
         "exit $rc\n"
     )
@@ -128,7 +131,9 @@ def start(
         cluster,
         NODE,
         {"resume_after": 0.0, **(recovery or {})},
-        extra="[probes.system]\nenabled = false\n[probes.gpucheck]\ninterval = 0.5\n" + extra,
+        # the kernel-log source off: the daemon must not read this machine's /dev/kmsg
+        extra="[probes.system]\nenabled = false\n[probes.gpucheck]\ninterval = 0.5\n"
+        "[sources.kernel_log]\nenabled = false\n" + extra,
         agent={"probes_dir": str(trusted_dir / "probes.d")},
     )
     cluster.start()

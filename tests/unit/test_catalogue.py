@@ -18,7 +18,7 @@ NOT_CODES = re.compile(
     r"^(HMA_(CONFIG|NODE|ACTION|REASON|ACTION_ID|FINDINGS_FILE|UPDATE_GOLDEN|STUCK_SECONDS"
     r"|CODE|COMPONENT|SEVERITY|PROBE|KIND|DETAILS|TS|MODE|WOULD|NVML_.*|SMI_.*|TEST_.*|JOURNAL_.*)"
     r"|HMA_AUTO_RESUME_GRACE|SLURM_(JOB_ID|RESTART_COUNT)"
-    r"|GPU_XID_|SITE_|SLURM_CONF)$"
+    r"|GPU_XID_|GPU_SXID_|SITE_|SLURM_CONF)$"
 )
 
 
@@ -46,8 +46,9 @@ def test_every_emitted_code_is_catalogued() -> None:
 
 def test_every_catalogued_code_is_emitted() -> None:
     emitted = set(emitted_literals())
-    # GPU_XID_<n> codes are built from the Xid number by hma.probes.nvidia.xid (PREFIX + n).
-    generated = re.compile(r"^GPU_XID_\d+$")
+    # GPU_XID_<n> and GPU_SXID_<n> codes are built from the number by hma.probes.nvidia.xid and
+    # hma.probes.nvidia.sxid (PREFIX + n).
+    generated = re.compile(r"^GPU_S?XID_\d+$")
     unused = [
         e.code for e in load_builtin() if e.code not in emitted and not generated.match(e.code)
     ]

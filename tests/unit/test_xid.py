@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import subprocess
 import sys
 from pathlib import Path
@@ -62,9 +63,89 @@ def test_application_xids_never_drain_at_one_occurrence(n: int) -> None:
         assert entry.counted and entry.after >= 5 and entry.within >= 86400
 
 
+def table_rows() -> list[dict[str, str]]:
+    lines = (ROOT / "scripts" / "xid-table.tsv").read_text().splitlines()
+    body = [ln for ln in lines if not ln.startswith("#")]
+    return list(csv.DictReader(body, delimiter="\t", quoting=csv.QUOTE_NONE))
+
+
+def test_the_catalogue_has_every_xid_nvidia_publishes() -> None:
+    """NVIDIA's Xid catalogue numbers its Xids 1-172 (catalog_generated.go, 2025-10-29)."""
+    assert set(range(1, 173)) <= xid.catalogued_xids()
+    assert [int(r["xid"]) for r in table_rows()] == list(range(1, 173))
+
+
 def test_counted_xids_follow_the_investigatory_bucket() -> None:
     counted = sorted(int(e.code[8:]) for e in load_builtin() if e.code[8:].isdigit() and e.counted)
-    assert counted == [8, 13, 31, 43, 68, 92, 121, 157]
+    expected = [
+        int(r["xid"])
+        for r in table_rows()
+        if not r["override"]
+        and r["immediate"] in ("RESTART_APP", "IGNORE")
+        and r["investigatory"] in ("CONTACT_SUPPORT", "WORKFLOW_XID_13", "WORKFLOW_XID_31")
+    ]
+    assert counted == expected and {8, 13, 31, 43, 68, 92, 121, 157} <= set(counted)
+    for n in counted:
+        entry = load_builtin().get(f"GPU_XID_{n}")
+        assert entry is not None and entry.after in (5, 10) and entry.within == 86400
+
+
+# One row per NVIDIA immediate bucket: (bucket, an Xid of it, severity, action, drains,
+# reset_gpu, counted). The rule is scripts/gen-xid-catalogue's docstring (docs/gpu.md).
+BUCKETS = [
+    ("RESET_GPU", 46, Severity.CRITICAL, Action.REBOOT, True, True, False),
+    ("RESTART_BM", 79, Severity.CRITICAL, Action.REBOOT, True, False, False),
+    ("RESTART_VM", 151, Severity.CRITICAL, Action.REBOOT, True, False, False),
+    ("WORKFLOW_XID_48", 48, Severity.CRITICAL, Action.REBOOT, True, False, False),
+    ("WORKFLOW_NVLINK_ERR", 74, Severity.CRITICAL, Action.REBOOT, True, False, False),
+    ("WORKFLOW_NVLINK5_ERR", 149, Severity.CRITICAL, Action.REBOOT, True, False, False),
+    ("CONTACT_SUPPORT", 1, Severity.CRITICAL, Action.REPLACE, True, False, False),
+    ("CONTACT_SUPPORT", 142, Severity.CRITICAL, Action.REPLACE, True, False, False),
+    ("CHECK_MECHANICALS", 54, Severity.CRITICAL, Action.REPLACE, True, False, False),
+    ("RESTART_APP", 39, Severity.CRITICAL, Action.REBOOT, True, False, True),
+    ("RESTART_APP", 11, Severity.WARNING, Action.NONE, False, False, False),
+    ("IGNORE", 93, Severity.CRITICAL, Action.REBOOT, True, False, True),
+    ("IGNORE", 106, Severity.WARNING, Action.NONE, False, False, False),
+    ("RESTART_APP", 80, Severity.WARNING, Action.NONE, False, False, False),  # CHECK_APP/CUDA
+    ("CHECK_UVM", 159, Severity.WARNING, Action.NONE, False, False, False),
+    ("WORKFLOW_XID_45", 45, Severity.WARNING, Action.NONE, False, False, False),
+    ("UPDATE_SWFW", 78, Severity.WARNING, Action.NONE, False, False, False),
+    ("XID_154", 154, Severity.WARNING, Action.NONE, True, False, False),
+]
+
+
+@pytest.mark.parametrize(
+    ("bucket", "n", "severity", "action", "drains", "reset", "counted"), BUCKETS
+)
+def test_each_bucket_maps_to_one_severity_and_action(
+    bucket: str,
+    n: int,
+    severity: Severity,
+    action: Action,
+    drains: bool,
+    reset: bool,
+    counted: bool,
+) -> None:
+    (row,) = [r for r in table_rows() if r["xid"] == str(n)]
+    assert row["immediate"] == bucket and not row["override"]
+    entry = load_builtin().get(f"GPU_XID_{n}")
+    assert entry is not None
+    assert (entry.severity, entry.action, entry.drains) == (severity, action, drains)
+    assert (entry.reset_gpu, entry.counted) == (reset, counted)
+
+
+def test_every_bucket_of_the_table_has_a_row_above() -> None:
+    assert {r["immediate"] for r in table_rows() if not r["override"]} == {b[0] for b in BUCKETS}
+
+
+@pytest.mark.parametrize(
+    ("n", "severity"), [(162, Severity.WARNING), (166, Severity.WARNING), (169, Severity.CRITICAL)]
+)
+def test_xids_without_a_bucket_name_their_class(n: int, severity: Severity) -> None:
+    (row,) = [r for r in table_rows() if r["xid"] == str(n)]
+    entry = load_builtin().get(f"GPU_XID_{n}")
+    assert row["immediate"] == "-" and row["override"] and entry is not None
+    assert entry.severity is severity
 
 
 def test_no_warning_xid_drains_and_hardware_xids_clear_with_a_reboot() -> None:

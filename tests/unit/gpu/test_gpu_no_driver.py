@@ -63,3 +63,14 @@ def test_an_expected_count_makes_it_critical(hma_env: Any, tmp_path: Path, expec
         assert [(f["code"], f["severity"]) for f in probe["findings"]] == [
             ("GPU_DRIVER_NOT_LOADED", "critical")
         ]
+
+
+def test_docs_gpu_md_quotes_what_hma_check_says(hma_env: Any, tmp_path: Path) -> None:
+    """docs/gpu.md ("When a GPU probe is `unsupported`") shows the reasons as `hma check` prints
+    them (the library and tool names of the default configuration)."""
+    rc, doc = check(hma_env, tmp_path, 0)
+    page = (Path(__file__).resolve().parents[3] / "docs" / "gpu.md").read_text()
+    section = page.split("## When a GPU probe is `unsupported`\n", 1)[1].split("\n## ", 1)[0]
+    for probe in doc["probes"]:
+        reason = probe["error"].replace(NO_SMI, "nvidia-smi")
+        assert f"`{probe['name']} unsupported ... {reason}`" in section, reason

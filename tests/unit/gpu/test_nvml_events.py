@@ -48,7 +48,7 @@ def test_xid_events_become_findings(scenario, nvml_lib: Path) -> None:
             got.get()
         scenario.push_xid(99, 79)  # no such device: skipped
         with scenario.events.open("a") as f:
-            f.write("4 1")  # an incomplete line is not read until it ends
+            f.write("4 999")  # an incomplete line is not read until it ends
             f.flush()
             time.sleep(0.3)  # several wait_ms periods
             assert got.empty()
@@ -60,7 +60,7 @@ def test_xid_events_become_findings(scenario, nvml_lib: Path) -> None:
         ctx.stop.set()
         thread.join(5)
     assert not thread.is_alive()
-    assert (f0.code, f0.component) == ("GPU_XID_OTHER", "gpu:0000:9a:00")  # "4 1\n": Xid 1
+    assert (f0.code, f0.component) == ("GPU_XID_OTHER", "gpu:0000:9a:00")  # "4 999\n": Xid 999
     assert (f1.code, f1.component, f1.probe) == ("GPU_XID_79", "gpu:0000:ba:00", "nvml")
     assert f1.details["xid"] == 79 and f1.details["bus_id"] == "00000000:BA:00.0"
 
