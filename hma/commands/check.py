@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from typing import Any, Optional, Sequence
 
 from hma.adapters.text import printable
 from hma.assembly import load
 from hma.contracts.model import Finding, ProbeRun, Severity
+from hma.contracts.probe import NodeFacts
 from hma.contracts.severity import worst
 from hma.detection.runner import run_once
 from hma.detection.setup import Setup
@@ -126,6 +128,24 @@ def probes_help(config_file: Optional[str], width: int = 80) -> str:
     return "\n".join(lines)
 
 
+def _facts(setup: Setup, names: Sequence[str]) -> Optional[NodeFacts]:
+    """The node's facts from the cluster backend when a probe to run judges them (one read, as
+    the agent's facts thread makes it; nothing written); None (the node's name only) else. A
+    read that fails is said on stderr: those probes see no state."""
+    if not any(setup.probes[n].needs_facts for n in names):
+        return None
+    from hma.detection.registry import make_backend
+    from hma.remediation.facts import read_once
+
+    facts, error = read_once(make_backend(setup.config))
+    if error:
+        print(
+            f"hma check: the node's state was not read from the cluster: {printable(error)}",
+            file=sys.stderr,
+        )
+    return replace(facts, node_name=facts.node_name or setup.node_name)
+
+
 def main(config: Optional[str], probes: Sequence[str], as_json: bool) -> int:
     """``hma check [PROBE...] [--json]``: the exit code (Nagios) of the probes' findings.
     Raises ConfigError."""
@@ -138,7 +158,7 @@ def main(config: Optional[str], probes: Sequence[str], as_json: bool) -> int:
 
             common.dump(common.problem("check", error, node=setup.node_name))
         return 3
-    runs = run_once(setup, names)
+    runs = run_once(setup, names, facts=_facts(setup, names))
     doc = document(setup.node_name, runs, setup.catalogue.resolve_all(setup.load_findings()))
     if as_json:
         import json

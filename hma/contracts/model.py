@@ -4,10 +4,19 @@ model's own, ``Fault``, ``Transition`` and ``Verdict``, are in ``hma.health.mode
 from __future__ import annotations
 
 import enum
+import hashlib
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Optional
 
+from hma.adapters.text import refused
 from hma.contracts.severity import Severity
+
+# A component key is ``<kind>:<name>``: at most COMPONENT_MAX characters, none of them a blank, a
+# character the terminal rule refuses (hma.adapters.text), or one of COMPONENT_SEPARATORS (the
+# node label's and Slurm's separators, quotes, the escape itself): what the node label's ``c=``
+# and a drain reason (``HMA: <CODE> <component>``) carry as they are.
+COMPONENT_MAX = 128
+COMPONENT_SEPARATORS = frozenset(",+=\"'\\")
 
 
 class Action(enum.IntEnum):
@@ -134,3 +143,22 @@ def gpu_component(pci_bus_id: str) -> str:
     domain, bus, devfn = parts[-3], parts[-2], parts[-1]
     device = devfn.split(".")[0]
     return f"gpu:{int(domain, 16):04x}:{int(bus, 16):02x}:{int(device, 16):02x}"
+
+
+def named_component(kind: str, name: str) -> str:
+    """Component ``<kind>:<name>`` for a name that others chose (a mount point, a device name):
+    each character a component may not hold written as the octal escapes of its UTF-8 bytes, as
+    the kernel writes mount points in mountinfo (``/my data`` -> ``/my\\040data``); a key over
+    COMPONENT_MAX characters is cut and ends in ``~`` and a hash of the whole name, so that two
+    long names stay two components."""
+    head = f"{kind}:"
+    escaped = "".join(
+        "".join(f"\\{byte:03o}" for byte in ch.encode("utf-8", "surrogatepass"))
+        if ch.isspace() or refused(ch) or ch in COMPONENT_SEPARATORS
+        else ch
+        for ch in name
+    )
+    if len(head) + len(escaped) <= COMPONENT_MAX:
+        return head + escaped
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return f"{head}{escaped[: COMPONENT_MAX - len(head) - 13]}~{digest}"

@@ -117,6 +117,10 @@ class Probe:
     # or other facts): the agent then does not run the probe again (no thread, no worker process)
     # until a device event of its triggers, or an hour later.
     unsupported_stands: ClassVar[bool] = False
+    # True when the probe judges the node's state or jobs from the cluster (``ctx.facts``): a
+    # one-shot command (`hma check`) then reads them from the backend first, as the agent's
+    # facts thread does; else it passes only the node's name (no controller query).
+    needs_facts: ClassVar[bool] = False
 
     def applies(self, ctx: ProbeContext) -> Optional[str]:
         """None when the probe applies to this node, else why not (reported as ``unsupported``)."""

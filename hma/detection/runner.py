@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 from hma.adapters.command import kill_group
 from hma.adapters.logs import debug_logger
 from hma.contracts.model import Finding, ProbeRun, RunStatus
-from hma.contracts.probe import Probe, ProbeContext
+from hma.contracts.probe import NodeFacts, Probe, ProbeContext
 
 LOG = "hma.probe"  # debug: each probe's options, result and decisions
 
@@ -345,8 +345,11 @@ def _debug_run(
         log.debug("probe %s: no finding: every reading within its threshold", name)
 
 
-def run_once(setup: Setup, names: Sequence[str], boot_id: str = "") -> list[ProbeRun]:
-    """Run the named probes concurrently, each under its own timeout; results in name order."""
+def run_once(
+    setup: Setup, names: Sequence[str], boot_id: str = "", facts: Optional[NodeFacts] = None
+) -> list[ProbeRun]:
+    """Run the named probes concurrently, each under its own timeout; results in name order
+    (``facts``: what the probes may know of the node; its name only when not given)."""
     results: dict[str, ProbeRun] = {}
 
     def one(name: str) -> None:
@@ -357,7 +360,7 @@ def run_once(setup: Setup, names: Sequence[str], boot_id: str = "") -> list[Prob
             return
         slot = make_slot(setup.probes[name])
         try:
-            ctx = setup.context(name, oneshot=True, boot_id=boot_id)
+            ctx = setup.context(name, facts, oneshot=True, boot_id=boot_id)
             run = run_probe(slot, ctx, float(opts["timeout"]), now)
         finally:
             slot.close()

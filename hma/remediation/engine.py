@@ -31,7 +31,7 @@ from hma.remediation.actions import Applier
 from hma.remediation.alerts import Alerts
 from hma.remediation.breaker import Breaker
 from hma.remediation.deciding import Decider
-from hma.remediation.facts import Facts, Known, Shared
+from hma.remediation.facts import Facts, Known, Shared, node_facts
 from hma.remediation.outbox import OPEN, Outbox
 from hma.remediation.planner import HONOURED, Policy, remediation_count
 from hma.remediation.requeue import AutoResume
@@ -186,17 +186,7 @@ class Remediator:
 
     def facts(self) -> NodeFacts:
         """Cached node facts (never waits on the cluster)."""
-        known = self._known.now
-        node = known.node if known.facts_ok else None
-        return NodeFacts(
-            node_name=known.node_name or "",
-            job_running=(bool(known.jobs) if known.facts_ok else None),
-            job_ids=tuple(j for j, _u in known.jobs),
-            slurm_configured=self.enabled,
-            job_users=tuple(sorted({u for _j, u in known.jobs})),
-            slurm_state=node.label_text if node is not None else "",
-            slurm_reason=node.reason if node is not None else "",
-        )
+        return node_facts(self._known.now, self.enabled)
 
     def probe_ran(self, probe: str, started: float) -> None:
         """A run of ``probe`` that started at ``started`` completed (the daemon tells): what

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional, Protocol
 
 from hma.contracts.cluster import Backend, BackendError, NodeState, RequeuesJobs
+from hma.contracts.probe import NodeFacts
 from hma.health.model import Verdict
 from hma.remediation import blind
 from hma.remediation.requeue import AutoResume
@@ -36,6 +37,42 @@ class Known:
     boot_since: float = 0.0  # when the engine first heard of the current boot id
     booted: float = 0.0  # when the current boot started (``boot_time``; 0: unknown)
     domain: str = ""  # this node's NVLink domain (hma.topology.domain), published in its label
+
+
+def node_facts(known: Known, configured: bool) -> NodeFacts:
+    """What probes may know of the node from what the engine knows of it (``configured``: the
+    backend can be used here); the node's state and jobs only while its last read worked."""
+    node = known.node if known.facts_ok else None
+    return NodeFacts(
+        node_name=known.node_name or "",
+        job_running=(bool(known.jobs) if known.facts_ok else None),
+        job_ids=tuple(j for j, _u in known.jobs),
+        slurm_configured=configured,
+        job_users=tuple(sorted({u for _j, u in known.jobs})),
+        slurm_state=node.label_text if node is not None else "",
+        slurm_reason=node.reason if node is not None else "",
+    )
+
+
+def read_once(backend: Backend) -> tuple[NodeFacts, str]:
+    """One read of the node's facts (its state, one single-node query, and its jobs), as the
+    facts thread makes it but writing nothing (for one-shot commands): (the facts, why they
+    could not be read, "" when they were). Nothing is read where the backend cannot be used."""
+    known = Known(node_name=backend.node_name_configured())
+    if not backend.enabled:
+        return node_facts(known, False), ""
+    try:
+        name = known.node_name or backend.find_node_name()
+        if name is None:
+            raise BackendError(backend.no_node)
+        node = backend.node(name)
+        jobs = backend.jobs(name)
+    except BackendError as exc:
+        return node_facts(known, True), str(exc)
+    jobs_seen = tuple((j.id, j.user) for j in jobs)
+    return node_facts(
+        replace(known, node_name=name, node=node, jobs=jobs_seen, facts_ok=True), True
+    ), ""
 
 
 class EngineView(Protocol):

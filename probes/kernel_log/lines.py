@@ -118,6 +118,22 @@ def parse_record(raw: bytes) -> Optional[Record]:
     return Record(seq, ts, pri >> 3, pri & 7, message)
 
 
+_WRITE_PRI = re.compile(rb"^<(\d{1,3})>")
+DEFAULT_LEVEL = 4  # the kernel's default_message_loglevel
+
+
+def written_record(raw: bytes, seq: int, ts_usec: int) -> Record:
+    """The record the kernel makes of ``raw`` written to /dev/kmsg (``<N>text``, one write one
+    record), numbered ``seq``: the level from the ``<N>`` prefix (else the default), and the
+    user facility unless the prefix names another (user space cannot write kernel records)."""
+    level, facility, text = DEFAULT_LEVEL, USER_FACILITY, raw
+    m = _WRITE_PRI.match(raw)
+    if m:
+        pri = int(m.group(1))
+        level, facility, text = pri & 7, (pri >> 3) or USER_FACILITY, raw[m.end() :]
+    return Record(seq, ts_usec, facility, level, text.decode("utf-8", "replace"))
+
+
 def from_identifier(ident: str, message: str) -> str:
     """The message as the kernel printed it, from the (syslog identifier, message) pair of a
     kernel record (journald files records written to /dev/kmsg by root under their own

@@ -8,7 +8,9 @@ ring buffer is read again but records up to the stored one are skipped (nothing 
 repeated), and after a reboot everything in the buffer is new. Where /dev/kmsg cannot be read,
 journald (systemd-python's ``journal.Reader``, optional) serves the kernel messages instead, with
 its own cursor, blocking the same way on the journal's inotify descriptor. The path is
-configurable: tests feed a FIFO of kmsg records.
+configurable: tests feed a FIFO of kmsg records. On a path that is no character device (a FIFO,
+a file) a line in the form /dev/kmsg takes (``<N>text``, what ``hma inject xid --kmsg PATH``
+writes) becomes the record the kernel would make of it, numbered after the last one handled.
 
 Only kernel records are trusted: every /dev/kmsg record (only root may write the device, as
 ``hma inject`` does), and journald entries with ``_TRANSPORT=kernel`` (journald sets that field
@@ -30,12 +32,13 @@ from typing import Any, Callable, ClassVar, Mapping, Optional
 
 from hma.adapters.files import ReadError, RootReader
 from hma.contracts.catalogue import Entry
-from hma.contracts.model import Finding, Severity
+from hma.contracts.model import Finding, Severity, named_component
 from hma.contracts.options import Option, positive
 from hma.contracts.source import EventSource, SourceContext
 from hma.probes.kernel_log.dedup import Dedup
-from hma.probes.kernel_log.lines import from_identifier, parse_record
+from hma.probes.kernel_log.lines import Record, from_identifier, parse_record, written_record
 from hma.probes.kernel_log.rules import RuleSet, load_site
+from hma.probes.support import mounts
 
 CURSOR_KEY = "kernel_log.cursor"
 JOURNAL_CURSOR_KEY = "kernel_log.journal_cursor"
@@ -166,11 +169,12 @@ class KernelLogSource(EventSource):
         poller, stoppable = _poller(ctx, fd, select.POLLIN)
         buf = b""
         cut: Optional[bytes] = None  # head of an over-long line whose end is still to come
+        kernel = stat.S_ISCHR(os.fstat(fd).st_mode)  # else a FIFO or file: no kernel numbers
 
         def handle(raw: bytes) -> None:
             if raw.startswith(b" ") or not raw:  # continuation (KEY=value dictionary) lines
                 return
-            record = parse_record(raw)
+            record = _record(raw, kernel, cursor.value)
             if record is None:
                 self.stats["malformed"] += 1
                 return
@@ -183,7 +187,7 @@ class KernelLogSource(EventSource):
                 evidence["facility"] = record.facility
             finding = matcher.feed(record.message, time.time(), evidence, record.ts_usec / 1e6)
             if finding is not None:
-                admitted = _admit(dedup, finding)
+                admitted = _admit(dedup, on_mount(finding, ctx))
                 if admitted is not None:
                     self.stats["findings"] += 1
                     emit(admitted)
@@ -286,7 +290,7 @@ class KernelLogSource(EventSource):
                 )
                 if finding is None:
                     continue
-                admitted = _admit(dedup, finding)
+                admitted = _admit(dedup, on_mount(finding, ctx))
                 if admitted is not None:
                     self.stats["findings"] += 1
                     emit(admitted)
@@ -294,6 +298,31 @@ class KernelLogSource(EventSource):
         finally:
             cursor.save()
             reader.close()
+
+
+def on_mount(finding: Finding, ctx: SourceContext) -> Finding:
+    """A finding on a block device the kernel named (``dev:<name>``: the file-system rules) is
+    on the mount of its file system, ``fs:<mount>``, where the mount table under the source's
+    roots knows it (hma.probes.support.mounts); else it stays ``dev:<name>``. Both names are
+    kept within the component grammar (``named_component``)."""
+    kind, _, name = finding.component.partition(":")
+    if kind != "dev":
+        return finding
+    point = mounts.mount_of_device(ctx.sysfs, ctx.procfs, name)
+    if point is None:
+        return finding.with_(component=named_component("dev", name))
+    details = {**finding.details, "device": name, "mount": point}
+    return finding.with_(component=named_component("fs", point), details=details)
+
+
+def _record(raw: bytes, kernel: bool, last_seq: int) -> Optional[Record]:
+    """The record of one line read (None: not one). Off a kernel device (a FIFO, a file), a
+    line in the form /dev/kmsg takes (``hma inject xid --kmsg PATH`` written straight to the
+    path) is the record the kernel would make of it, numbered after the last one handled."""
+    record = parse_record(raw)
+    if record is None and not kernel and raw.startswith(b"<"):
+        return written_record(raw, last_seq + 1, int(time.monotonic() * 1e6))
+    return record
 
 
 def _admit(dedup: Dedup, finding: Finding) -> Optional[Finding]:

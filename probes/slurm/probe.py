@@ -48,6 +48,7 @@ class SlurmProbe(Probe):
     description = "Slurm's own hardware drains (Kill task failed, gres count, low resources)"
     default_interval = 60.0
     default_timeout = 5.0
+    needs_facts = True
     options: ClassVar[Mapping[str, Option]] = {}
 
     def applies(self, ctx: ProbeContext) -> Optional[str]:

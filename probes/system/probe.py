@@ -1,15 +1,15 @@
 """``system`` probe: filesystems, physical memory, required processes, EDAC memory ECC, CPUs.
 
 Everything is read under the injectable sysfs/procfs roots, so tests run on fixture trees. Lines
-split at ``\n`` and fields at ASCII blanks only: ``str.split()`` and ``splitlines()`` also split
-at Unicode spaces and line separators, which a mount point (a user's FUSE mount) may hold.
+split at ``\n`` and fields at ASCII blanks only (hma.probes.support.mounts): ``str.split()`` and
+``splitlines()`` also split at Unicode spaces and line separators, which a mount point (a user's
+FUSE mount) may hold.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import re
 from typing import Any, ClassVar, Mapping, Optional
 
 import psutil
@@ -18,15 +18,15 @@ from hma.adapters.files import ReadError, running_processes
 from hma.adapters.logs import debug_logger
 from hma.adapters.strict import ParseError, parse_uint
 from hma.adapters.text import printable
-from hma.contracts.model import Finding
+from hma.contracts.model import Finding, named_component
 from hma.contracts.options import Option
 from hma.contracts.probe import Probe, ProbeContext, unknown
+from hma.probes.support import mounts
 
 NODE = "node"
 GIB = 1 << 30
 MAX_CPU = 1 << 22  # the kernel's NR_CPUS limit is 8192; anything near this is garbage
 MEMINFO_KEYS = ("MemTotal", "MemAvailable")
-_BLANKS = re.compile(r"[ \t]+")
 
 
 class SystemProbe(Probe):
@@ -182,17 +182,6 @@ def _prev(ctx: ProbeContext, key: str) -> Any:
     return ctx.previous.get(key) if isinstance(ctx.previous, dict) else None
 
 
-def _fields(line: str) -> list[str]:
-    """The fields of a procfs line, split at ASCII blanks only."""
-    return [field for field in _BLANKS.split(line) if field]
-
-
-def _unescape(field: str) -> str:
-    for code, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
-        field = field.replace(code, char)
-    return field
-
-
 def _mounts(ctx: ProbeContext) -> list[list[str]]:
     """Rows ``[mountpoint, fstype, filesystem options, mount options]``.
 
@@ -201,22 +190,13 @@ def _mounts(ctx: ProbeContext) -> list[list[str]]:
     own sandbox (systemd ``ProtectSystem=strict``) only set the per-mount flag. ``mounts`` (no
     such distinction) is the fallback.
     """
-    try:
-        text = ctx.procfs.text("self/mountinfo", limit=1 << 22)
-    except ReadError:
-        text = ""
-    rows = []
-    for line in text.split("\n"):
-        left, sep, right = line.partition(" - ")
-        before, after = _fields(left), _fields(right)
-        if sep and len(before) >= 6 and len(after) >= 3:
-            rows.append([_unescape(before[4]), after[0], after[2], before[5]])
+    rows = [[m.point, m.fstype, m.super_options, m.options] for m in mounts.mountinfo(ctx.procfs)]
     if rows:
         return rows
-    for line in ctx.procfs.text("mounts", limit=1 << 22).split("\n"):
-        parts = _fields(line)
+    for line in ctx.procfs.text("mounts", limit=mounts.LIMIT).split("\n"):
+        parts = mounts.fields(line)
         if len(parts) >= 4:
-            rows.append([_unescape(parts[1]), parts[2], parts[3]])
+            rows.append([mounts.unescape(parts[1]), parts[2], parts[3]])
     return rows
 
 
@@ -242,7 +222,7 @@ def _meminfo(ctx: ProbeContext) -> dict[str, int]:
     out = {}
     for line in ctx.procfs.text("meminfo").split("\n"):
         key, _, rest = line.partition(":")
-        fields = _fields(rest)
+        fields = mounts.fields(rest)
         if key in MEMINFO_KEYS:  # strict: "<digits>" or "<digits> kB", else unknown
             if key in out:
                 raise ParseError(f"meminfo {key}: written twice")
@@ -293,9 +273,9 @@ def _cpus(ctx: ProbeContext) -> dict[str, int]:
     }
 
 
-def _mount_of(path: str, mounts: list[list[str]]) -> Optional[list[str]]:
+def _mount_of(path: str, table: list[list[str]]) -> Optional[list[str]]:
     best = None
-    for row in mounts:
+    for row in table:
         mp = row[0]
         if (path == mp or path.startswith(mp.rstrip("/") + "/")) and (
             best is None or len(mp) > len(best[0])
@@ -306,13 +286,15 @@ def _mount_of(path: str, mounts: list[list[str]]) -> Optional[list[str]]:
 
 def _eval_fs(snap: Mapping[str, Any], opts: Mapping[str, Any]) -> list[Finding]:
     out = []
-    mounts = snap.get("mounts")
+    table = snap.get("mounts")
     for path, fs in (snap.get("filesystems") or {}).items():
-        comp = NODE
+        mount = _mount_of(path, table) if table and fs.get("exists") else None
+        # the broken thing: the mount the path is on, the path itself where that is not known
+        comp = named_component("fs", mount[0] if mount is not None else path)
         if not fs.get("exists"):
             out.append(Finding("SYS_FS_MISSING", comp, f"{path} does not exist", {"path": path}))
             continue
-        out += _eval_readonly(path, fs, _mount_of(path, mounts) if mounts else None)
+        out += _eval_readonly(path, fs, mount, comp)
         if fs["free_percent"] < opts["min_free_percent"]:
             out.append(
                 Finding(
@@ -335,7 +317,9 @@ def _eval_fs(snap: Mapping[str, Any], opts: Mapping[str, Any]) -> list[Finding]:
     return out
 
 
-def _eval_readonly(path: str, fs: Mapping[str, Any], mount: Optional[list[str]]) -> list[Finding]:
+def _eval_readonly(
+    path: str, fs: Mapping[str, Any], mount: Optional[list[str]], comp: str
+) -> list[Finding]:
     """Read-only is a mount flag, never a write permission (a non-root user cannot write ``/``).
 
     The filesystem's own options decide (``ro`` in mountinfo's superblock options, or in
@@ -347,7 +331,7 @@ def _eval_readonly(path: str, fs: Mapping[str, Any], mount: Optional[list[str]])
         return [
             Finding(
                 "SYS_FS_READONLY",
-                NODE,
+                comp,
                 f"{path} is mounted read-only ({mount[0]})",
                 {"path": path, "mount": mount[0], "fstype": mount[1], "options": mount[2]},
             )
@@ -356,7 +340,7 @@ def _eval_readonly(path: str, fs: Mapping[str, Any], mount: Optional[list[str]])
         return [
             unknown(
                 "SYS_FS_READONLY",
-                NODE,
+                comp,
                 f"{path} is on a read-only mount; without the mount table hma cannot tell "
                 "whether the filesystem itself is read-only",
                 path=path,

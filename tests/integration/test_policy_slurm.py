@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import pytest
 from conftest import journald_usable, read_back
@@ -36,7 +37,15 @@ def xid_line(pci: str, xid: int, text: str) -> str:
 class Agent:
     """`hma run` for one node of the cluster, its kernel log a FIFO in kmsg format."""
 
-    def __init__(self, tmp: Path, cluster: SlurmCluster, node: str, extra: str) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        cluster: SlurmCluster,
+        node: str,
+        extra: str,
+        system: str = "enabled = false\n",
+        paths: Optional[dict[str, Any]] = None,
+    ) -> None:
         self.tmp, self.node = tmp, node
         self.status = tmp / f"run-{node}" / "status.json"
         fifo = tmp / "kmsg"
@@ -45,8 +54,9 @@ class Agent:
             tmp / "hma.toml",
             cluster,
             node,
+            paths=paths,
             extra=(
-                "[probes.system]\nenabled = false\n"
+                f"[probes.system]\n{system}"
                 f'[sources.kernel_log]\npath = "{fifo}"\nbackend = "kmsg"\n'
                 f'rules_dir = "{tmp}/rules.d"\ndedupe_s = 0.01\n' + extra
             ),
@@ -195,5 +205,44 @@ def test_observe_mode_alerts_would_reboot_and_never_drains(
         agent.write(xid_line(GPU4, 48, "An uncorrectable double bit error (DBE) has been detected"))
         fresh.wait(lambda: drained(fresh, "node3"), 30, "the drain for Xid 48")
         assert fresh.node("node3")["reason"] == "HMA: GPU_XID_48 gpu:0000:5d:00"
+    finally:
+        agent.stop()
+
+
+def test_two_read_only_mounts_are_two_faults_and_the_drain_names_one(
+    fresh: SlurmCluster, tmp_path: Path
+) -> None:
+    # the system probe's injectable procfs root: the node's own (its boot id) plus a mount table
+    # in which two disks went read-only (the superblock says ro), one with a blank in its name
+    procfs = tmp_path / "procfs"
+    shutil.copytree(fresh.procfs("node1"), procfs)
+    scratch, data = tmp_path / "scratch", tmp_path / "my data"
+    for folder in (scratch / "jobs", data):
+        folder.mkdir(parents=True)
+    (procfs / "self").mkdir(exist_ok=True)
+    (procfs / "self/mountinfo").write_text(
+        "25 1 259:1 / / rw,relatime shared:1 - ext4 /dev/nvme0n1p1 rw\n"
+        f"40 25 259:2 / {scratch} rw,relatime shared:2 - xfs /dev/nvme1n1 ro\n"
+        f"41 25 259:3 / {str(data).replace(' ', chr(92) + '040')} rw shared:3 - ext4 /dev/sdb ro\n"
+    )
+    system = (
+        f"filesystems = {json.dumps([str(scratch / 'jobs'), str(data)])}\n"
+        "processes = []\nmin_free_percent = 0.0\nmin_free_inodes_percent = 0.0\ninterval = 0.5\n"
+    )
+    agent = Agent(tmp_path, fresh, "node1", "", system=system, paths={"procfs": str(procfs)})
+    try:
+        keys = [
+            ("SYS_FS_READONLY", f"fs:{scratch}"),
+            ("SYS_FS_READONLY", f"fs:{str(data).replace(' ', chr(92) + '040')}"),
+        ]
+
+        def both_active() -> bool:
+            faults = agent.faults()
+            return all(k in faults and faults[k]["active"] for k in keys)
+
+        agent.wait(both_active, "two active read-only faults, one per mount")
+        fresh.wait(lambda: drained(fresh, "node1"), 30, "the drain of node1")
+        reason = fresh.node("node1")["reason"]
+        assert reason in {f"HMA: {code} {component}" for code, component in keys}, reason
     finally:
         agent.stop()

@@ -12,15 +12,13 @@ the writer restarts.
 from __future__ import annotations
 
 import os
-import re
 import select
 import threading
 import time
 from pathlib import Path
 from typing import Optional
 
-_PREFIX = re.compile(rb"^<(\d{1,3})>")
-LOG_USER = 1
+from hma.probes.kernel_log import lines
 
 
 class KmsgStandIn:
@@ -42,15 +40,10 @@ class KmsgStandIn:
 
     def record(self, raw: bytes) -> bytes:
         """The record a write of ``raw`` becomes (and the next sequence number is taken)."""
-        level, facility, text = 4, LOG_USER, raw  # default_message_loglevel 4
-        m = _PREFIX.match(raw)
-        if m:
-            pri = int(m.group(1))
-            level, text = pri & 7, raw[m.end() :]
-            facility = (pri >> 3) or LOG_USER
         self.seq += 1
-        ts_us = int(time.monotonic() * 1e6)
-        return b"%d,%d,%d,-;%s\n" % ((facility << 3) | level, self.seq, ts_us, text)
+        rec = lines.written_record(raw, self.seq, int(time.monotonic() * 1e6))
+        pri = (rec.facility << 3) | rec.level
+        return b"%d,%d,%d,-;%s\n" % (pri, rec.seq, rec.ts_usec, rec.message.encode())
 
     def _relay(self) -> None:
         poller = select.poll()

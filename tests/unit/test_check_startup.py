@@ -53,6 +53,8 @@ def test_check_system_imports_no_other_probe(hma_env) -> None:  # type: ignore[n
     )
     modules = json.loads(out.stdout.strip().splitlines()[-1])
     assert [m for m in modules if m.startswith(("hma.probes.", "pynvml"))] == [
+        "hma.probes.support",  # the probe writers' helpers (the mount table), no check family
+        "hma.probes.support.mounts",
         "hma.probes.system",
         "hma.probes.system.probe",
     ], out.stderr

@@ -13,6 +13,7 @@ import pytest
 from hma import assembly
 from hma.adapters.command import CommandRunner
 from hma.adapters.files import RootReader
+from hma.commands import inject
 from hma.config.schema import ConfigError
 from hma.contracts.model import Finding, Severity
 from hma.contracts.source import MemoryKV, SourceContext
@@ -49,7 +50,14 @@ def record(seq: int, message: str | bytes, pri: int = 3) -> bytes:
 class Running:
     """A source thread reading a FIFO; findings collected in order."""
 
-    def __init__(self, tmp: Path, kv: Optional[MemoryKV] = None, boot: str = BOOT, **opts: Any):
+    def __init__(
+        self,
+        tmp: Path,
+        kv: Optional[MemoryKV] = None,
+        boot: str = BOOT,
+        roots: tuple[str, str] = ("/nonexistent", "/nonexistent"),
+        **opts: Any,
+    ):
         self.fifo = tmp / "kmsg"
         if not self.fifo.exists():
             os.mkfifo(self.fifo)
@@ -58,8 +66,8 @@ class Running:
         options.update(opts)
         self.ctx = SourceContext(
             options=options,
-            sysfs=RootReader("/sys"),
-            procfs=RootReader("/proc"),
+            sysfs=RootReader(roots[0]),  # (sysfs, procfs): never the host's
+            procfs=RootReader(roots[1]),
             runner=CommandRunner(),
             boot_id=boot,
             kv=kv if kv is not None else MemoryKV(),
@@ -199,6 +207,73 @@ def test_user_facility_and_three_line_fallen_off_the_bus(tmp_path: Path) -> None
     bus, user = run.findings
     assert (bus.code, bus.component) == ("GPU_FALLEN_OFF_BUS", "gpu:0000:b3:00")
     assert (user.code, user.details["facility"]) == ("GPU_XID_119", 1)
+
+
+@pytest.mark.timeout(30)
+def test_hma_inject_into_the_fifo_the_source_reads_raises_the_finding(tmp_path: Path) -> None:
+    # `hma inject xid --kmsg <the source's FIFO>` writes what /dev/kmsg takes (`<4>NVRM: ...`);
+    # on a path that is no kernel device the source numbers such a write after the last record
+    kv = MemoryKV()
+    kv.set(CURSOR_KEY, {"boot_id": BOOT, "seq": 41})  # records up to 41 were handled
+    run = Running(tmp_path, kv)
+    try:
+        line = inject.inject_xid("0000:5d:00.0", 79, str(run.fifo))
+        run.wait_for(lambda: run.findings, "the injected Xid")
+        run.write(record(43, XID_79.replace("3b", "5e")))  # a record after it is read too
+        run.wait_for(lambda: len(run.findings) == 2, "the record after the injected line")
+    finally:
+        run.stop()
+    injected, after = run.findings
+    assert (injected.code, injected.component) == ("GPU_XID_79", "gpu:0000:5d:00")
+    assert injected.details["line"] == line and injected.details["seq"] == 42
+    assert injected.details["facility"] == 1  # written from user space: the user facility
+    assert (after.component, after.details["seq"]) == ("gpu:0000:5e:00", 43)
+    assert run.source.stats["malformed"] == 0
+
+
+@pytest.mark.timeout(30)
+def test_a_file_system_error_names_the_mount_the_device_is_on(tmp_path: Path) -> None:
+    # the kernel names the block device (`EXT4-fs error (device sdb1)`, `XFS (dm-0)`); the mount
+    # table under the source's roots says where it is mounted: `fs:<mount>`; a device that is
+    # not mounted is `dev:<name>`
+    sysfs, procfs = tmp_path / "sys", tmp_path / "proc"
+    for name, devno in (("sdb1", "8:17"), ("dm-0", "253:0"), ("sdc", "8:32")):
+        (sysfs / "class/block" / name).mkdir(parents=True)
+        (sysfs / "class/block" / name / "dev").write_text(devno + "\n")
+    (procfs / "self").mkdir(parents=True)
+    (procfs / "self/mountinfo").write_text(
+        "25 1 259:1 / / rw - ext4 /dev/nvme0n1p1 rw\n"
+        "40 25 8:17 /jobs /srv/jobs rw - ext4 /dev/sdb1 ro\n"  # a bind of a folder of it first
+        "41 25 8:17 / /scratch rw - ext4 /dev/sdb1 ro\n"
+        "42 25 253:0 / /my\\040data rw - xfs /dev/mapper/vg-data rw\n"
+    )
+    run = Running(tmp_path, roots=(str(sysfs), str(procfs)))
+    try:
+        run.write(
+            record(
+                1,
+                "EXT4-fs error (device sdb1): ext4_find_entry:1455: inode #2: comm ls: "
+                "reading directory lblock 0",
+            )
+        )
+        run.write(
+            record(
+                2,
+                'XFS (dm-0): metadata I/O error in "xfs_imap_to_bp+0x5e" at daddr 0x80 len 32 '
+                "error 5",
+            )
+        )
+        run.write(record(3, "EXT4-fs (sdc): Remounting filesystem read-only"))
+        run.write(record(4, "Aborting journal on device nvme0n1p1-8."))
+        run.wait_for(lambda: len(run.findings) == 4, "four file-system findings")
+    finally:
+        run.stop()
+    assert [(f.code, f.component) for f in run.findings] == [
+        ("KERNEL_FS_ERROR", "fs:/scratch"),
+        ("KERNEL_FS_ERROR", "fs:/my\\040data"),
+        ("KERNEL_FS_READONLY", "dev:sdc"),
+        ("KERNEL_FS_ERROR", "fs:/"),  # no sysfs entry: by the mount's source, /dev/nvme0n1p1
+    ]
 
 
 @pytest.mark.timeout(30)

@@ -10,8 +10,12 @@ import pytest
 
 from hma.adapters.command import CommandRunner
 from hma.adapters.files import RootReader
+from hma.contracts.catalogue import load_builtin
+from hma.contracts.model import ProbeRun, RunStatus
 from hma.contracts.probe import ProbeContext
+from hma.health.model import HealthModel
 from hma.probes.system.probe import SystemProbe, _mounts
+from hma.remediation import planner
 
 # What /proc/self/mountinfo shows inside a ProtectSystem=strict service: the host's root mount,
 # then the read-only bind mount of it that systemd stacks on top.
@@ -137,3 +141,47 @@ def test_unicode_line_and_space_separators_do_not_forge_a_mount(tmp_path: Path) 
     snap["filesystems"]["/tmp"] = dict(snap["filesystems"]["/"])
     findings = SystemProbe().evaluate(snap, ctx)
     assert [f.code for f in findings] == []
+
+
+# Two disks that went read-only under their own mount points (one with a blank in its name),
+# and a healthy root.
+TWO_BROKEN = """\
+25 1 259:1 / / rw,relatime shared:1 - ext4 /dev/nvme0n1p1 rw
+40 25 259:2 / /scratch rw,relatime shared:2 - xfs /dev/nvme1n1 ro
+41 25 259:3 / /my\\040data rw,relatime shared:3 - ext4 /dev/nvme2n1 ro,errors=remount-ro
+"""
+
+
+def test_each_broken_mount_is_its_own_fault_named_by_its_mount(tmp_path: Path) -> None:
+    ctx = context(tmp_path, TWO_BROKEN)
+    fs = {"exists": True, "free_percent": 1.0, "inodes_free_percent": 50.0}
+    snap = snapshot(_mounts(ctx), mount_readonly=True)
+    snap["filesystems"] = {"/": {**fs, "free_percent": 50.0}, "/scratch/jobs": fs, "/my data": fs}
+    findings = SystemProbe().evaluate(snap, ctx)
+    got = sorted((f.code, f.component) for f in findings if f.code.startswith("SYS_FS"))
+    assert got == [
+        ("SYS_FS_FULL", "fs:/my\\040data"),
+        ("SYS_FS_FULL", "fs:/scratch"),
+        ("SYS_FS_READONLY", "fs:/my\\040data"),
+        ("SYS_FS_READONLY", "fs:/scratch"),
+    ]
+    # two mounts, two faults; the drain reason names the mount
+    model = HealthModel(load_builtin(), "boot")
+    resolved = load_builtin().resolve_all([f.with_(probe="system") for f in findings])
+    for now in (1, 2):  # SYS_FS_READONLY fails after two runs
+        verdict = model.observe_run(ProbeRun("system", RunStatus.RAN, 0, 0, tuple(resolved)), now)
+    readonly = sorted(f.component for f in verdict.faults if f.code == "SYS_FS_READONLY")
+    assert readonly == ["fs:/my\\040data", "fs:/scratch"]
+    reasons = {planner.reason_for(f) for f in verdict.faults if f.code == "SYS_FS_READONLY"}
+    assert "HMA: SYS_FS_READONLY fs:/scratch" in reasons
+
+
+def test_a_path_without_a_mount_table_is_named_by_itself(tmp_path: Path) -> None:
+    ctx = context(tmp_path, "")
+    snap = snapshot([], mount_readonly=True)
+    snap["filesystems"]["/gone"] = {"exists": False}
+    findings = SystemProbe().evaluate(snap, ctx)
+    assert sorted((f.code, f.component) for f in findings) == [
+        ("SYS_FS_MISSING", "fs:/gone"),
+        ("SYS_FS_READONLY", "fs:/"),
+    ]
