@@ -245,7 +245,8 @@ class Layout:
 
 def discover(sysfs: RootReader, excluded: tuple[str, ...], wanted: frozenset[str]) -> Layout:
     """Every port of every RDMA device not of an ``excluded`` PCI vendor, with its link layer
-    and which of the ``wanted`` counters exist. A device without ``device/vendor`` (no PCI
+    and which of the ``wanted`` counters exist, and the board's compute fabric (``expect``)
+    unless an excluded device (EFA) is there. A device without ``device/vendor`` (no PCI
     function: soft RoCE, siw) is read; one whose vendor cannot be read or parsed is an error.
     Raises ReadError when ``class/infiniband`` cannot be listed."""
     vendors = {int(v, 16) for v in excluded}
@@ -273,7 +274,8 @@ def discover(sysfs: RootReader, excluded: tuple[str, ...], wanted: frozenset[str
             for key in [k for k in ports if k.startswith(f"{dev}/")]:
                 del ports[key]
             errors.append(sysfs.failure(base, exc, port=dev))
-    return Layout(ports, skipped, errors, expect.fabric_of(sysfs))
+    fabric = None if skipped else expect.fabric_of(sysfs)  # EFA's fabric is the efa probe's
+    return Layout(ports, skipped, errors, fabric)
 
 
 def port_state(sysfs: RootReader, rel: str) -> str:

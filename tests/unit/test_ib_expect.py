@@ -96,6 +96,13 @@ def test_unknown_gpu_product_infers_nothing(tmp_path: Path) -> None:
     assert (rc, findings) == (0, [])
 
 
+def test_a_board_with_efa_infers_nothing(tmp_path: Path) -> None:
+    root = gen_sysfs.hgx_node(tmp_path / "sys", hcas=1)  # p5.48xlarge: 8 H100, 32 EFA
+    gen_sysfs.rdma_device(root, "rdmap79s0", 0x4F, "0x1d0f", "0xefa1", "efa", "100 Gb/sec (4X EDR)")
+    rc, findings = check(tmp_path, root)
+    assert (rc, findings) == (0, [])
+
+
 def test_configuration_wins(tmp_path: Path) -> None:
     root = gen_sysfs.hgx_node(tmp_path / "sys")
     port(root, "mlx5_3", "state", "1: DOWN")
