@@ -8,14 +8,16 @@ port), ``phys_state`` (read only to explain a port that is not ACTIVE), ``link_l
 PMA error counters under ``counters/`` as rates against ``rate_limits``; ``link_downed``
 increments in ``flap_window_s`` are link flaps. A port that is not ACTIVE on a node that should
 have it (``expected_ports``, or a port this node has seen ACTIVE before: the learned baseline
-kept in the snapshot) is ``IB_PORT_DOWN``, which drains. What cannot be read or parsed strictly
+kept in the snapshot) is ``IB_PORT_DOWN``, which drains. On an 8-GPU board of a known product
+(``expect.FABRICS``) with nothing configured, the compute ports are expected from the GPUs: the
+odd one out is flagged (``expect.odd_ports``). What cannot be read or parsed strictly
 is ``IB_READ_FAILED`` (unknown), never a down port or growth. docs/infiniband.md.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, ClassVar, Mapping, Optional
 
 from hma.adapters.files import ReadError, RootReader
@@ -23,6 +25,7 @@ from hma.adapters.strict import U64_MAX, ParseError, parse_uint, parse_word
 from hma.contracts.model import Finding, Severity
 from hma.contracts.options import Option, pci_ids, rate_limits
 from hma.contracts.probe import Probe, ProbeContext
+from hma.probes.infiniband import expect
 from hma.probes.support import counters
 from hma.probes.support.discovery import Discovery
 from hma.probes.support.findings import read_failures
@@ -111,6 +114,12 @@ class InfinibandProbe(Probe):
             "Rate every ACTIVE port must reach; unset: the best rate the port has shown.",
             minimum=0,
         ),
+        "expect_from_gpus": Option(
+            "bool",
+            True,
+            "Without expected_ports and expected_rate_gbps: expect the compute ports of a known"
+            " 8-GPU board (from the GPUs' PCI device id).",
+        ),
         "exclude_vendor_ids": Option(
             "strlist",
             ["0x1d0f"],
@@ -191,7 +200,7 @@ class InfinibandProbe(Probe):
                 codes, "ib", ports, base, dt, opts, counters=_counters, grow=growth
             )
         out += _eval_flaps(snapshot, opts)
-        return out
+        return _with_fabric(out, snapshot, opts)
 
     def summary(self, snapshot: Any) -> Optional[dict]:
         ports = snapshot.get("ports", {}) if isinstance(snapshot, dict) else {}
@@ -231,11 +240,13 @@ class Layout:
     ports: dict[str, dict[str, Any]]
     excluded: list[str]
     errors: list[dict[str, Any]]
+    fabric: Optional[expect.Fabric] = None
 
 
 def discover(sysfs: RootReader, excluded: tuple[str, ...], wanted: frozenset[str]) -> Layout:
     """Every port of every RDMA device not of an ``excluded`` PCI vendor, with its link layer
-    and which of the ``wanted`` counters exist. A device without ``device/vendor`` (no PCI
+    and which of the ``wanted`` counters exist, and the board's compute fabric (``expect``)
+    unless an excluded device (EFA) is there. A device without ``device/vendor`` (no PCI
     function: soft RoCE, siw) is read; one whose vendor cannot be read or parsed is an error.
     Raises ReadError when ``class/infiniband`` cannot be listed."""
     vendors = {int(v, 16) for v in excluded}
@@ -263,7 +274,8 @@ def discover(sysfs: RootReader, excluded: tuple[str, ...], wanted: frozenset[str
             for key in [k for k in ports if k.startswith(f"{dev}/")]:
                 del ports[key]
             errors.append(sysfs.failure(base, exc, port=dev))
-    return Layout(ports, skipped, errors)
+    fabric = None if skipped else expect.fabric_of(sysfs)  # EFA's fabric is the efa probe's
+    return Layout(ports, skipped, errors, fabric)
 
 
 def port_state(sysfs: RootReader, rel: str) -> str:
@@ -325,7 +337,8 @@ def read_ports(sysfs: RootReader, layout: Layout) -> dict[str, Any]:
                 errors.append(sysfs.failure(path, exc, port=key))
         info["counters"] = counters
         ports[key] = info
-    return {"ports": ports, "excluded": layout.excluded, "errors": errors}
+    fabric = asdict(layout.fabric) if layout.fabric is not None else None
+    return {"ports": ports, "excluded": layout.excluded, "errors": errors, "fabric": fabric}
 
 
 def remember(snap: dict[str, Any], ctx: ProbeContext) -> None:
@@ -440,6 +453,23 @@ def _eval_rate(
             )
         )
     return out
+
+
+def _with_fabric(
+    out: list[Finding], snapshot: Mapping[str, Any], opts: Mapping[str, Any]
+) -> list[Finding]:
+    """``out`` with the odd compute ports of the board's fabric (``snapshot["fabric"]``), only
+    when ``expect_from_gpus`` and neither ``expected_ports`` nor ``expected_rate_gbps`` is set;
+    they replace a learned finding of the same code on the same port."""
+    fabric = snapshot.get("fabric")
+    if not fabric or not opts["expect_from_gpus"]:
+        return out
+    if opts["expected_ports"] or opts.get("expected_rate_gbps") is not None:
+        return out
+    listed = bool(snapshot.get("listed", True))
+    odd = expect.odd_ports(snapshot.get("ports", {}), expect.Fabric(**fabric), listed)
+    seen = {(f.code, f.component) for f in odd}
+    return [f for f in out if (f.code, f.component) not in seen] + odd
 
 
 def _eval_flaps(snapshot: Mapping[str, Any], opts: Mapping[str, Any]) -> list[Finding]:
