@@ -3,8 +3,7 @@
 An 8-GPU HGX/DGX board of a known product is cabled with one compute HCA per GPU at the rate of
 ``FABRICS`` (leptonai/gpud ``components/accelerator/nvidia/infiniband/threshold_default.go``;
 tests/fixtures/gpud/threshold_default.go.src.txt). The product is read from the PCI device id of
-the NVIDIA GPUs under the sysfs root (vendor 0x10de, class 0x0300/0x0302), never from the NVIDIA
-check family.
+the NVIDIA GPUs under the sysfs root (hma.probes.support.pci), never from the NVIDIA check family.
 docs/infiniband.md "Expected from the GPUs".
 """
 
@@ -15,9 +14,7 @@ from typing import Any, Mapping, Optional
 
 from hma.adapters.files import ReadError, RootReader
 from hma.contracts.model import Finding, Severity
-
-NVIDIA_VENDOR = 0x10DE
-GPU_CLASSES = ("0x0300", "0x0302")
+from hma.probes.support import pci
 
 
 @dataclass(frozen=True)
@@ -45,21 +42,15 @@ def fabric_of(sysfs: RootReader) -> Optional[Fabric]:
     """The fabric of this board: every NVIDIA GPU on the PCI bus has one device id of
     ``FABRICS`` and there are as many as the table's board has; None otherwise, or when the bus
     or a GPU's ids cannot be read (no inferred expectation)."""
-    ids = set()
-    count = 0
+    gpus = pci.nvidia_devices(sysfs)
+    if not gpus:
+        return None
     try:
-        for dev in sysfs.listdir("bus/pci/devices"):
-            base = f"bus/pci/devices/{dev}"
-            if sysfs.pci_id(f"{base}/vendor") != NVIDIA_VENDOR:
-                continue
-            if sysfs.text(f"{base}/class").lower()[:6] not in GPU_CLASSES:
-                continue
-            ids.add(sysfs.pci_id(f"{base}/device"))
-            count += 1
+        ids = {sysfs.pci_id(f"{pci.DEVICES}/{dev}/device") for dev in gpus}
     except ReadError:
         return None
     fabric = FABRICS.get(ids.pop()) if len(ids) == 1 else None
-    return fabric if fabric is not None and fabric.gpus == count else None
+    return fabric if fabric is not None and fabric.gpus == len(gpus) else None
 
 
 def odd_ports(ports: Mapping[str, Any], fabric: Fabric, listed: bool) -> list[Finding]:

@@ -38,7 +38,7 @@ from hma.contracts.source import EventSource, SourceContext
 from hma.probes.kernel_log.dedup import Dedup
 from hma.probes.kernel_log.lines import Record, from_identifier, parse_record, written_record
 from hma.probes.kernel_log.rules import RuleSet, load_site
-from hma.probes.support import mounts
+from hma.probes.support import mounts, pci
 
 CURSOR_KEY = "kernel_log.cursor"
 JOURNAL_CURSOR_KEY = "kernel_log.journal_cursor"
@@ -436,19 +436,10 @@ def _unreadable(path: str) -> str:
 
 def accelerators(sysfs: RootReader) -> list[str]:
     """The accelerators sysfs shows whose faults the kernel log reports: ``N NVIDIA GPU(s)``
-    (PCI vendor 0x10de, class VGA or 3D controller), ``N Neuron device(s)``; [] for none or
-    when sysfs cannot be read."""
+    (hma.probes.support.pci), ``N Neuron device(s)``; [] for none or when sysfs cannot be
+    read."""
     out = []
-    try:
-        gpus = sum(
-            1
-            for dev in sysfs.listdir("bus/pci/devices")
-            if sysfs.text_or_none(f"bus/pci/devices/{dev}/vendor") == "0x10de"
-            and (sysfs.text_or_none(f"bus/pci/devices/{dev}/class") or "")[:6]
-            in ("0x0300", "0x0302")
-        )
-    except ReadError:
-        gpus = 0
+    gpus = len(pci.nvidia_devices(sysfs) or ())
     if gpus:
         out.append(f"{gpus} NVIDIA GPU(s)")
     try:

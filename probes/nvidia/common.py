@@ -9,14 +9,14 @@ is not measured (never a finding), a value of the wrong type is not understood (
 
 from __future__ import annotations
 
-import re
 from typing import Any, Mapping, Optional
 
-from hma.adapters.files import ReadError, RootReader
+from hma.adapters.files import RootReader
 from hma.contracts.model import Action, Finding, Severity, gpu_component
 from hma.contracts.options import Option
 from hma.contracts.probe import unknown
 from hma.probes.nvidia import settle
+from hma.probes.support import pci
 
 NODE = "node"
 
@@ -107,35 +107,6 @@ INSTANCE_GPUS: Mapping[str, int] = {
 }
 
 
-NVIDIA_VENDOR = 0x10DE
-# A PCI class attribute as the kernel writes it: class, subclass, programming interface.
-PCI_CLASS = re.compile(r"0x[0-9a-f]{6}\Z", re.ASCII)
-
-
-def pci_devices(sysfs: RootReader, classes: tuple[str, ...]) -> Optional[list[str]]:
-    """PCI addresses of NVIDIA devices whose class starts with one of ``classes``, sorted; None
-    when the bus or one of its devices cannot be read (it may be one: a shorter list would
-    shift NVML's index order and could say "no GPUs" on a GPU node)."""
-    found = []
-    try:
-        for dev in sysfs.listdir("bus/pci/devices"):
-            vendor = sysfs.pci_id(f"bus/pci/devices/{dev}/vendor")
-            klass = sysfs.text(f"bus/pci/devices/{dev}/class").lower()
-            if not PCI_CLASS.match(klass):
-                return None
-            if vendor == NVIDIA_VENDOR and klass[:6] in classes:
-                found.append(dev)
-    except ReadError:
-        return None
-    return sorted(found)
-
-
-def pci_gpus(sysfs: RootReader) -> Optional[list[str]]:
-    """PCI addresses of NVIDIA VGA/3D controllers in sysfs (NVML's default order); None when
-    the bus cannot be read whole."""
-    return pci_devices(sysfs, ("0x0300", "0x0302"))
-
-
 def gpus_may_be_there(
     opts: Mapping[str, Any], instance_type: Optional[str], sysfs: RootReader
 ) -> bool:
@@ -143,8 +114,8 @@ def gpus_may_be_there(
     the PCI bus, or the bus cannot be read to tell (unknown, never "unsupported")."""
     if expected_count(opts, instance_type):
         return True
-    pci = pci_gpus(sysfs)
-    return pci is None or bool(pci)
+    gpus = pci.nvidia_devices(sysfs)
+    return gpus is None or bool(gpus)
 
 
 def expected_count(opts: Mapping[str, Any], instance_type: Optional[str]) -> Optional[int]:
@@ -250,10 +221,10 @@ def _gpu_key(gpu: Mapping[str, Any], snap: Mapping[str, Any]) -> str:
             return gpu_component(str(bus))
         except (ValueError, IndexError):
             pass  # not a PCI bus id: fall back to the index
-    pci = snap.get("pci_gpus") or []
+    addresses = snap.get("pci_gpus") or []
     idx = gpu.get("index")
-    if isinstance(idx, int) and 0 <= idx < len(pci):
-        return gpu_component(pci[idx])
+    if isinstance(idx, int) and 0 <= idx < len(addresses):
+        return gpu_component(addresses[idx])
     return NODE
 
 
@@ -364,7 +335,7 @@ def _settling(finding: Finding, snap: Mapping[str, Any]) -> Finding:
     ).with_(action=Action.NONE)
 
 
-def _unexpected_gpus(finding: Finding, pci: list[str]) -> Finding:
+def _unexpected_gpus(finding: Finding, addresses: list[str]) -> Finding:
     """No driver installed while nothing says this node should have GPUs, yet NVIDIA GPUs are on
     its PCI bus (why the probe applies): the GPUs cannot be read, so unknown (DESIGN: judged only
     against a known expectation; a tool that cannot run is unknown). Configured ``expected_gpus``
@@ -372,10 +343,11 @@ def _unexpected_gpus(finding: Finding, pci: list[str]) -> Finding:
     return unknown(
         finding.code,
         NODE,
-        f"{len(pci)} NVIDIA GPU(s) on the PCI bus but no driver installed ({finding.message}); "
+        f"{len(addresses)} NVIDIA GPU(s) on the PCI bus but no driver installed "
+        f"({finding.message}); "
         "not judged without an expected GPU count (expected_gpus or instance type)",
         **finding.details,
-        pci_gpus=list(pci),
+        pci_gpus=list(addresses),
         expected="none",
     )
 

@@ -37,6 +37,7 @@ from hma.probes.nvidia.reading import (
     Retired,
     Snapshot,
 )
+from hma.probes.support import pci
 
 NVSWITCH_FM = "nv-fabricmanager"
 NVLINK_COUNTERS = (0, 1, 2, 3)  # DL_REPLAY, DL_RECOVERY, DL_CRC_FLIT, DL_CRC_DATA
@@ -180,7 +181,7 @@ class _Reader:
 
 def read_all(ctx: ProbeContext, progress: dict[str, Any]) -> Snapshot:
     """The NVML snapshot of the node."""
-    snap = Snapshot("nvml", pci_gpus=common.pci_gpus(ctx.sysfs) or [])
+    snap = Snapshot("nvml", pci_gpus=pci.nvidia_devices(ctx.sysfs) or [])
     progress["call"], progress["device"] = "nvmlInit", None
     try:
         nvml.load_library(ctx.options.get("library"))
@@ -207,7 +208,7 @@ def read_all(ctx: ProbeContext, progress: dict[str, Any]) -> Snapshot:
             pass
     # NVSwitch system: a GPU takes part in a fabric (Hopper+), or NVSwitch bridges are on the PCI
     # bus (HGX A100 reports no fabric state through NVML).
-    snap.nvswitch = bool(common.pci_devices(ctx.sysfs, ("0x0680",))) or any(
+    snap.nvswitch = bool(pci.nvidia_devices(ctx.sysfs, ("0x0680",))) or any(
         g.fabric is not None and g.fabric.state != 0 for g in snap.gpus
     )
     if snap.nvswitch:

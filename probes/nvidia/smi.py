@@ -41,6 +41,7 @@ from hma.probes.nvidia.reading import (
     Retired,
     Snapshot,
 )
+from hma.probes.support import pci
 
 # nvidia-smi exit code -> the NVML error number the rules know (nvidia-smi(1) "RETURN VALUE").
 EXIT_CODES: Mapping[int, int] = {
@@ -117,7 +118,7 @@ class NvidiaSmiProbe(Probe):
             "stdout": result.stdout,
             "stderr": result.stderr[-4000:],
         }
-        return snapshot(raw, common.pci_gpus(ctx.sysfs) or ())
+        return snapshot(raw, pci.nvidia_devices(ctx.sysfs) or ())
 
     def evaluate(self, snapshot: Any, ctx: ProbeContext) -> list[Finding]:
         elapsed = ctx.clock() - ctx.previous_ts if ctx.previous_ts else 0.0

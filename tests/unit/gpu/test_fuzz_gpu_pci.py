@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from mutate import apply_file, budget
 
 from hma.adapters.files import RootReader
-from hma.probes.nvidia import common
+from hma.probes.support import pci
 
 NVIDIA = ("0x10de", "0x030200")
 OTHER = ("0x1a03", "0x030000")  # a BMC's VGA
@@ -85,7 +85,7 @@ def test_mutated_bus_gives_the_intact_gpus_or_cannot_tell(mutations: list[Any]) 
                 apply_file(path, mutation)
             except OSError:
                 continue
-        found = common.pci_gpus(RootReader(folder))
+        found = pci.nvidia_devices(RootReader(folder))
         devices = root / "bus/pci/devices"
         entries = {p.name: ids(p) for p in devices.iterdir()} if devices.is_dir() else {}
         if None in entries.values():
