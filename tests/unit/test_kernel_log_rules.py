@@ -165,6 +165,25 @@ TABLE: list[tuple[str, str, Optional[str], str, Optional[str]]] = [
         "neuron:2",
         None,
     ),
+    # the 6.16+ AER severity words reach the same rules
+    (
+        "pcieport 0000:00:1c.5: AER: PCIe Bus Error: severity=Correctable, type=Physical Layer,"
+        " (Receiver ID)",
+        "plain",
+        None,  # one corrected error: only a storm raises
+        "",
+        None,
+    ),
+    # a task name is user text: an oops or panic wording inside it raises nothing
+    ("CPU: 3 PID: 1 Comm: Oops: 0000 [#1] Tainted: G D 6.8.0 #1", "plain", None, "", None),
+    ("CPU: 3 UID: 0 PID: 1 Comm: Kernel panic - not Not tainted 6.12 #1", "plain", None, "", None),
+    (
+        "INFO: task kernel BUG at x.c:1!:42 blocked for more than 120 seconds.",
+        "plain",
+        "KERNEL_HUNG_TASK",
+        "node",
+        None,
+    ),
     # lines that must not match
     ("[ 1.0] nvidia-nvlink: Nvlink Core is being initialized", "dmesg", None, "", None),
     ("NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.90.07", "plain", None, "", None),
@@ -260,3 +279,17 @@ def test_duplicate_rule_names_are_an_error() -> None:
     rule = compile_rule({"name": "x", "pattern": "a", "code": "SITE_X"}, "f")
     with pytest.raises(RulesError):
         RuleSet([rule, rule])
+
+
+def test_a_storm_of_6_16_correctable_errors_raises_the_storm() -> None:
+    # drivers/pci/pcie/aer.c 6.16+ prints "severity=Correctable" where older kernels print
+    # "Corrected": the tenth within 60 s on one device raises the storm, as before
+    matcher = RuleSet.load(None).matcher("test")
+    line = (
+        "nvidia 0000:3b:00.0: AER: PCIe Bus Error: severity=Correctable, type=Data Link Layer,"
+        " (Transmitter ID)"
+    )
+    got = [matcher.feed(line, ts=float(i)) for i in range(10)]
+    assert got[:9] == [None] * 9
+    assert got[9] is not None
+    assert (got[9].code, got[9].component) == ("KERNEL_AER_CORRECTED_STORM", "gpu:0000:3b:00")
