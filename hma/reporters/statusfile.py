@@ -17,8 +17,6 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Optional, Union
 
-import psutil
-
 SCHEMA = 1
 FILENAME = "status.json"
 STALE_FACTOR = 3.0  # the file is stale when older than this many heartbeats
@@ -142,6 +140,8 @@ class StatusWriter:
 
 def pid_alive(pid: int) -> bool:
     """Whether a process exists (a zombie counts as gone; another user's process counts)."""
+    import psutil  # here: every command's parser imports this module (`hma --version` too)
+
     try:
         return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
     except (psutil.NoSuchProcess, OverflowError, ValueError):
