@@ -47,7 +47,8 @@ def headers(cluster: SlurmCluster) -> str:
 
     24.11: ``apt-get download libslurm-dev`` inside the cluster's trixie root (its overlay takes
     the writes; the files land in /tmp, shared with the host), unpacked, and its usr/include
-    kept in the cache (about 5 s once); the host's compiler builds against it."""
+    kept in the cache (once: the first 24.11 run here took no longer than a cached one); the
+    host's compiler builds against it."""
     if cluster.chroot is None:
         return spankplugin.INCLUDE
     include = HEADERS_2411 / "usr" / "include"
@@ -117,7 +118,11 @@ def plugged(request: pytest.FixtureRequest, user: str) -> Iterator[tuple[SlurmCl
         cluster = SlurmCluster(4, version=version, conf_lines=[f"PlugStackConfig={plug.conf}"])
         cluster.start()
         try:
-            spankplugin.build_plugin(folder, headers(cluster))  # optional: loaded from now on
+            try:
+                include = headers(cluster)
+            except (RuntimeError, StopIteration) as exc:  # the archive unreachable
+                pytest.skip(f"Slurm {version}: cannot fetch trixie's libslurm-dev: {exc}")
+            spankplugin.build_plugin(folder, include)  # optional: loaded from now on
             yield cluster, plug
         finally:
             cluster.stop()
