@@ -101,7 +101,10 @@ class Plan:
 
 
 def conditions(node: NodeState) -> list[str]:
-    """The watched conditions ``node`` is in now."""
+    """The watched conditions ``node`` is in now (none when Slurm reports a state or flag hma
+    does not understand: no action on what it cannot read)."""
+    if not node.understood:
+        return []
     out = []
     powered = node.flags & POWER_FLAGS or node.base == "future"
     if node.not_responding and not node.reboot_pending and not powered:

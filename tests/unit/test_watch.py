@@ -53,6 +53,11 @@ def test_not_responding_past_down_after_is_a_reboot_whatever_the_reason() -> Non
     ]
 
 
+def test_a_state_hma_does_not_understand_is_not_watched() -> None:
+    odd = node("n1", "down", "NOT_RESPONDING", "SOMETHING_NEW")
+    assert plan([odd], {"n1": {"not_responding": NOW - 10_000}}).decisions == ()
+
+
 def test_a_node_that_answers_again_is_forgotten() -> None:
     seen = {"n1": {"not_responding": NOW - 10_000}}
     assert plan([node("n1")], seen).seen == {}
