@@ -211,3 +211,22 @@ def test_fleet_shows_the_watchers_pass_escaped(tmp_path: Path) -> None:
     assert "WATCHER active" in text and "id-1" in text and "\x1b" not in text
     assert json.loads(json.dumps(doc))["watch"]["actions"][0]["id"] == "id-1"
     assert fleet.watcher(str(tmp_path / "none")) is None
+
+
+def test_config_check_validates_the_watch_section(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    good = tmp_path / "good.toml"
+    good.write_text('[watch]\ninterval = 10\ndown_after = "x"\n')
+    res = subprocess.run(
+        [sys.executable, "-m", "hma", "--config", str(good), "config", "check"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert res.returncode == 2 and "watch.down_after" in res.stderr
+    good.write_text('[watch]\ninterval = 10\ndown_after = 120\ncompleting_action = "reboot"\n')
+    res = subprocess.run(
+        [sys.executable, "-m", "hma", "--config", str(good), "config", "check"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
