@@ -156,9 +156,9 @@ def plan(
         if "not_responding" in since.get(n.name, {}) or (n.name in actions and not back(n))
     )
     limit = limit_for(len(nodes), limits.percent, limits.max_nodes)
-    result = Plan((), since, affected, len(nodes), limit)
     by_name = {n.name: n for n in nodes}
-    held = tuple(_hold(d, by_name[d.node], result.open, cfg, limits, now) for d in found)
+    open_ = len(affected) > limit  # Plan.open
+    held = tuple(_hold(d, by_name[d.node], open_, cfg, limits, now) for d in found)
     return Plan(held, since, affected, len(nodes), limit)
 
 

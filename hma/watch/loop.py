@@ -85,7 +85,7 @@ class Watcher:
         deadline = self.deadline()
         made = decide.plan(nodes, st.seen, st.actions, self.cfg, deadline, self.limits, now)
         lease = claim.Claim(Path(self.cfg.claim_file), st.holder, 3 * self.cfg.interval)
-        passive = self._passive(lease, made, now)
+        passive = self._passive(lease, now)
         try:
             items = [self._final(d, passive) for d in made.decisions]
             self._carry_out(items, {n.name: n for n in nodes}, st)
@@ -106,9 +106,9 @@ class Watcher:
             lease.release()
         return st.last
 
-    def _passive(self, lease: claim.Claim, made: decide.Plan, now: float) -> str:
-        """Why this watcher must not act ("" when it acts); the claim is taken only when there is
-        something to act on or it is ours to keep."""
+    def _passive(self, lease: claim.Claim, now: float) -> str:
+        """Why this watcher must not act ("" when it acts): not the slurmctld in service, or the
+        claim is another's (taken or renewed every pass, held until ``release``)."""
         here, why = claim.primary_here(
             self.client.scontrol, self.client.env(), self.client.timeout, self.cfg.controller_names
         )
