@@ -230,3 +230,68 @@ def test_config_check_validates_the_watch_section(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert res.returncode == 0, res.stderr
+
+
+class FakeBackend:
+    """What the actor calls of the Slurm backend, recorded."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, ...]] = []
+
+    def reboot(self, name: str, reason: str, mode: str) -> None:
+        self.calls.append(("reboot", name, mode))
+
+    def replace(self, name: str, reason: str, mode: str) -> None:
+        self.calls.append(("replace", name, mode))
+
+    def label(self, name: str, text: str) -> None:
+        self.calls.append(("label", name, text))
+
+    def env(self) -> dict[str, str]:
+        return {}
+
+
+def recovery(tmp: Path, text: str) -> Any:
+    """The typed ``[recovery]`` of a configuration holding ``text`` in that section."""
+    from hma import assembly
+    from hma.remediation.options import Recovery
+
+    path = tmp / "hma.toml"
+    path.write_text("[recovery]\n" + text)
+    return Recovery.of(assembly.load(str(path)).config.section("recovery"))
+
+
+def test_hyperpod_mode_asks_hyperpod_and_records_hmah(tmp_path: Path) -> None:
+    from hma.watch.act import Actor
+
+    backend, st_ = FakeBackend(), state.State()
+    saves: list[str] = []
+    rec = recovery(tmp_path, 'replace_mode = "hyperpod"\n')
+    actor = Actor(backend, rec, st_, lambda: saves.append(st_.actions["n1"].state), lambda: NOW)  # type: ignore[arg-type]
+    item = decide.Decision("n1", "replace", decide.NO_BOOT, "REBOOT_ISSUED for 700 s")
+    done = actor.act(item, node("n1", "idle", "REBOOT_ISSUED"))
+    assert done.state == "issued" and saves == ["running", "issued"]
+    assert backend.calls[0][:2] == ("label", "n1") and ":HMA_WATCH_NO_BOOT" in backend.calls[0][2]
+    assert backend.calls[1] == ("replace", "n1", "hyperpod")
+
+
+def test_a_failing_hook_is_kept_for_a_retry_with_the_same_id(tmp_path: Path) -> None:
+    from hma.watch.act import Actor
+
+    hook = tmp_path / "hook"
+    hook.write_text("#!/bin/sh\necho refused >&2\nexit 3\n")
+    hook.chmod(0o755)
+    backend, st_ = FakeBackend(), state.State()
+    rec = recovery(tmp_path, f'reboot_command = ["{hook}"]\nretry_min = 2.0\n')
+    actor = Actor(backend, rec, st_, lambda: None, lambda: NOW)  # type: ignore[arg-type]
+    item = decide.Decision("n1", "reboot", decide.NOT_RESPONDING, "not responding for 700 s")
+    first = actor.act(item, node("n1", "down", "NOT_RESPONDING"))
+    assert (first.state, first.next_try) == (
+        "retry",
+        NOW + 2.0,
+    ) and "exited 3: refused" in first.error
+    again = actor.act(
+        replace(item, action=first, count=False), node("n1", "down", "NOT_RESPONDING")
+    )
+    assert again.id == first.id and again.attempts == 2 and again.next_try == NOW + 4.0
+    assert [c[0] for c in backend.calls] == ["label"]  # recorded once, for the first attempt
