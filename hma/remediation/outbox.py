@@ -181,17 +181,25 @@ class Outbox:
         return History(tuple(entries), self.human())
 
     def seed_history(self, mirror: History) -> bool:
-        """After a wiped state store: the remediations and the hold as the cluster mirrors them
-        (only when the store has none of its own); whether anything was taken."""
+        """At start: the remediations the cluster mirrors that this store does not know. After a
+        wiped store, every entry and the hold; otherwise the entries dated after the store's
+        newest record (another writer's while this agent was away: the controller's watcher).
+        Whether anything was taken."""
         with self.lock:
-            if remediations.rows(self.store) or self.human():  # hma reset's records count here
-                return False
-            for i, (ts, code) in enumerate(mirror.entries):  # episodes before the wipe: < 0
-                row = {"ts": ts, "episode": -1 - i, "code": code, "component": "", "who": "mirror"}
+            known = remediations.rows(self.store)  # hma reset's records count here
+            if not known and not self.human():
+                taken = list(mirror.entries)
+                if mirror.held:
+                    self.set_human(mirror.held)
+            else:
+                newest = max((float(r["ts"]) for r in known), default=self.human())
+                taken = [(ts, code) for ts, code in mirror.entries if ts > newest]
+            first = min((int(r["episode"]) for r in known if r["episode"] is not None), default=0)
+            for i, (ts, code) in enumerate(taken):  # episodes hma did not run here: < 0
+                episode = min(first, 0) - 1 - i
+                row = {"ts": ts, "episode": episode, "code": code, "component": "", "who": "mirror"}
                 remediations.add(self.store, {**row, "action": "drain"})
-            if mirror.held:
-                self.set_human(mirror.held)
-            return True
+            return bool(taken or (mirror.held and not known))
 
     # --- the actions table ------------------------------------------------------------------------
 
