@@ -61,6 +61,8 @@ class Env:
         stand-in ``kmsg``: no daemon of a test reads this machine's kernel log)."""
         if kernel_log and "[sources.kernel_log]" not in extra:
             extra += f'\n[sources.kernel_log]\npath = "{self.kmsg}"\nbackend = "kmsg"\n'
+        if "[sources.postmortem]" not in extra:  # nor its crash records and journal
+            extra += postmortem_section(self.base / "crash-records")
         self.config.write_text(
             f'[agent]\nstate_dir = "{self.state}"\nrun_dir = "{self.run}"\n'
             f'probes_dir = "{self.probes_d}"\nnode_name = "testnode"\n' + extra
@@ -124,6 +126,16 @@ def trusted_dir(tmp_path: Path) -> Iterator[Path]:
         yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def postmortem_section(folder: Path) -> str:
+    """A ``[sources.postmortem]`` reading crash records under ``folder`` (pstore/,
+    systemd-pstore/, crash/) and no journal: never this machine's."""
+    return (
+        f'\n[sources.postmortem]\npstore_dir = "{folder}/pstore"\n'
+        f'systemd_pstore_dir = "{folder}/systemd-pstore"\nkdump_dir = "{folder}/crash"\n'
+        "journal = false\n"
+    )
 
 
 @pytest.fixture(autouse=True)
