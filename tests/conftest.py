@@ -34,6 +34,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
     p for p in (str(HERMETIC), os.environ.get("PYTHONPATH", "")) if p
 )
 from tests.hermetic import sitecustomize  # noqa: E402  (installs the guard in this process)
+from tests.hermetic.postmortem import postmortem_section  # noqa: E402
 
 
 class Env:
@@ -126,16 +127,6 @@ def trusted_dir(tmp_path: Path) -> Iterator[Path]:
         yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-
-
-def postmortem_section(folder: Path) -> str:
-    """A ``[sources.postmortem]`` reading crash records under ``folder`` (pstore/,
-    systemd-pstore/, crash/) and no journal: never this machine's."""
-    return (
-        f'\n[sources.postmortem]\npstore_dir = "{folder}/pstore"\n'
-        f'systemd_pstore_dir = "{folder}/systemd-pstore"\nkdump_dir = "{folder}/crash"\n'
-        "journal = false\n"
-    )
 
 
 @pytest.fixture(autouse=True)

@@ -47,6 +47,7 @@ RECOVERY = {
     "recheck_interval": 0.5,
     "min_reboot_interval": 0.0,
     "max_drained_percent": 50.0,
+    "evidence_kernel_log": [],  # evidence bundles: never this machine's kernel log
 }
 PROBES = {  # [probes.<name>] of the simulated node: short intervals so that the demo is quick
     "gpu": {"interval": 2.0, "expected_gpus": GPUS},
