@@ -107,11 +107,11 @@ class PostmortemSource(EventSource):
         if not isinstance(stored, dict):
             stored = {}
         if stored.get("boot_id") != ctx.boot_id:
-            seen = {str(k) for k in stored.get("keys", []) if isinstance(k, str)}
-            findings, keys = scan(ctx.options, ctx, seen)
+            before = [k for k in stored.get("keys", []) if isinstance(k, str)]
+            findings, keys = scan(ctx.options, ctx, set(before))
             for finding in findings:
                 emit(finding)
-            kept = sorted(seen | keys)[-MAX_KEYS:]
+            kept = [*before, *sorted(keys - set(before))][-MAX_KEYS:]  # the newest last
             ctx.kv.set(KV_KEY, {"boot_id": ctx.boot_id, "keys": kept})
         ctx.started("files")
         ctx.stop.wait()

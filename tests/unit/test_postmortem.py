@@ -254,3 +254,15 @@ def test_the_postmortem_token_is_read_strictly() -> None:
         assert label.parse_postmortem(bad) is None
     assert label.parse_postmortem("hmap=4000000000:KERNEL_PANIC", now=1764410040) is None
     assert label.edit_postmortem(f"a {token} b", None) == "a b"
+
+
+def test_the_memory_is_bounded_and_keeps_the_newest(tmp_path: Path) -> None:
+    old = [f"pstore:dmesg-erst-{i}:1:1" for i in range(600)]
+    kv = MemoryKV()
+    kv.set(KV_KEY, {"boot_id": "earlier", "keys": old})
+    ctx = context(tmp_path, kv)
+    shutil.copy(PANIC, tmp_path / "pstore" / PANIC.name)
+    assert len(read_once(ctx)) == 1
+    kept = kv.get(KV_KEY)["keys"]
+    assert len(kept) == postmortem.MAX_KEYS and kept[-1].startswith(f"pstore:{PANIC.name}:")
+    assert kept[0] == old[600 - postmortem.MAX_KEYS + 1]
