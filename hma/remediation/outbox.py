@@ -16,7 +16,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from hma.contracts.label import History
+from hma.contracts.label import History, PostMortem
 from hma.health.store import Store
 from hma.remediation import remediations
 from hma.remediation.planner import ACTIONS_COUNTED, Enqueue, Episode, Reboot, Remediation
@@ -160,6 +160,21 @@ class Outbox:
                 },
             )
             return True
+
+    def crash(self, cause: str, component: str, boot_id: str, now: float) -> bool:
+        """Record the previous boot's crash the post-mortem read in boot ``boot_id`` (once per
+        boot: the boot that followed it); False when it was recorded already."""
+        with self.lock:
+            if any(r.action == "crash" and r.boot_id == boot_id for r in self.remediations()):
+                return False
+            row = {"ts": now, "code": cause, "component": component, "boot_id": boot_id}
+            remediations.add(self.store, {**row, "action": "crash", "who": "postmortem"})
+            return True
+
+    def postmortem(self, now: float, window: float) -> Optional[PostMortem]:
+        """The newest crash within ``window`` (the label field's ``hmap=``), None without one."""
+        crashes = [r for r in self.remediations() if r.action == "crash" and now - r.ts <= window]
+        return PostMortem(crashes[-1].ts, crashes[-1].code) if crashes else None
 
     def human(self) -> float:
         """Since when the node is held for a human (a repeat offender); 0: it is not."""
