@@ -92,6 +92,7 @@ class Actor:
                 known,
                 _no_spare,
                 self.backend.env(),
+                "",  # the node does not answer: no evidence bundle to gather from it
             )
 
     def _record(self, node: NodeState, code: str, now: float) -> None:

@@ -6,7 +6,9 @@ the node's reason says: an ``HMA:`` drain, an admin's, none): ``not_responding``
 cannot reach its slurmd: ``DOWN*``, ``NOT_RESPONDING``), ``reboot_issued`` (``REBOOT_ISSUED``)
 and ``completing``. Not responding past ``down_after``: a reboot out of band; ``REBOOT_ISSUED``
 past the reboot deadline, or not back that long after the watcher's own reboot: a replace;
-``COMPLETING`` past ``completing_after``: a report (a reboot with ``completing_action``).
+``COMPLETING`` past ``completing_after``: a report (a reboot with ``completing_action``). A node
+whose agent read a crash of its previous boot (its post-mortem, ``hmap=``: docs/watch.md) is
+reported while the token stays: what ended the boot the watcher may have power-cycled.
 
 Holds, in order: maintenance (a maintenance reservation, an active ``hma-maint=`` word, any
 reservation with ``hold_reserved``), the repeat-offender memory the agents keep in ``hmah=``
@@ -19,6 +21,7 @@ power: the watcher holds every action of the pass.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
@@ -51,7 +54,7 @@ class Decision:
     """What the watcher does (or would do) about one node this pass."""
 
     node: str
-    kind: str  # reboot, replace, report, back
+    kind: str  # reboot, replace, report, back, postmortem
     code: str
     why: str
     held: str = ""  # why it is not done: passive, maintenance, reservation, ...
@@ -150,6 +153,11 @@ def plan(
         item = _decide(node, since.get(node.name, {}), actions.get(node.name), cfg, deadline, now)
         if item is not None:
             found.append(item)
+        post = label.find_postmortem(node.field(limits.label_field), now)
+        if post is not None:
+            read = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(post.ts))
+            why = f"its previous boot ended in {post.cause} (its agent's post-mortem, {read})"
+            found.append(Decision(node.name, "postmortem", label.POSTMORTEM_CODE, why))
     affected = tuple(
         n.name
         for n in nodes

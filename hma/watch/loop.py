@@ -160,7 +160,7 @@ class Watcher:
                 continue
             if item.kind == "back":
                 self._alert(item, "cleared")
-            elif item.kind == "report":
+            elif item.kind in ("report", "postmortem"):
                 self._alert(item, "raised")
             else:
                 self._alert(item, "action_held", f" (held: {item.held})")
@@ -184,7 +184,8 @@ class Watcher:
 
     def _alert(self, item: decide.Decision, kind: str, extra: str = "") -> None:
         """One decision as an alert (component: the node's name)."""
-        severity = Severity.WARNING if item.kind in ("report", "back") else Severity.CRITICAL
+        quiet = item.kind in ("report", "back", "postmortem")
+        severity = Severity.WARNING if quiet else Severity.CRITICAL
         details = item.to_json()
         msg = f"{item.kind} {item.node}: {item.why}{extra}"
         recommended = RECOMMENDED.get(item.kind, Recommended.NONE)

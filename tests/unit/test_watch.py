@@ -295,3 +295,17 @@ def test_a_failing_hook_is_kept_for_a_retry_with_the_same_id(tmp_path: Path) -> 
     )
     assert again.id == first.id and again.attempts == 2 and again.next_try == NOW + 4.0
     assert [c[0] for c in backend.calls] == ["label"]  # recorded once, for the first attempt
+
+
+def test_a_crash_the_node_s_agent_read_on_its_next_boot_is_reported() -> None:
+    """The agent's post-mortem (``hmap=``) tells the watcher how the previous boot ended: a
+    report on the node (never an action), as long as the token stays."""
+    crashed = node("n1", extra=f"hmah={int(NOW) - 60}:KERNEL_PREVIOUS_BOOT_CRASH "
+                   f"hmap={int(NOW) - 60}:KERNEL_PANIC")  # fmt: skip
+    forged = node("n2", extra="hmap=junk:KERNEL_PANIC")
+    made = plan([crashed, forged, *healthy(20)])
+    assert [(d.node, d.kind, d.code) for d in made.decisions] == [
+        ("n1", "postmortem", label.POSTMORTEM_CODE)
+    ]
+    [item] = made.decisions
+    assert "KERNEL_PANIC" in item.why and not item.acts
