@@ -15,7 +15,7 @@ from typing import Any, Iterator, Optional
 
 import pytest
 
-from tests.integration.remediation_helpers import toml_value
+from tests.integration.remediation_helpers import SLURM_VERSIONS, toml_value
 from tests.slurmcluster import SlurmCluster, available
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -37,17 +37,17 @@ with open({log!r}, "a") as fh:
 """
 
 
-def _cluster(nodes: int, **kw: Any) -> Iterator[SlurmCluster]:
-    why = available()
+def _cluster(nodes: int, version: str = "22.05", **kw: Any) -> Iterator[SlurmCluster]:
+    why = available(version)
     if why:
-        pytest.skip(why)
-    with SlurmCluster(nodes, conf_lines=FAST_SLURM, **kw) as cluster:
+        pytest.skip(f"Slurm {version}: {why}")
+    with SlurmCluster(nodes, conf_lines=FAST_SLURM, version=version, **kw) as cluster:
         yield cluster
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[SlurmCluster]:
-    yield from _cluster(5)
+@pytest.fixture(scope="module", params=SLURM_VERSIONS, ids=lambda v: f"slurm{v}")
+def cluster(request: pytest.FixtureRequest) -> Iterator[SlurmCluster]:
+    yield from _cluster(5, request.param)
 
 
 @pytest.fixture
@@ -97,7 +97,7 @@ class Watch:
         hook.chmod(0o755)
         self.state = tmp / f"watch-{name}"
         sections = {
-            "slurm": {"conf": str(cluster.conf), "timeout": 15.0},
+            "slurm": {"conf": str(cluster.conf), "timeout": 15.0, **cluster.agent_slurm()},
             "recovery": {
                 "reboot_command": [str(hook)],
                 "replace_command": [str(hook)],
