@@ -29,7 +29,14 @@ from hma.adapters.text import printable
 from hma.cluster.slurm.client import SlurmClient
 from hma.cluster.slurm.parse import ADDRESS, NAME, Allocation, SlurmError
 from hma.commands import common, srun_inplace
-from hma.commands.srun_decide import Decision, decide, expansion_allowed, mechanism, watch
+from hma.commands.srun_decide import (
+    Decision,
+    decide,
+    expansion_allowed,
+    job_gres,
+    mechanism,
+    watch,
+)
 from hma.contracts.alert import Alert
 from hma.contracts.cluster import JobInfo
 from hma.contracts.model import Action, Severity
@@ -204,6 +211,7 @@ class Run:
     job: JobInfo
     alloc: Allocation
     expansion: Optional[bool]  # permit_job_expansion set (None: unknown)
+    gres: str  # the generic resources it holds ("" when none)
     names: list[str]  # the job's nodes now
     env: dict[str, str] = field(default_factory=dict)  # srun's (node list fresh after a mend)
     restarts: int = 0  # SLURM_RESTART_COUNT
@@ -248,9 +256,10 @@ def _start(client: SlurmClient, log: Log, opts: Options, env: Mapping[str, str])
     except SlurmError as exc:
         print(f"{PROG}: cannot read job {job_id}: {exc}", file=sys.stderr)
         return 2
-    run = Run(client, log, opts, job, alloc, expansion_allowed(client), names, dict(env))
+    gres = job_gres(client, alloc, names)
+    run = Run(client, log, opts, job, alloc, expansion_allowed(client), gres, names, dict(env))
     run.restarts = _attempt(env)
-    how, why = mechanism(job, alloc, run.expansion)
+    how, why = mechanism(job, gres, run.expansion)
     if how == "none":
         log(f"job {job_id}: auto-resume cannot resume this job: {why}", Severity.WARNING)
     old = find_marker(job.note)
@@ -296,7 +305,8 @@ def main(
             "faulty_nodes": list(decision.faulty),
             "nodes": run.names,
         }
-        how, why = mechanism(run.job, run.alloc, run.expansion)
+        host = run.alloc.batch_host if run.alloc.batch_host in decision.faulty else ""
+        how, why = mechanism(run.job, run.gres, run.expansion, host)
         if decision.kind != "resume" or how == "none":
             severity = Severity.OK if decision.kind == "not_hardware" else Severity.WARNING
             text = decision.message if decision.kind != "resume" else f"{decision.message}; {why}"
@@ -313,12 +323,12 @@ def main(
 
 def _replace(run: Run, marker: Marker, decision: Decision, rc: int, details: dict) -> bool:
     """Mend the job in place; whether the step can run again (else it was logged why not)."""
+    run.replaced = max(marker.replaced, run.replaced) + 1  # recorded first: Slurm refuses job
+    run.record(replace(marker, replaced=run.replaced, nodes=decision.faulty))  # updates a while
     mended = srun_inplace.mend(run.client, run.alloc, decision.faulty, run.opts.replace_wait)
-    if not mended.ok:
+    if not mended.ok:  # after a merge
         run.log(f"job {run.job_id}: {mended.message}; exit {rc}", Severity.WARNING, **details)
         return False
-    run.replaced = max(marker.replaced, run.replaced) + 1
-    run.record(replace(marker, replaced=run.replaced, nodes=decision.faulty))
     try:
         run.alloc = run.client.allocation(run.job_id)
     except SlurmError as exc:

@@ -150,21 +150,44 @@ def expansion_allowed(client: SlurmClient) -> Optional[bool]:
     return EXPANSION in (p.strip() for p in value.split(","))
 
 
-def mechanism(job: JobInfo, alloc: Allocation, expansion: Optional[bool]) -> tuple[str, str]:
+def job_gres(client: SlurmClient, alloc: Allocation, names: Sequence[str]) -> str:
+    """The generic resources the job holds: asked for (``--gres``, ``--gpus``...), else those of
+    its nodes (an exclusive job holds every GRES of its nodes); "" when none or unreadable."""
+    if alloc.gres:
+        return alloc.gres
+    try:
+        found = client.node_gres(names)
+    except SlurmError:
+        return ""
+    return ", ".join(f"{name}: {gres}" for name, gres in sorted(found.items()) if gres)
+
+
+def mechanism(
+    job: JobInfo, gres: str, expansion: Optional[bool], faulty_batch_host: str = ""
+) -> tuple[str, str]:
     """How a failed step of this job is resumed: ``replace`` (the faulty nodes swapped inside the
     allocation), ``requeue`` (the batch job back in the queue) or ``none``; and the rule why.
-    GRES jobs are requeued: Slurm cannot resize an allocation holding generic resources."""
+    GRES jobs are requeued: Slurm cannot resize an allocation holding generic resources; so is a
+    batch job whose batch host (``faulty_batch_host``) is faulty: Slurm cannot drop that node."""
     requeueable = job.batch and job.requeue
-    if alloc.gres:
+    if gres:
         if requeueable:
             return "requeue", (
-                f"the job holds GRES ({alloc.gres}) and Slurm cannot resize a GRES allocation: "
+                f"the job holds GRES ({gres}) and Slurm cannot resize a GRES allocation: "
                 "requeueing the job so that it restarts from its checkpoint on healthy nodes"
             )
         return "none", (
-            f"the job holds GRES ({alloc.gres}), so Slurm cannot replace its nodes in place, and "
+            f"the job holds GRES ({gres}), so Slurm cannot replace its nodes in place, and "
             + _not_requeueable(job)
         )
+    if job.batch and faulty_batch_host:
+        why = f"the faulty node {faulty_batch_host} runs the batch script, which Slurm cannot move"
+        if requeueable:
+            return "requeue", (
+                f"{why}: requeueing the job so that it restarts from its checkpoint on healthy "
+                "nodes"
+            )
+        return "none", f"{why}, and {_not_requeueable(job)}"
     if expansion is False:
         why = f"the cluster does not allow expansion (SchedulerParameters lacks {EXPANSION})"
         if requeueable:

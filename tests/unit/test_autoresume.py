@@ -74,6 +74,8 @@ class Runner:
         stdin: Optional[bytes] = None,
     ) -> CommandResult:
         self.calls.append(list(argv))
+        if argv[0] == "sinfo" and "Gres" in argv[-1]:  # the nodes' GRES: ("sinfo-gres",)
+            return CommandResult(tuple(argv), 0, self.answers.get(("sinfo-gres",), ""), "", 0.0)
         for prefix in sorted(self.answers, key=len, reverse=True):
             if tuple(argv[: len(prefix)]) == prefix:
                 answer = self.answers[prefix]
@@ -273,7 +275,7 @@ RUNNING = {
 def test_exit_zero_passes_through_without_looking() -> None:
     rc, err, runner = run_main(RUNNING, 0, {"SLURM_JOB_ID": "1"})
     assert rc == 0 and err == ""
-    assert not any(c[0] == "sinfo" for c in runner.calls)
+    assert not any(c[0] == "sinfo" and "Gres" not in c[-1] for c in runner.calls)  # no states
 
 
 def test_plain_failure_exits_with_sruns_code() -> None:
@@ -305,7 +307,7 @@ def test_requeue_when_every_faulty_node_is_out_of_service(monkeypatch: pytest.Mo
     assert comments[-1][-1] == "Comment=my run hma-resume=1,a=1,n=node1+node3"
     assert runner.calls.index(comments[-1]) < requeue  # recorded before the requeue ends us
     assert "resuming (attempt 1 of 1)" in err
-    assert "lacks permit_job_expansion): requeueing the job" in err
+    assert "the faulty node node1 runs the batch script, which Slurm cannot move: requeueing" in err
     assert "not ended" in err and rc == 1
 
 
@@ -518,15 +520,32 @@ def test_mechanism_table() -> None:
     plain = parse_alloc(PLAIN)[0]
     gres = parse_alloc(fixture("squeue-alloc-gres-22.05.txt"))[0]
     batch, salloc = JobInfo("1", "u", "RUNNING"), JobInfo("1", "u", "RUNNING", batch=False)
-    assert dec.mechanism(batch, plain, True)[0] == "replace"
-    assert dec.mechanism(salloc, plain, None)[0] == "replace"  # unknown: salloc says
-    how, why = dec.mechanism(batch, gres, True)
+    assert dec.mechanism(batch, plain.gres, True)[0] == "replace"
+    assert dec.mechanism(salloc, plain.gres, None)[0] == "replace"  # unknown: salloc says
+    how, why = dec.mechanism(batch, gres.gres, True)
     assert how == "requeue" and "cannot resize a GRES allocation" in why
-    how, why = dec.mechanism(salloc, gres, True)
+    how, why = dec.mechanism(salloc, gres.gres, True)
     assert how == "none" and "salloc) cannot be requeued: not resumed" in why
-    how, why = dec.mechanism(batch, plain, False)
+    how, why = dec.mechanism(batch, plain.gres, False)
     assert how == "requeue" and "lacks permit_job_expansion" in why
-    assert dec.mechanism(salloc, plain, False)[0] == "none"
+    assert dec.mechanism(salloc, plain.gres, False)[0] == "none"
+    assert plain.batch_host == "node1"
+    how, why = dec.mechanism(batch, plain.gres, True, "node1")
+    assert how == "requeue" and "node1 runs the batch script, which Slurm cannot move" in why
+    assert dec.mechanism(salloc, plain.gres, True, "node1")[0] == "replace"  # no batch script
+
+
+def test_an_exclusive_job_on_gres_nodes_holds_their_gres() -> None:
+    from hma.cluster.slurm.parse import gres_format, parse_alloc
+
+    plain = parse_alloc(PLAIN)[0]
+    rows = f"node1{SEP}fpga:1{SEP}\nnode2{SEP}(null){SEP}\n"
+    assert gres_format("").count(SEP) == 2
+    cl, runner = client({("sinfo-gres",): rows})
+    assert dec.job_gres(cl, plain, ["node1", "node2"]) == "node1: fpga:1"
+    assert runner.calls[0][:5] == ["sinfo", "-h", "-N", "-n", "node1,node2"]
+    down = client({("sinfo-gres",): "unreadable"})[0]
+    assert dec.job_gres(down, plain, ["node1"]) == ""
 
 
 def test_expansion_allowed_reads_scheduler_parameters() -> None:
@@ -653,8 +672,7 @@ def test_no_replacement_in_time(tmp_path: Path) -> None:
 def test_gres_batch_job_is_requeued(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ar, "REQUEUE_WAIT_S", 0.0)
     state = InPlace(BatchFlag="1")
-    state.alloc = fixture("squeue-alloc-gres-24.11.txt").replace("node3", "node[1-2]")
-    state.alloc = state.alloc.replace("2\x1fbatch", "1\x1fbatch", 1)
+    state.alloc = PLAIN.replace(f"{SEP}N/A", f"{SEP}gres/fpga:1", 1)
     rc, err, runner, _lists = run_inplace(state, tmp_path, 1)
     assert ["scontrol", "requeue", "1"] in runner.calls and rc == 1
     assert "holds GRES (gres/fpga:1) and Slurm cannot resize a GRES allocation" in err
@@ -664,8 +682,7 @@ def test_gres_batch_job_is_requeued(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 def test_gres_salloc_job_is_not_resumed(tmp_path: Path) -> None:
     state = InPlace()
-    state.alloc = fixture("squeue-alloc-gres-22.05.txt").replace("node3", "node[1-2]")
-    state.alloc = state.alloc.replace("2\x1fbatch", "1\x1fbatch", 1)
+    state.alloc = PLAIN.replace(f"{SEP}N/A", f"{SEP}gres/fpga:1", 1)
     rc, err, runner, _lists = run_inplace(state, tmp_path, 1)
     assert rc == 1 and "an interactive allocation (salloc) cannot be requeued: not resumed" in err
     assert not any(c[0] == "salloc" or c[:2] == ["scontrol", "requeue"] for c in runner.calls)

@@ -16,11 +16,13 @@ from hma.cluster.slurm.parse import (
     Allocation,
     SlurmError,
     alloc_format,
+    gres_format,
     job_format,
     new_nonce,
     node_format,
     parse_alloc,
     parse_listpids,
+    parse_node_gres,
     parse_sinfo,
     parse_spool,
     parse_squeue,
@@ -229,6 +231,14 @@ class SlurmClient:
             if alloc.id == str(job_id):
                 return alloc
         raise SlurmError(f"job {job_id} not found")
+
+    def node_gres(self, names: Sequence[str]) -> dict[str, str]:
+        """Node name -> its configured generic resources ("" when none), for ``names`` only."""
+        if not names:
+            return {}
+        nonce = new_nonce()
+        argv = [*self.sinfo, "-h", "-N", "-n", ",".join(names), "-O", gres_format(nonce)]
+        return parse_node_gres(self._run(argv).stdout, nonce)
 
     def hostnames(self, nodelist: str) -> list[str]:
         """``scontrol show hostnames``: a node list expression expanded, in order."""

@@ -271,6 +271,7 @@ ALLOC_FIELDS = (
     "tres-per-task",
     "NodeList",
     "NumNodes",
+    "BatchHost",
 )
 
 
@@ -284,6 +285,7 @@ class Allocation:
     gres: str  # its generic resources per node/job/task, ";"-joined ("" when none)
     nodes: str  # node list expression
     num_nodes: int
+    batch_host: str = ""  # the node running the batch script ("" for salloc)
 
 
 def alloc_format(nonce: str) -> str:
@@ -299,7 +301,7 @@ def parse_alloc(text: str, nonce: str = "") -> list[Allocation]:
     out is a ``SlurmError``. A TRES field counts as GRES when it names ``gres``."""
     out = []
     for parts in _records(text, "squeue", nonce, len(ALLOC_FIELDS)):
-        job_id, part, feature, per_node, per_job, per_task, nodes, count = parts
+        job_id, part, feature, per_node, per_job, per_task, nodes, count, host = parts
         tres = [_text(t.strip()) for t in (per_node, per_job, per_task)]
         out.append(
             Allocation(
@@ -309,6 +311,27 @@ def parse_alloc(text: str, nonce: str = "") -> list[Allocation]:
                 gres=";".join(t for t in tres if "gres" in t.lower()),
                 nodes=_text(_fixed(nodes, _NODELIST, "squeue", "node list")),
                 num_nodes=int(_fixed(count, _COUNT, "squeue", "node count")),
+                batch_host=_host(host, "squeue", "batch host"),
             )
         )
+    return out
+
+
+GRES_FIELDS = ("NodeList", "Gres")
+
+
+def gres_format(nonce: str) -> str:
+    """The ``sinfo -O`` argument of ``GRES_FIELDS`` whose fields end with ``SEP + nonce``."""
+    return _format(GRES_FIELDS, nonce)
+
+
+_GRES = re.compile(r"[A-Za-z0-9_.:()/,=+-]*")
+
+
+def parse_node_gres(text: str, nonce: str = "") -> dict[str, str]:
+    """Node name -> its configured generic resources ("" when none), from ``sinfo -h -N -n NODES
+    -O gres_format(nonce)``; a field that does not check out is a ``SlurmError``."""
+    out = {}
+    for name, gres in _records(text, "sinfo", nonce, len(GRES_FIELDS)):
+        out[_fixed(name, NAME, "sinfo", "node name")] = _text(_fixed(gres, _GRES, "sinfo", "gres"))
     return out
