@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from hma.cluster.slurm.client import SlurmClient
 from hma.cluster.slurm.parse import Allocation, SlurmError
+from hma.config.files import ConfigError
 from hma.contracts import label
 from hma.contracts.cluster import JobInfo, NodeState
+
+if TYPE_CHECKING:
+    from hma.detection.setup import Setup
 
 POLL_S = 1.0
 
@@ -206,3 +210,32 @@ def _not_requeueable(job: JobInfo) -> str:
     if not job.batch:
         return "an interactive allocation (salloc) cannot be requeued: not resumed"
     return "the job cannot be requeued (--no-requeue or JobRequeue=0): not resumed"
+
+
+def expansion_note(setup: Setup) -> str:
+    """``hma config check``'s line on in-place replacement: a warning when the Slurm backend's
+    controller lacks ``permit_job_expansion``, a note when its configuration cannot be read, ""
+    when it is set or the backend is not Slurm's."""
+    from hma.cluster.slurm.backend import SlurmBackend
+    from hma.commands import common
+
+    try:
+        backend = common.scheduler(setup)
+    except ConfigError:  # a backend that cannot be loaded is config check's own error
+        return ""
+    if not isinstance(backend, SlurmBackend):
+        return ""
+    allowed = expansion_allowed(backend.client)
+    if allowed is None:
+        return (
+            "note: slurm: scontrol show config cannot be read here: SchedulerParameters="
+            f"{EXPANSION} not checked (hma srun --auto-resume needs it to replace nodes in place; "
+            "docs/slurm.md)"
+        )
+    if not allowed:
+        return (
+            f"warning: slurm: SchedulerParameters lacks {EXPANSION}: hma srun --auto-resume cannot "
+            "replace faulty nodes inside an allocation (batch jobs are requeued instead, salloc "
+            "jobs are not resumed; docs/slurm.md)"
+        )
+    return ""

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 from hma.remediation.engine import Remediator
-from tests.integration.remediation_helpers import fault, verdict, wait
+from tests.integration.remediation_helpers import fault, verdict, wait, write_config
 from tests.slurmcluster import SlurmCluster
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -196,3 +196,16 @@ def finished(cluster: SlurmCluster, job_id: str) -> dict[str, str]:
 
     wait(ended, 90, f"job {job_id} finished")
     return last
+
+
+def config_check(cluster: SlurmCluster, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """``hma config check`` with the Slurm options of ``cluster``."""
+    cfg = write_config(tmp_path / "hma.toml", cluster, cluster.nodes[0])
+    return subprocess.run(
+        [sys.executable, "-m", "hma", "--config", str(cfg), "config", "check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=ROOT,
+    )

@@ -27,6 +27,7 @@ from tests.integration.autoresume_helpers import (
     ROOT,
     USER,
     Work,
+    config_check,
     ensure_user,
     finished,
     hosts,
@@ -235,3 +236,9 @@ def test_gres_batch_job_is_requeued(
     assert "requeueing the job so that it restarts from its checkpoint" in out
     assert json.loads((work.ckpt / "final.json").read_text()) == {"step": 40}
     assert bad not in {h["node"] for h in starts(work) if h["restart"] == "1"}
+
+
+def test_config_check_reads_permit_job_expansion(cluster: SlurmCluster, tmp_path: Path) -> None:
+    proc = config_check(cluster, tmp_path)
+    assert proc.returncode == 0 and "permit_job_expansion" not in proc.stderr, proc.stderr
+    # test_autoresume_slurm.py: the warning on a cluster without it

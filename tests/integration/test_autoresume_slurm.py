@@ -24,6 +24,7 @@ from tests.integration.autoresume_helpers import (
     ROOT,
     USER,
     Work,
+    config_check,
     ensure_user,
     finished,
     hosts,
@@ -197,3 +198,11 @@ def test_job_env_matches_scontrol_show_job(cluster: SlurmCluster, work: Work) ->
         }
         assert (work.base / f"sh-{node}").read_text().split() == [str(rank), "3", expected[0], addr]
     cluster.run("scancel", job_id)
+
+
+def test_config_check_warns_without_permit_job_expansion(
+    cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    proc = config_check(cluster, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "warning: slurm: SchedulerParameters lacks permit_job_expansion" in proc.stderr
