@@ -214,8 +214,8 @@ def _not_requeueable(job: JobInfo) -> str:
 
 def expansion_note(setup: Setup) -> str:
     """``hma config check``'s line on in-place replacement: a warning when the Slurm backend's
-    controller lacks ``permit_job_expansion``, a note when its configuration cannot be read, ""
-    when it is set or the backend is not Slurm's."""
+    controller lacks ``permit_job_expansion``; "" when it is set, when the controller's
+    configuration cannot be read here, or when the backend is not Slurm's."""
     from hma.cluster.slurm.backend import SlurmBackend
     from hma.commands import common
 
@@ -225,17 +225,10 @@ def expansion_note(setup: Setup) -> str:
         return ""
     if not isinstance(backend, SlurmBackend):
         return ""
-    allowed = expansion_allowed(backend.client)
-    if allowed is None:
-        return (
-            "note: slurm: scontrol show config cannot be read here: SchedulerParameters="
-            f"{EXPANSION} not checked (hma srun --auto-resume needs it to replace nodes in place; "
-            "docs/slurm.md)"
-        )
-    if not allowed:
-        return (
-            f"warning: slurm: SchedulerParameters lacks {EXPANSION}: hma srun --auto-resume cannot "
-            "replace faulty nodes inside an allocation (batch jobs are requeued instead, salloc "
-            "jobs are not resumed; docs/slurm.md)"
-        )
-    return ""
+    if expansion_allowed(backend.client) is not False:  # set, or unreadable here: nothing to say
+        return ""
+    return (
+        f"warning: slurm: SchedulerParameters lacks {EXPANSION}: hma srun --auto-resume cannot "
+        "replace faulty nodes inside an allocation (batch jobs are requeued instead, salloc "
+        "jobs are not resumed; docs/slurm.md)"
+    )
