@@ -151,15 +151,13 @@ def drained_for_replacement(cluster: SlurmCluster, bad: str) -> None:
 
 
 TRAIN = ["--steps", "40", "--step-time", "0.25"]
+SCRIPT = f"hma srun --auto-resume=1 --kill-on-bad-exit=1 {EXAMPLES}/train_auto_resume.sh"
 
 
-def test_salloc_job_gets_a_replacement_in_place(
-    plain: SlurmCluster, work: Work, agents: dict[str, Remediator]
-) -> None:
-    cluster = plain
-    script = f"hma srun --auto-resume=1 --kill-on-bad-exit=1 {EXAMPLES}/train_auto_resume.sh"
+def salloc(cluster: SlurmCluster, work: Work, command: str) -> subprocess.Popen[bytes]:
+    """``salloc -N2 --exclusive sh -c COMMAND`` as the user, its output in ``work.out``."""
     with open(work.out, "w") as out:
-        proc = subprocess.Popen(
+        return subprocess.Popen(
             [
                 *cluster.as_user(work.user, work.env(), str(work.base)),
                 "salloc",
@@ -167,11 +165,18 @@ def test_salloc_job_gets_a_replacement_in_place(
                 "--exclusive",
                 "sh",
                 "-c",
-                f"{script} {' '.join(TRAIN)}",
+                command,
             ],
             stdout=out,
             stderr=subprocess.STDOUT,
         )
+
+
+def test_salloc_job_gets_a_replacement_in_place(
+    plain: SlurmCluster, work: Work, agents: dict[str, Remediator]
+) -> None:
+    cluster = plain
+    proc = salloc(cluster, work, f"{SCRIPT} {' '.join(TRAIN)}")
     try:
         job_id, first = first_job(cluster, work)
         wait(lambda: work.step() >= 4, 30, "a few checkpoints")
@@ -190,6 +195,33 @@ def test_salloc_job_gets_a_replacement_in_place(
     assert f"({' '.join(second)}), master {second[0]}" in text  # hma job-env: the new list
     assert json.loads((work.ckpt / "final.json").read_text()) == {"step": 40}
     drained_for_replacement(cluster, bad)
+
+
+def test_salloc_failure_on_healthy_nodes_is_not_resumed(plain: SlurmCluster, work: Work) -> None:
+    proc = salloc(plain, work, "hma srun --auto-resume=1 -l sh -c 'echo started; exit 3'")
+    assert proc.wait(timeout=60) == 3, work.output()
+    out = work.output()
+    assert out.count("started") == 2 and "not a hardware failure, not resumed; exit 3" in out
+    assert "dropped" not in out
+
+
+def test_salloc_attempts_exhausted_gives_up(
+    plain: SlurmCluster, work: Work, agents: dict[str, Remediator]
+) -> None:
+    proc = salloc(plain, work, f"{SCRIPT} --steps 400 --step-time 0.25")
+    try:
+        job_id, first = first_job(plain, work)
+        wait(lambda: work.step() >= 4, 30, "a few checkpoints")
+        inject(plain, work, agents[first[0]], first[0], job_id)
+        second = replaced(plain, work, job_id, first[0])
+        inject(plain, work, agents[second[0]], second[0], job_id, step_dies_first=True)
+        assert proc.wait(timeout=60) != 0, work.output()  # srun's code
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+    assert "giving up: 1 of 1 auto-resume attempt(s) used" in work.output()
+    assert not (work.ckpt / "final.json").exists()
 
 
 def test_sbatch_job_gets_a_replacement_in_place(
