@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 LINT_VIEW := build/lint
 
 .PHONY: all setup test unit integration lint compat demo bench clean deb rpm vendor install-test \
-	release-check
+	release-check spank
 
 all: test
 
@@ -54,6 +54,11 @@ deb: setup
 
 rpm: setup
 	PIP_PYTHON=$(PY) packaging/build rpm
+
+# The srun plugin alone (docs/auto-resume.md, "The srun plugin"): build/spank/hma_auto_resume.so;
+# `make deb rpm` build it into hma-slurm-plugin. setup installs libslurm-dev (its headers).
+spank: setup
+	$(MAKE) -C contrib/spank OUT=$(CURDIR)/build/spank
 
 # A release (CONTRIBUTING.md, "Releasing"): one version in the tree, CHANGELOG.md's top section
 # and the tag (when on one); the packages built now from this tree carry it and the licence.

@@ -17,6 +17,8 @@ Each is scanned ``--runs`` times in this process (``hma.commands.logscan.scan``,
 once); the median wall time gives lines per second; the ``hma logscan`` command's wall time is shown
 beside it. For comparison, the per-line path of the kernel_log
 source (``Matcher.feed`` of each message, literal prefilter first) over the noise messages.
+On a shared machine compare the lines per CPU second, against another tree run in the same
+minute (``PYTHONPATH=<tree>``), not the wall-clock figures.
 """
 
 from __future__ import annotations
@@ -207,8 +209,13 @@ def main() -> int:
             f"kernel_log per-line path (Matcher.feed, prefilter first): {len(messages):,}"
             f" messages in {median:.3f} s: {len(messages) / median:,.0f} lines/s"
         )
-        print(f"rules: {len(rules.rules)} built-in")
-        for name, target in (("noise", 500_000), ("matching", 200_000), ("matching-new", 200_000)):
+        print(
+            f"rules: {len(rules.rules)} built-in, {len(rules.prefilter.needles)} needles in"
+            f" {rules.prefilter.passes()} passes over a block"
+        )
+        # issue 31: not below the figures of the tree before its wordings (per CPU second)
+        targets = (("noise", 1_280_000), ("matching", 244_000), ("matching-new", 200_000))
+        for name, target in targets:
             verdicts = [
                 f"{rate:,.0f} lines/s {label}{'meets' if rate >= target else 'MISSES'}"
                 for label, rate in (("", results[name]), ("per CPU second ", per_cpu[name]))

@@ -26,6 +26,7 @@ from hma.detection.registry import (
 from hma.detection.setup import Setup
 from hma.remediation.options import RECOVERY, cluster_options, problems, recovery_options
 from hma.topology.options import TOPOLOGY
+from hma.watch.options import WATCH
 
 if TYPE_CHECKING:  # event sources and reporters are imported when the configuration has some
     from hma.contracts.source import EventSource
@@ -38,6 +39,7 @@ DEFAULT_BACKEND = "slurm"  # [cluster] backend unless the configuration names an
 FEATURE_SECTIONS: dict[str, dict[str, Option]] = {
     "deep_check": DEEP_CHECK,
     "topology": TOPOLOGY,
+    "watch": WATCH,
 }
 
 

@@ -48,6 +48,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     ),
     "fleet": ("hma fleet", "hma fleet --json | jq '.nodes[].node'"),
     "topology": ("hma topology --check", "hma topology --format block"),
+    "watch": (
+        "systemctl enable --now hma-watch   (the service runs `hma watch`)",
+        "sudo hma watch --once --json",
+    ),
     "genconf": (
         "sudo hma genconf   (writes /etc/hma/hma.d/50-genconf.toml)",
         "hma genconf --output - | less",
@@ -456,6 +460,32 @@ def _topology(verbs: Verbs) -> None:
     p.set_defaults(func=cmd_topology)
 
 
+def cmd_watch(args: argparse.Namespace) -> int:
+    """Watch the nodes that cannot act for themselves, from the controller (hma.commands)."""
+    from hma.commands import watch
+
+    try:
+        setup = _load(args)
+    except ConfigError as exc:
+        return common.config_failed(exc, 2, "watch" if args.json else "")
+    return watch.main(setup, args.once, args.json)
+
+
+def _watch(verbs: Verbs) -> None:
+    p = verbs.add(
+        "watch",
+        help="controller: reboot or replace nodes that are dead, wedged or not back",
+        description="Read the node table every [watch] interval (one sinfo) and act on nodes "
+        "that cannot act for themselves: not responding past down_after (a reboot through "
+        "[recovery] reboot_command or HyperPod), not back from a reboot (a replace), stuck "
+        "COMPLETING (reported). Acts only where this host runs the slurmctld in service and "
+        "holds the claim (docs/watch.md).",
+    )
+    p.add_argument("--once", action="store_true", help="one pass, then exit (cron, tests)")
+    p.add_argument("--json", action="store_true", help="with --once: print the pass's document")
+    p.set_defaults(func=cmd_watch)
+
+
 def cmd_genconf(args: argparse.Namespace) -> int:
     """Record what this node has now as a drop-in (``nhc-genconf``)."""
     from hma.commands import genconf
@@ -610,6 +640,7 @@ REGISTRATIONS: tuple[Callable[[Verbs], None], ...] = (
     _healthcheck,
     _fleet,
     _topology,
+    _watch,
     _genconf,
     _explain,
     _logscan,

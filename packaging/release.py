@@ -27,8 +27,8 @@ from typing import Optional
 SOURCE = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 60
 HEADING = re.compile(r"^## (\S+)(?: \((\d{4}-\d{2}-\d{2})\))?\s*$", re.M)
-RPM_LICENSE = "/usr/share/licenses/hma/LICENSE"
-DEB_COPYRIGHT = "./usr/share/doc/hma/copyright"
+RPM_LICENSE = "/usr/share/licenses/{name}/LICENSE"  # hma, hma-slurm-plugin
+DEB_COPYRIGHT = "./usr/share/doc/{name}/copyright"
 
 
 @dataclass(frozen=True)
@@ -136,20 +136,24 @@ def tags(root: Path) -> tuple[list[str], list[str]]:
 def read_package(path: Path) -> Package:
     """A .deb's or .rpm's version and whether it ships the licence (dpkg-deb, rpm)."""
     if path.suffix == ".deb":
-        version = run(["dpkg-deb", "-f", str(path), "Version"]).stdout.decode().strip()
+        fields = run(["dpkg-deb", "-f", str(path), "Package", "Version"]).stdout.decode()
+        values = dict(line.split(": ", 1) for line in fields.splitlines() if ": " in line)
+        version = values.get("Version", "").strip()
+        copyright_path = DEB_COPYRIGHT.format(name=values.get("Package", "").strip())
         tree = run(["dpkg-deb", "--fsys-tarfile", str(path)]).stdout
         copyright_text = ""
         with tarfile.open(fileobj=io.BytesIO(tree)) as tar:
-            if DEB_COPYRIGHT in tar.getnames():
-                member = tar.extractfile(DEB_COPYRIGHT)
+            if copyright_path in tar.getnames():
+                member = tar.extractfile(copyright_path)
                 copyright_text = member.read().decode() if member else ""
         licensed = re.search(
             r"^Files: \*\nCopyright: .*\nLicense: Apache-2\.0$", copyright_text, re.M
         )
         return Package(str(path), version, licensed is not None)
-    query = run(["rpm", "-qp", "--qf", "%{VERSION}", str(path)]).stdout.decode().strip()
+    query = run(["rpm", "-qp", "--qf", "%{NAME} %{VERSION}", str(path)]).stdout.decode().split()
+    name, version = (query + ["", ""])[:2]
     listed = run(["rpm", "-qpL", str(path)]).stdout.decode().split()
-    return Package(str(path), query, RPM_LICENSE in listed)
+    return Package(str(path), version, RPM_LICENSE.format(name=name) in listed)
 
 
 def main(argv: list[str]) -> int:
@@ -162,7 +166,9 @@ def main(argv: list[str]) -> int:
     version = version_of(tree.init)
     if version is not None:
         problems += tag_problems(version, *tags(SOURCE))
-        found = sorted([*dist.glob("hma_*.deb"), *dist.glob("hma-*.rpm")])
+        found = sorted(
+            [*dist.glob("hma_*.deb"), *dist.glob("hma-slurm-plugin_*.deb"), *dist.glob("hma-*.rpm")]
+        )
         problems += package_problems(version, [read_package(p) for p in found])
     for problem in problems:
         print(f"release-check: {problem}", file=sys.stderr)

@@ -34,6 +34,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
     p for p in (str(HERMETIC), os.environ.get("PYTHONPATH", "")) if p
 )
 from tests.hermetic import sitecustomize  # noqa: E402  (installs the guard in this process)
+from tests.hermetic.postmortem import postmortem_section  # noqa: E402
 
 
 class Env:
@@ -58,9 +59,12 @@ class Env:
     def write(self, extra: str, kernel_log: bool = True) -> None:
         """(Re)write hma.toml: the folders, then ``extra`` TOML (and, unless ``extra`` has its
         own or ``kernel_log`` is false, a ``[sources.kernel_log]`` that reads the silent
-        stand-in ``kmsg``: no daemon of a test reads this machine's kernel log)."""
+        stand-in ``kmsg`` and a ``[sources.postmortem]`` that reads an empty folder and no
+        journal: no daemon of a test reads this machine's kernel log or crash records)."""
         if kernel_log and "[sources.kernel_log]" not in extra:
             extra += f'\n[sources.kernel_log]\npath = "{self.kmsg}"\nbackend = "kmsg"\n'
+        if kernel_log and "[sources.postmortem]" not in extra:  # nor crash records, journal
+            extra += postmortem_section(self.base / "crash-records")
         self.config.write_text(
             f'[agent]\nstate_dir = "{self.state}"\nrun_dir = "{self.run}"\n'
             f'probes_dir = "{self.probes_d}"\nnode_name = "testnode"\n' + extra

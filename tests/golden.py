@@ -424,7 +424,9 @@ class Golden:
             f'[reporters.prometheus]\nenabled = true\ntextfile = "{self.scratch}/hma.prom"\n'
             f'[sources.nvml_events]\nlibrary = "{self.scratch}/no-libnvidia-ml.so.1"\n'
             f'[sources.kernel_log]\npath = "{fifo}"\nbackend = "kmsg"\n'
-            f'rules_dir = "{base}/rules.d"\n',
+            f'rules_dir = "{base}/rules.d"\n'
+            f'[sources.postmortem]\npstore_dir = "{base}/pstore"\njournal = false\n'
+            f'systemd_pstore_dir = "{base}/pstore"\nkdump_dir = "{base}/pstore"\n',
         )
         records = (KERNEL_LOGS / "kmsg.log").read_text()
         # a last record whose fault says every earlier record was handled

@@ -12,7 +12,8 @@ p5.48xlarge:
   the RebootProgram stand-in changes), plus copies of this machine's meminfo and mount table and
   one process, ``nv-fabricmanager`` (an NVSwitch node runs it; the gpu probe looks for it);
 - kernel log: a /dev/kmsg stand-in (tests/standin/kmsg.py): ``hma inject xid --kmsg`` writes to
-  the FIFO ``dev-kmsg``, the kernel_log source reads records from the FIFO ``kmsg``.
+  the FIFO ``dev-kmsg``, the kernel_log source reads records from the FIFO ``kmsg``;
+- crash records: the postmortem source reads ``pstore/`` (and no journal).
 
 The configuration comes from tests/integration/remediation_helpers.write_config (the wiring the
 remediation tests use), with ``[recovery] policy = automatic`` and short intervals. The
@@ -46,6 +47,7 @@ RECOVERY = {
     "recheck_interval": 0.5,
     "min_reboot_interval": 0.0,
     "max_drained_percent": 50.0,
+    "evidence_kernel_log": [],  # evidence bundles: never this machine's kernel log
 }
 PROBES = {  # [probes.<name>] of the simulated node: short intervals so that the demo is quick
     "gpu": {"interval": 2.0, "expected_gpus": GPUS},
@@ -73,6 +75,7 @@ class SimNode:
         self.procfs = cluster.procfs(node)
         self.sysfs = base / "sysfs"
         self.kmsg = base / "kmsg"  # records, read by the agent
+        self.pstore = base / "pstore"  # the crash records of the previous boot (postmortem)
         self.dev_kmsg = base / "dev-kmsg"  # writes, as /dev/kmsg takes them
         self.log = base / "agent.log"
         self.config = base / "hma.toml"
@@ -109,6 +112,15 @@ class SimNode:
         extra = (
             "".join(_section(f"probes.{name}", values) for name, values in probes.items())
             + _section("sources.kernel_log", {"path": str(self.kmsg), "backend": "kmsg"})
+            + _section(
+                "sources.postmortem",
+                {
+                    "pstore_dir": str(self.pstore),
+                    "systemd_pstore_dir": str(self.base / "systemd-pstore"),
+                    "kdump_dir": str(self.base / "crash"),
+                    "journal": False,
+                },
+            )
             + _section("sources.nvml_events", {"library": str(lib), "wait_ms": 100})
             + _section("reporters.journald", {"enabled": False})
         )

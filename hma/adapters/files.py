@@ -82,13 +82,17 @@ class RootReader:
         except UnicodeDecodeError:
             raise ReadError(f"{target}: not UTF-8 text") from None
 
-    def data(self, rel: str, limit: int = 65536, *, prefix: bool = False) -> bytes:
+    def data(
+        self, rel: str, limit: int = 65536, *, prefix: bool = False, nofollow: bool = False
+    ) -> bytes:
         """A regular file's bytes (``/proc/PID/cmdline``: NUL-separated); a ReadError when it
         holds more than ``limit``: a cut read is never parsed. ``prefix``: the first ``limit``
-        bytes are all the caller needs (argv[0]), and a longer file is cut silently."""
+        bytes are all the caller needs (argv[0]), and a longer file is cut silently.
+        ``nofollow``: a symlink in the file's place is a ReadError (files others may plant)."""
         target = os.path.join(self._base, rel.lstrip("/"))
+        flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (os.O_NOFOLLOW if nofollow else 0)
         try:  # non-blocking open: a FIFO in place of an attribute must not hang the probe
-            fd = os.open(target, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            fd = os.open(target, flags)
         except OSError as exc:
             log = debug_logger(LOG)
             if log is not None:

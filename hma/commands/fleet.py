@@ -4,7 +4,9 @@ Lists every node that hma has labelled or drained or has a remediation history o
 component, action, since when, reboot count, remediations within the window, jobs hit), repeat
 offenders first, and the circuit breaker's state per partition. Works for any user on a login
 node: it only reads what the agents wrote into Slurm (reasons, the ``hma=`` label and the
-``hmah=`` history mirror), all in the one ``sinfo`` call.
+``hmah=`` history mirror), all in the one ``sinfo`` call. On the controller it adds the
+watcher's last pass (``hma watch``: its role, breaker, decisions and actions under way), read
+from the watcher's state file when this host has one.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from hma.contracts.cluster import OWNED_PREFIX, NodeState
 from hma.detection.setup import Setup
 from hma.remediation import breaker
 from hma.remediation.options import RECOVERY
+from hma.watch import state as watch_state
 
 if TYPE_CHECKING:
     from hma.cluster.slurm.client import SlurmClient
@@ -112,6 +115,53 @@ def collect(
     return {"generated": time.time(), "nodes": rows, "partitions": parts}
 
 
+def watcher(folder: str) -> Optional[dict[str, Any]]:
+    """The watcher's last pass and its actions under way, from its state file in ``folder``;
+    None when this host has none (a login node) or it cannot be read."""
+    found = watch_state.load_quiet(folder)
+    if found is None:
+        return None
+    actions = [
+        {"node": node, "kind": a.kind, "id": a.id, "code": a.code, "since": a.started,
+         "state": a.state, "error": a.error or None}
+        for node, a in sorted(found.actions.items())
+    ]  # fmt: skip
+    return {**found.last, "actions": actions}
+
+
+def render_watch(doc: dict[str, Any]) -> list[str]:
+    """The watcher's lines of the text view (text from Slurm escaped)."""
+    when = (
+        time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(doc["time"])) if doc.get("time") else "-"
+    )
+    head = f"WATCHER {printable(str(doc.get('role') or 'unknown'))}, last pass {when}"
+    if doc.get("passive"):
+        head += f" ({printable(str(doc['passive']))})"
+    if doc.get("error"):
+        head += f"; last read failed: {printable(str(doc['error']))}"
+    lines = ["", head]
+    brk = doc.get("breaker") or {}
+    if brk:
+        lines.append(
+            f"  breaker {'open' if brk.get('open') else 'closed'}: "
+            f"{len(brk.get('affected') or [])} of {brk.get('total', 0)} nodes not responding "
+            f"(limit {brk.get('limit', 0)})"
+        )
+    for d in doc.get("decisions") or []:
+        held = f" held: {d['held']}" if d.get("held") else ""
+        lines.append(
+            f"  {printable(str(d['node'])):<14} {printable(str(d['kind'])):<8} "
+            f"{printable(str(d['code']))}{printable(held)}: {printable(str(d['why']))}"
+        )
+    for a in doc.get("actions") or []:
+        error = f" ({a['error']})" if a.get("error") else ""
+        lines.append(
+            f"  {printable(str(a['node'])):<14} {printable(str(a['kind'])):<8} "
+            f"{printable(str(a['state']))} {printable(str(a['id']))}{printable(error)}"
+        )
+    return lines
+
+
 # blind: its health check cannot check (hma.remediation.blind)
 NOTES = {"recovered": "recovered", "unreadable": "label unreadable", "blind": "blind"}
 
@@ -151,6 +201,8 @@ def render_text(doc: dict[str, Any]) -> str:
             f"{printable(p['partition']):<14} {p['nodes']:>5} {p['held_by_hma']:>5} "
             f"{p['limit']:>5}  {p['breaker']}"
         )
+    if doc.get("watch"):
+        lines += render_watch(doc["watch"])
     return "\n".join(lines)
 
 
@@ -170,6 +222,9 @@ def main(setup: Setup, as_json: bool) -> int:
             int(rec["max_remediations"]),
             float(rec["remediation_window"]),
         )
+        watch = watcher(str(setup.config.section("watch")["state_dir"]))
+        if watch is not None:
+            doc["watch"] = watch
     except SlurmError as exc:
         print(f"hma fleet: {printable(str(exc))}", file=sys.stderr)
         if as_json:

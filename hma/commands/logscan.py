@@ -17,7 +17,7 @@ import re
 import sys
 import zlib
 from dataclasses import dataclass
-from typing import IO, Any, Callable, Iterator, Optional, Sequence
+from typing import IO, Any, Callable, Iterator, Mapping, Optional, Sequence
 
 from hma.adapters.text import printable
 from hma.contracts.catalogue import Catalogue
@@ -101,7 +101,8 @@ Each = Callable[[str, int, Finding], None]  # (file, line number, finding) of ev
 
 class _Scan:
     """One file through the rules: the literal prefilter finds candidate lines in whole blocks
-    (``bytes.find`` per needle), only those are parsed, decoded and matched."""
+    (:meth:`hma.probes.kernel_log.rules.Prefilter.lines`), only those are parsed, decoded and
+    matched."""
 
     def __init__(
         self,
@@ -116,9 +117,7 @@ class _Scan:
         self.export = False  # a candidate line was a journal export field (not read)
         self.not_kept = not_kept if not_kept is not None else [0]  # lines of faults not kept
         self.matcher = rules.matcher(SOURCE)
-        self.needles = (
-            [(n.encode(), n) for n in rules.needles] if rules.needles is not None else None
-        )
+        self.prefilter = rules.prefilter if rules.needles is not None else None
         self.history = rules.history
         self.look_back = rules.look_back
         self.hits = hits
@@ -128,21 +127,11 @@ class _Scan:
 
     def block(self, block: bytes) -> None:
         """Match the candidate lines of one block (of :func:`blocks`)."""
-        found: dict[int, Optional[list[str]]] = {}  # line end (newline) -> the needles it holds
-        find = block.find  # (bound once: in a storm every line is a candidate)
-        if self.needles is None:
+        found: Mapping[int, Optional[list[str]]]  # line end (newline) -> the needles it holds
+        if self.prefilter is None:
             found = dict.fromkeys(m.start() for m in re.finditer(b"\n", block))
         else:
-            for needle, text in self.needles:
-                pos = find(needle)
-                while pos >= 0:  # every block ends with a newline: the next search is further on
-                    end = find(b"\n", pos)
-                    held = found.get(end)
-                    if held is None:
-                        found[end] = [text]
-                    else:
-                        held.append(text)
-                    pos = find(needle, end + 1)
+            found = self.prefilter.lines(block)
         counted, lineno, count, rfind, line = 0, self.lineno, block.count, block.rfind, self._line
         for end in sorted(found):
             start = rfind(b"\n", 0, end) + 1
@@ -183,15 +172,14 @@ class _Scan:
         match = self.matcher.match(message, lambda: line_time(line), needles)
         if match is None:
             return
-        evidence = {"file": self.path, "lineno": lineno, "format": fmt}
         if self.each is not None:
-            self.each(self.path, lineno, match.finding(evidence))
+            self.each(self.path, lineno, match.finding(self._evidence(lineno, fmt)))
         if match.severity is Severity.OK:
-            self._cleared(match.finding(evidence), line, lineno)
+            self._cleared(match.finding(self._evidence(lineno, fmt)), line, lineno)
             return
         key = (match.component, match.code, match.severity)
         hit = self.hits.get(key)
-        if hit is None:  # a new fault: only now is its finding built
+        if hit is None:  # a new fault: only now is its finding built (a repeat builds nothing)
             if len(self.hits) >= MAX_FINDINGS:
                 if self._codes is None:
                     self._codes = {k[1] for k in self.hits}
@@ -199,11 +187,15 @@ class _Scan:
                     self.not_kept[0] += 1  # worst severity (the exit code) counts every code
                     return
                 self._codes.add(match.code)
-            found = match.finding(evidence)
+            found = match.finding(self._evidence(lineno, fmt))
             self.hits[key] = Hit(found.with_(details={**found.details, "raw": line[:1000]}))
         else:
             hit.count += 1
             hit.last, hit.last_file, hit.last_lineno = line[:1000], self.path, lineno
+
+    def _evidence(self, lineno: int, fmt: str) -> dict[str, Any]:
+        """Where a matching line is: the details its finding carries beside the rule's."""
+        return {"file": self.path, "lineno": lineno, "format": fmt}
 
     def _cleared(self, found: Finding, line: str, lineno: int) -> None:
         """A line saying a fault is over (NFS server OK): the open hits of its (component, code)

@@ -288,3 +288,58 @@ def find_history(text: str, now: Optional[float] = None) -> Optional[History]:
 def edit_history(text: str, history: Optional[History]) -> str:
     """``text`` with the ``hmah=`` token replaced (removed when None or empty)."""
     return edit_token(text, HISTORY_PREFIX, history.token() if history is not None else None)
+
+
+# --- the post-mortem: ``hmap=`` ----------------------------------------------------------------
+#
+# What killed the node's previous boot, as the agent read it on the next boot (the postmortem
+# source's ``POSTMORTEM_CODE`` finding), in the same field as the label, for the controller's
+# watcher (``hma watch``: what happened to a node it power-cycled)::
+#
+#     hmap=<time>:<CAUSE>
+#
+# ``time``: when the agent read it (unix seconds, in the boot that followed the crash);
+# ``CAUSE``: the kernel-log code that ended the boot (KERNEL_PANIC, KERNEL_OOPS,
+# KERNEL_MCE_HW_ERROR, KERNEL_HARD_LOCKUP, KERNEL_SOFT_LOCKUP, a GPU's Xid code...). The newest
+# crash within ``remediation_window`` only; read only through ``parse_postmortem`` (strict).
+
+POSTMORTEM_PREFIX = "hmap="
+POSTMORTEM_CODE = "KERNEL_PREVIOUS_BOOT_CRASH"  # the finding the agent raises on the next boot
+_POSTMORTEM = re.compile(r"([0-9]{1,12}):([A-Z][A-Z0-9_]{0,63})")
+
+
+@dataclass(frozen=True)
+class PostMortem:
+    """The newest crash of a previous boot: when the agent read it, and its cause's code."""
+
+    ts: float
+    cause: str
+
+    def token(self) -> str:
+        """The token text."""
+        return f"{POSTMORTEM_PREFIX}{int(self.ts)}:{self.cause}"
+
+
+def parse_postmortem(token: str, now: Optional[float] = None) -> Optional[PostMortem]:
+    """The post-mortem of a ``hmap=`` token when it is exactly what hma writes and its time is
+    ``dated`` (with ``now``: not beyond the skew into the future); None otherwise."""
+    if not token.startswith(POSTMORTEM_PREFIX):
+        return None
+    m = _POSTMORTEM.fullmatch(token[len(POSTMORTEM_PREFIX) :])
+    if m is None:
+        return None
+    ts = float(m.group(1))
+    if not ts or not dated(ts, now):
+        return None
+    return PostMortem(ts, m.group(2))
+
+
+def find_postmortem(text: str, now: Optional[float] = None) -> Optional[PostMortem]:
+    """The post-mortem in a field's text, if any and well-formed (``parse_postmortem``)."""
+    token = find_token(text, POSTMORTEM_PREFIX)
+    return parse_postmortem(token, now) if token is not None else None
+
+
+def edit_postmortem(text: str, post: Optional[PostMortem]) -> str:
+    """``text`` with the ``hmap=`` token replaced (removed when None)."""
+    return edit_token(text, POSTMORTEM_PREFIX, post.token() if post is not None else None)

@@ -57,7 +57,8 @@ FRESH_S = 0.5
 class Applier:
     """Applies outbox actions for one engine (see module doc). ``view``: the engine's state now;
     ``observed``: told each node state an action read or brought about; ``spares``: ``[topology]
-    spares_per_domain``; ``gpu_reset``: makes the GPU reset (asked when the first is due). Only
+    spares_per_domain``; ``gpu_reset``: makes the GPU reset (asked when the first is due);
+    ``evidence``: gathers a bundle before a repair (``repair.Repairer``). Only
     the engine's worker (or a one-shot caller) applies actions."""
 
     def __init__(
@@ -71,6 +72,7 @@ class Applier:
         observed: Callable[[NodeState], None],
         spares: int,
         gpu_reset: Callable[[], GpuResetter],
+        evidence: Callable[[str, str], str],
     ) -> None:
         self.backend = backend
         self.outbox = outbox
@@ -92,6 +94,7 @@ class Applier:
             gpu_reset,
             guard=self._breaker_holds,
             record=self._record,
+            evidence=evidence,
         )
         # A read ahead of the node's state (monotonic start time, state) a drain may use once
         self.ahead: Optional[tuple[float, NodeState]] = None

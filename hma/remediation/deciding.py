@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional, Sequence
 
+from hma.contracts.label import POSTMORTEM_CODE
 from hma.health import history
 from hma.health.model import Verdict
 from hma.health.store import Store
@@ -138,6 +139,7 @@ class Decider:
             if name is None or verdict is None:
                 return  # decided once the cluster told us who we are and the daemon gave a verdict
             now, runs = self.clock(), self.runs()
+            self._postmortem(verdict, known.boot_id, name, now)
             seq, ep = self.outbox.load()
             done_before = tuple(self.outbox.remediations())
             with self.store.transaction() as conn:
@@ -163,6 +165,22 @@ class Decider:
                 self._stale_checked = result.stale_checked
                 self._carry_out(conn, result.intents, name, now, alert=True)
                 self.outbox.save(conn, result.seq, result.episode)
+
+    def _postmortem(self, verdict: Verdict, boot_id: str, node: str, now: float) -> None:
+        """A crash of the previous boot the post-mortem read (``POSTMORTEM_CODE``) counts once
+        per boot in the remediations, and the label field is written again (``hmah=``,
+        ``hmap=``) through the outbox's ``mirror`` action."""
+        for fault in verdict.faults:
+            if fault.code != POSTMORTEM_CODE or not fault.details.get("previous_boot"):
+                continue
+            cause = str(fault.details.get("cause") or fault.code)
+            if self.outbox.crash(cause, fault.component, boot_id, now):
+                intent = Enqueue(
+                    "mirror", f"crash:{boot_id}", Episode(0, cause, fault.component), boot_id
+                )
+                with self.store.transaction() as conn:
+                    self._carry_out(conn, [intent], node, now)
+            return  # one crash per boot, whatever number of records told it
 
     def _carry_out(
         self, conn: Any, intents: Sequence[Intent], node: str, now: float, alert: bool = False

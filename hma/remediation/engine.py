@@ -26,7 +26,7 @@ from hma.detection.registry import make_backend
 from hma.detection.setup import Setup
 from hma.health.model import Verdict
 from hma.health.store import Store
-from hma.remediation import options, repair
+from hma.remediation import evidence, options, repair
 from hma.remediation.actions import Applier
 from hma.remediation.alerts import Alerts
 from hma.remediation.breaker import Breaker
@@ -89,6 +89,7 @@ class Remediator:
             raise ConfigError(errors)
         self.resume_gate = resume_gate  # boot id -> why a recovered node waits ("" = go)
         self.procfs = str(setup.config.section("paths")["procfs"])
+        self.evidence = evidence.Settings.of(section, setup.config.section("agent"))
         self.store = store
         self.clock = clock
         resettable, scheduler = marked_codes(setup)
@@ -148,6 +149,7 @@ class Remediator:
             observed=self._observed,
             spares=spares,
             gpu_reset=lambda: repair.gpu_reset(rec.gpu_reset_command, rec.gpu_reset_timeout),
+            evidence=self._evidence,
         )
         self._facts = Facts(
             self.backend,
@@ -172,6 +174,20 @@ class Remediator:
             applied=self._facts.reread,
             stop=self._stop,
         )
+
+    def _evidence(self, kind: str, node: str) -> str:
+        """The evidence bundle before a repair of ``kind`` on ``node`` (hma.remediation.evidence:
+        the bug report, the kernel log, the node's record, hma's findings and status); its path,
+        "" when ``[recovery] evidence`` is off or none could be made."""
+        if not self.evidence.enabled or self.rec.dry_run:
+            return ""
+        verdict = self._known.now.verdict
+        state = {
+            "findings": [f.to_json() for f in (verdict.faults if verdict is not None else ())],
+            "remediation": self.status(),
+        }
+        folder, env = self.evidence.folder, self.backend.env()
+        return evidence.bundle(node, folder, self.evidence, kind, state, env=env)
 
     def _plan_if_enabled(self) -> None:
         """The planner's pass (``Decider.plan``), when remediation is on."""

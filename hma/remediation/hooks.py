@@ -1,14 +1,15 @@
 """The hook runner: a reboot or replace in mode ``command`` runs the configured hook
-(``[recovery] reboot_command``/``replace_command``) with the node, the action, the findings and
-the spare in its environment and a findings file. The only module of remediation that runs a
-command (an import contract in setup.cfg keeps it so)."""
+(``[recovery] reboot_command``/``replace_command``) with the node, the action, the findings,
+the spare and the evidence bundle in its environment and a findings file; and the commands of
+an evidence bundle (``output_of``). The only module of remediation that runs a command (an
+import contract in setup.cfg keeps it so)."""
 
 from __future__ import annotations
 
 import json
 import os
 import tempfile
-from typing import Callable, Mapping, Optional
+from typing import Callable, Mapping, Optional, Sequence
 
 from hma.adapters.command import CommandRunner
 from hma.adapters.text import printable
@@ -27,11 +28,13 @@ def run_hook(
     known: tuple[Optional[Verdict], str],
     spare: Callable[[], str],
     backend_env: Mapping[str, str],
+    evidence: str,
 ) -> None:
     """Run the ``kind`` hook for ``node``; ``action``: the outbox row's (reason, key),
     ``known``: the engine's verdict and the node's domain, ``spare``: the spare taken for a
-    replace, ``backend_env``: what the backend adds to the environment. Raises
-    ``BackendError`` when the hook fails (retried)."""
+    replace, ``backend_env``: what the backend adds to the environment, ``evidence``: the
+    bundle gathered before it ("" none; ``HMA_EVIDENCE``). Raises ``BackendError`` when the
+    hook fails (retried)."""
     reason, key = action
     verdict, domain = known
     findings = [f.to_json() for f in (verdict.draining if verdict is not None else ())]
@@ -48,6 +51,7 @@ def run_hook(
                     "findings": findings,
                     "domain": domain,
                     "spare": taken,
+                    "evidence": evidence,
                 },
                 fh,
             )
@@ -60,6 +64,7 @@ def run_hook(
             HMA_FINDINGS_FILE=path,
             HMA_DOMAIN=domain,
             HMA_SPARE=taken,
+            HMA_EVIDENCE=evidence,
         )
         argv = list(rec.command(kind))
         result = CommandRunner().run(argv, rec.command_timeout, env=env)
@@ -74,3 +79,21 @@ def run_hook(
             else f"exited {result.rc}"
         )
         raise BackendError(f"{kind} hook {what}" + (f": {err}" if err else ""))
+
+
+def output_of(
+    argv: Sequence[str], timeout: float, cap: int, env: Mapping[str, str]
+) -> tuple[str, str]:
+    """(stdout, why it is not whole: "" when it ran to exit 0) of ``argv`` within ``timeout``
+    seconds, stdout cut at ``cap`` bytes (an evidence bundle's piece); ``env``: what the
+    backend adds to the environment."""
+    result = CommandRunner(output_cap=cap).run(list(argv), timeout, env={**os.environ, **env})
+    if result.timed_out:
+        why = f"timed out after {timeout:g} s"
+    elif result.error:
+        why = result.error
+    elif result.rc != 0:
+        why = f"exited {result.rc}: {printable(result.stderr.strip()[-200:])}"
+    else:
+        why = result.cut_message()
+    return result.stdout, why

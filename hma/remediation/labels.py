@@ -2,7 +2,8 @@
 
 The label (``hma.contracts.label``) says what hma found and does (code, action, reboots, jobs,
 why it holds the node); the mirror (``hmah=``) carries the remediations and the hold for a
-human, so that a wiped state store takes them up again from the cluster (``seed``).
+human, so that a wiped state store takes them up again from the cluster (``seed``); ``hmap=``
+the newest crash of a previous boot (for the controller's watcher).
 """
 
 from __future__ import annotations
@@ -77,11 +78,12 @@ class Labels:
         )
 
     def text(self, node: NodeState, lab: Optional[Label]) -> Optional[str]:
-        """The label field's new text (the label and the history mirror), or None when it stays
-        as it is."""
+        """The label field's new text (the label, the history mirror and the newest crash of a
+        previous boot, ``hmap=``), or None when it stays as it is."""
         text = node.field(self.rec.label_field)
-        history = self.outbox.history(self.clock(), self.rec.remediation_window)
-        new = label_mod.edit_history(label_mod.edit(text, lab), history)
+        now, window = self.clock(), self.rec.remediation_window
+        new = label_mod.edit_history(label_mod.edit(text, lab), self.outbox.history(now, window))
+        new = label_mod.edit_postmortem(new, self.outbox.postmortem(now, window))
         return None if new == text else new
 
     def write(self, node: NodeState, held: str = "", drained: float = 0.0) -> None:

@@ -103,6 +103,37 @@ RECOVERY: dict[str, Option] = {
         "Window (s) in which a node's remediations are counted (max_remediations).",
         check=positive,
     ),
+    "evidence": Option(
+        "bool",
+        True,
+        "Gather an evidence bundle before a reboot, GPU reset or replace (HMA_EVIDENCE).",
+    ),
+    "evidence_dir": Option(
+        "path", "", "Folder of the evidence bundles (empty: <state_dir>/evidence)."
+    ),
+    "evidence_keep": Option("int", 5, "Evidence bundles kept (the oldest go first).", minimum=1),
+    "evidence_max_bytes": Option(
+        "int", 1024**3, "Bytes of all evidence bundles together at most.", minimum=1024**2
+    ),
+    "evidence_piece_bytes": Option(
+        "int", 256 * 1024**2, "Bytes of one piece of a bundle at most (cut).", minimum=65536
+    ),
+    "evidence_min_free_bytes": Option(
+        "int", 512 * 1024**2, "No bundle when the disk has less free than this.", minimum=0
+    ),
+    "evidence_timeout": Option(
+        "float", 300.0, "Seconds each command of a bundle may run.", check=positive
+    ),
+    "evidence_bug_report": Option(
+        "strlist",
+        ["nvidia-bug-report.sh"],
+        "NVIDIA's bug report (run with --output-file where the program exists; [] none).",
+    ),
+    "evidence_kernel_log": Option(
+        "strlist",
+        ["journalctl", "-k", "-b", "0", "--no-pager", "-o", "short-monotonic", "-n", "200000"],
+        "The kernel log since boot, on stdout ([] none).",
+    ),
     "retry_min": Option("float", 2.0, "First retry delay (s) of a failed action.", check=positive),
     "retry_max": Option("float", 300.0, "Longest retry delay (s).", check=positive),
     "recheck_interval": Option(

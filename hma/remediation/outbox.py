@@ -16,7 +16,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from hma.contracts.label import History
+from hma.contracts.label import History, PostMortem
 from hma.health.store import Store
 from hma.remediation import remediations
 from hma.remediation.planner import ACTIONS_COUNTED, Enqueue, Episode, Reboot, Remediation
@@ -161,6 +161,21 @@ class Outbox:
             )
             return True
 
+    def crash(self, cause: str, component: str, boot_id: str, now: float) -> bool:
+        """Record the previous boot's crash the post-mortem read in boot ``boot_id`` (once per
+        boot: the boot that followed it); False when it was recorded already."""
+        with self.lock:
+            if any(r.action == "crash" and r.boot_id == boot_id for r in self.remediations()):
+                return False
+            row = {"ts": now, "code": cause, "component": component, "boot_id": boot_id}
+            remediations.add(self.store, {**row, "action": "crash", "who": "postmortem"})
+            return True
+
+    def postmortem(self, now: float, window: float) -> Optional[PostMortem]:
+        """The newest crash within ``window`` (the label field's ``hmap=``), None without one."""
+        crashes = [r for r in self.remediations() if r.action == "crash" and now - r.ts <= window]
+        return PostMortem(crashes[-1].ts, crashes[-1].code) if crashes else None
+
     def human(self) -> float:
         """Since when the node is held for a human (a repeat offender); 0: it is not."""
         return float(self.store.kv_get(KV_HUMAN, 0.0) or 0.0)
@@ -181,17 +196,25 @@ class Outbox:
         return History(tuple(entries), self.human())
 
     def seed_history(self, mirror: History) -> bool:
-        """After a wiped state store: the remediations and the hold as the cluster mirrors them
-        (only when the store has none of its own); whether anything was taken."""
+        """At start: the remediations the cluster mirrors that this store does not know. After a
+        wiped store, every entry and the hold; otherwise the entries dated after the store's
+        newest record (another writer's while this agent was away: the controller's watcher).
+        Whether anything was taken."""
         with self.lock:
-            if remediations.rows(self.store) or self.human():  # hma reset's records count here
-                return False
-            for i, (ts, code) in enumerate(mirror.entries):  # episodes before the wipe: < 0
-                row = {"ts": ts, "episode": -1 - i, "code": code, "component": "", "who": "mirror"}
+            known = remediations.rows(self.store)  # hma reset's records count here
+            if not known and not self.human():
+                taken = list(mirror.entries)
+                if mirror.held:
+                    self.set_human(mirror.held)
+            else:
+                newest = max((float(r["ts"]) for r in known), default=self.human())
+                taken = [(ts, code) for ts, code in mirror.entries if ts > newest]
+            first = min((int(r["episode"]) for r in known if r["episode"] is not None), default=0)
+            for i, (ts, code) in enumerate(taken):  # episodes hma did not run here: < 0
+                episode = min(first, 0) - 1 - i
+                row = {"ts": ts, "episode": episode, "code": code, "component": "", "who": "mirror"}
                 remediations.add(self.store, {**row, "action": "drain"})
-            if mirror.held:
-                self.set_human(mirror.held)
-            return True
+            return bool(taken or (mirror.held and not known))
 
     # --- the actions table ------------------------------------------------------------------------
 

@@ -217,7 +217,8 @@ def reboot_count(
 
 
 # What counts as a remediation (``hma reset`` records its own rows, which do not count).
-ACTIONS_COUNTED = ("drain", "reset_gpu", "reboot", "replace")
+# "crash": a previous boot's crash the post-mortem read (docs/remediation.md, "Post-mortem")
+ACTIONS_COUNTED = ("drain", "reset_gpu", "reboot", "replace", "crash")
 # The probe whose completed run verifies a GPU after its reset (a good observation of the GPU).
 VERIFY_PROBE = "gpu"
 
@@ -225,7 +226,8 @@ VERIFY_PROBE = "gpu"
 @dataclass(frozen=True)
 class Remediation:
     """One remediation hma carried out on this node (the state store's ``remediations``): a
-    drain, a GPU reset, a reboot or a replace, in episode ``episode``."""
+    drain, a GPU reset, a reboot or a replace, in episode ``episode``; or a crash of a previous
+    boot (``crash``, no episode), which counts like one."""
 
     ts: float
     episode: Optional[int]

@@ -11,6 +11,7 @@ done: a hardware family registers it in entry point group ``hma.repairs`` (the N
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from typing import Callable, Optional, Protocol, Sequence
 
@@ -62,7 +63,8 @@ class Repairer:
     """The repair steps of one engine. ``guard``: the breaker's check before acting on a node
     (``Applier``'s); ``record``: records a remediation of the open episode (False: recorded
     already in this episode and boot); ``gpu_reset``:
-    makes the GPU reset (asked when the first is due)."""
+    makes the GPU reset (asked when the first is due); ``evidence``: gathers the bundle before a
+    repair of ``kind`` on the node (hma.remediation.evidence; its path, "" none)."""
 
     def __init__(
         self,
@@ -77,6 +79,7 @@ class Repairer:
         gpu_reset: Callable[[], GpuResetter],
         guard: Callable[[NodeState, str], Optional[Outcome]],
         record: Callable[[str], bool],
+        evidence: Callable[[str, str], str],
     ) -> None:
         self.backend = backend
         self.outbox = outbox
@@ -90,6 +93,8 @@ class Repairer:
         self._reset: Optional[GpuResetter] = None
         self.guard = guard
         self.record = record
+        self.evidence = evidence
+        self._bundles: dict[str, str] = {}  # outbox row key -> its bundle (once per action)
 
     def _backend_step(self, kind: str) -> Optional[Callable[[str, str, str], None]]:
         """The backend's own reboot or replace, None when it has not that capability."""
@@ -139,8 +144,9 @@ class Repairer:
             return held
         self.record(kind)
         self.labels.write(node)
+        bundle = self._evidence(kind, node.name, row)
         if step is None:  # mode "command" (drain_only is done above)
-            self._hook(kind, node.name, row, ep)
+            self._hook(kind, node.name, row, ep, bundle)
         else:
             step(node.name, row.reason, mode)
         acted = replace(acted, at=self.clock())
@@ -161,7 +167,15 @@ class Repairer:
             )
         return None
 
-    def _hook(self, kind: str, node: str, row: Row, ep: Optional[Episode]) -> None:
+    def _evidence(self, kind: str, node: str, row: Row) -> str:
+        """The evidence bundle of the action ``row`` (gathered at its first attempt; a retry
+        reuses it while it exists)."""
+        known = self._bundles.get(row.key, "")
+        if not known or not os.path.isdir(known):
+            self._bundles = {row.key: self.evidence(kind, node)}  # only the action at hand
+        return self._bundles[row.key]
+
+    def _hook(self, kind: str, node: str, row: Row, ep: Optional[Episode], bundle: str) -> None:
         """The configured hook of a reboot or replace in mode ``command``."""
         known = self.view()
         hooks.run_hook(
@@ -173,6 +187,7 @@ class Repairer:
             (known.verdict, known.domain),
             lambda: self.spares.take(node, ep),
             self.backend.env(),
+            bundle,
         )
 
     def reset_gpu(self, node: NodeState, row: Row) -> Outcome:
@@ -204,6 +219,7 @@ class Repairer:
             why = "the agent restarted during the GPU reset (outcome unknown)"
             return ResetRan(gpu, at, boot, False, why, f"{why}; the next rung follows")
         self.labels.write(node)
+        self._evidence("reset_gpu", node.name, row)
         ok, out = self._resetter()(gpu)
         at, boot = self.clock(), self.view().boot_id
         if not ok:

@@ -58,6 +58,7 @@ def test_deb_carries_every_module_and_data_file(deb: Path) -> None:
         "lib/systemd/system/hma.service",
         "lib/systemd/system/hma-topology.service",
         "lib/systemd/system/hma-topology.timer",
+        "lib/systemd/system/hma-watch.service",
         "var/lib/hma",
         f"{LIB}/vendor/pynvml.py",
         f"{LIB}/vendor/tomli/__init__.py",

@@ -39,6 +39,7 @@ def test_rpm_files(rpm: Path) -> None:
         "/etc/hma/rules.d",
         "/usr/lib/systemd/system/hma.service",
         "/usr/lib/systemd/system/hma-topology.timer",
+        "/usr/lib/systemd/system/hma-watch.service",
         "/var/lib/hma",
         f"{LIB}/vendor/pynvml.py",
         f"{LIB}/vendor/tomli/__init__.py",

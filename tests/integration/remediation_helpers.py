@@ -16,6 +16,7 @@ from hma.health.model import Fault, Verdict
 from hma.health.store import Store
 from hma.remediation.engine import Remediator
 from tests.faults import fault  # noqa: F401 (the remediation suites import it from here)
+from tests.hermetic.postmortem import postmortem_section
 from tests.slurmcluster import SlurmCluster, available
 
 FAST = {
@@ -52,13 +53,22 @@ def write_config(
     ``paths``: more ``[paths]`` keys, e.g. a generated sysfs root; ``agent``: ``[agent]`` keys
     replaced, e.g. a ``probes_dir`` under a path only root can write). Unless ``extra`` has its
     own, a ``[sources.kernel_log]`` reads a FIFO no one writes: no agent of a test reads this
-    machine's kernel log (tests/hermetic)."""
+    machine's kernel log (tests/hermetic), its crash records or journal (``postmortem``), and an
+    evidence bundle reads the test cluster's Slurm record and no kernel log."""
     folder = path.parent
     if "[sources.kernel_log]" not in extra:
         silent = folder / f"kmsg-{node}"
         if not silent.exists():
             os.mkfifo(silent, 0o600)
         extra += f'\n[sources.kernel_log]\npath = "{silent}"\nbackend = "kmsg"\n'
+    if "[sources.postmortem]" not in extra:  # nor its crash records and journal
+        extra += postmortem_section(folder / f"crash-records-{node}")
+    scontrol = cluster.agent_slurm().get("scontrol", ["scontrol"])
+    # evidence bundles: the test cluster's Slurm record, never this machine's kernel log
+    evidence = {
+        "evidence_kernel_log": [],
+        "evidence_node_record": [*scontrol, "-o", "show", "node"],
+    }
     sections = {
         "agent": {
             "state_dir": str(folder / f"state-{node}"),
@@ -76,7 +86,7 @@ def write_config(
             **cluster.agent_slurm(),
             **(slurm or {}),
         },
-        "recovery": {**FAST, **(recovery or {})},
+        "recovery": {**FAST, **evidence, **(recovery or {})},
     }
     lines = []
     for name, values in sections.items():

@@ -15,7 +15,7 @@ LITERAL = re.compile(r"""["'`]((?:""" + FAMILY + r""")_[A-Z0-9_]+)["'`]""")
 # Upper-case names with a code prefix that are not finding codes: environment variables, journal
 # field names and prefixes used to build codes.
 NOT_CODES = re.compile(
-    r"^(HMA_(CONFIG|NODE|ACTION|REASON|ACTION_ID|FINDINGS_FILE|UPDATE_GOLDEN|STUCK_SECONDS"
+    r"^(HMA_(CONFIG|NODE|ACTION|REASON|ACTION_ID|FINDINGS_FILE|EVIDENCE|UPDATE_GOLDEN|STUCK_SECONDS"
     r"|CODE|COMPONENT|SEVERITY|PROBE|KIND|DETAILS|TS|MODE|WOULD|NVML_.*|SMI_.*|TEST_.*|JOURNAL_.*)"
     r"|HMA_AUTO_RESUME_(GRACE|REPLACE_WAIT)"
     r"|SLURM_(JOB_ID|RESTART_COUNT|JOB_NODELIST|NODELIST|JOB_NUM_NODES|NNODES|TIME_FORMAT)"

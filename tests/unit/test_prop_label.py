@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Optional
 
 from hypothesis import given
@@ -181,3 +182,25 @@ def test_fleet_renders_every_node_whatever_its_field_holds(texts: list[str]) -> 
     text = fleet.render_text(doc)
     assert all(n["NodeList"] in text for n in nodes)
     json.dumps(doc, allow_nan=False)
+
+
+@given(
+    st.one_of(
+        st.builds(lambda t, c: f"hmap={t}:{c}", NUMBER, VALUE),
+        st.builds(
+            lambda t, c: f"hmap={t}:{c}",
+            TIME,
+            st.from_regex(r"[A-Z][A-Z0-9_]{0,70}", fullmatch=True),
+        ),
+        st.text(max_size=80).map(lambda t: "hmap=" + t),
+    )
+)
+@budget(200)
+def test_any_postmortem_token_reads_as_bounded_or_none(token: str) -> None:
+    for now in (None, NOW):
+        post = lab.parse_postmortem(token, now)
+        if post is None:
+            continue
+        assert lab.dated(post.ts, now) and post.ts > 0
+        assert re.fullmatch(r"[A-Z][A-Z0-9_]{0,63}", post.cause)
+        assert lab.parse_postmortem(post.token(), now) == post  # reads back as written

@@ -93,7 +93,9 @@ def make(
     start: bool = False,
     **recovery: Any,
 ) -> Remediator:
-    rec = {"recheck_interval": 0.1, "resume_after": 0.0, "min_reboot_interval": 0.0, **recovery}
+    rec = {"recheck_interval": 0.1, "resume_after": 0.0, "min_reboot_interval": 0.0}
+    # evidence bundles read no kernel log and no Slurm of this machine
+    rec.update({"evidence_kernel_log": [], "evidence_node_record": [], **recovery})
     lines = [
         "[agent]",
         f'state_dir = "{tmp}/state"',

@@ -223,3 +223,30 @@ def test_a_mirror_dated_in_the_future_is_never_taken_up(tmp_path: Path) -> None:
         run(rem, ())
         assert rem.status()["remediations"] == 0 and not rem.status()["held_for_human"], token
         rem.close()
+
+
+def test_an_entry_another_writer_mirrored_survives_the_agent_restart(tmp_path: Path) -> None:
+    """The controller's watcher records its reboot in ``hmah=`` while the node is down; the
+    agent comes back with its state store intact and keeps that entry (it wrote its own mirror
+    over it), so the watcher's remediation counts for the repeat-offender rule."""
+    fake = FakeSlurm("n1")
+    rem = make(tmp_path, fake, max_drained_percent=100.0)
+    for code in ("SYS_A", "SYS_B"):
+        run(rem, (fault(code, "node", action=Action.NONE, clears=Clears.OBSERVATION),))
+        run(rem, ())
+    node = fake.state["n1"]
+    mirror = label_mod.find_history(node.field("extra"))
+    assert mirror is not None and [c for _t, c in mirror.entries] == ["SYS_A", "SYS_B"]
+    later = max(t for t, _c in mirror.entries) + 1
+    watched = label_mod.History((*mirror.entries, (later, "HMA_WATCH_NOT_RESPONDING")))
+    text = label_mod.edit_history(node.field("extra"), watched)
+    fake.state["n1"] = node.with_field("extra", text)
+    again = make(tmp_path, fake, max_drained_percent=100.0)
+    again.refresh()
+    run(again, (fault("SYS_C", "node", action=Action.NONE, clears=Clears.OBSERVATION),))
+    run(again, ())
+    kept = label_mod.find_history(fake.state["n1"].field("extra"))
+    assert kept is not None
+    codes = sorted(c for _t, c in kept.entries)  # by time: the watcher's is dated ahead of SYS_C
+    assert codes == ["HMA_WATCH_NOT_RESPONDING", "SYS_A", "SYS_B", "SYS_C"]
+    assert again.status()["remediations"] == 4

@@ -69,7 +69,8 @@ OPTIONS: dict[str, Option] = {
 
 # ``[recovery]`` keys whose choices are Slurm's (``Backend.recovery``): the node field that
 # carries the label, and the reboot and replace modes (HyperPod's among them; ``command`` runs
-# the hook whatever the backend, ``drain_only`` leaves the node to a human).
+# the hook whatever the backend, ``drain_only`` leaves the node to a human), and the command
+# that prints the node's record into an evidence bundle (hma.remediation.evidence).
 RECOVERY: dict[str, Option] = {
     "label_field": Option(
         "choice",
@@ -90,6 +91,11 @@ RECOVERY: dict[str, Option] = {
         "How a replacement is asked for: stay drained for a human, HyperPod "
         "State=FAIL Reason=Action:Replace, or replace_command.",
         choices=("drain_only", "hyperpod", "command"),
+    ),
+    "evidence_node_record": Option(
+        "strlist",
+        ["scontrol", "-o", "show", "node"],
+        "The node's record in an evidence bundle, on stdout (the node name is added; [] none).",
     ),
 }
 

@@ -331,6 +331,83 @@ def load_site(folder: Optional[str]) -> tuple[list[Rule], list[Entry]]:
     return rules, entries
 
 
+# Bytes rare in kernel logs, rarest first: each makes up at most 0.12 % of the bytes of the real
+# logs of tests/fixtures/kernel-log/corpus (460,000 bytes; 'G' and 'O', as rare there, are left
+# out: every NVIDIA line holds "GPU", every I/O line "I/O"). A needle holding
+# one is found by looking for that byte alone (``bytes.find`` of one byte: memchr, one pass for
+# every needle that byte gates) and comparing the needle where it would start; any other needle
+# is one pass of its own. A pass costs about as much whatever the needle's length: fewer passes,
+# faster noise (docs/kernel-log.md, "Throughput").
+RARE = "%`|^{}~?!\t;ZYj@<J*W'q\"QKzH+V\\#"
+
+
+class Prefilter:
+    """Which of a rule set's needles a line holds: one pass over a block per gate (a rare byte
+    that several needles share, :data:`RARE`) or per needle without one, instead of one pass per
+    needle. The kernel_log source asks it of each message (:meth:`found`), ``hma logscan`` of
+    each block (:meth:`lines`): one piece of logic for both."""
+
+    def __init__(self, needles: Iterable[str]) -> None:
+        self.needles = tuple(sorted(set(needles)))
+        whole: list[str] = []
+        gated: dict[str, list[str]] = {}
+        for needle in self.needles:
+            gate = next((c for c in RARE if c in needle), None)
+            if gate is None:
+                whole.append(needle)
+            else:
+                gated.setdefault(gate, []).append(needle)
+        self._whole = tuple(whole)
+        self._whole_bytes = tuple((n.encode(), n) for n in whole)
+        # gate -> the needles it gates; in bytes with the gate's offset in each needle
+        self._gated = tuple((g, tuple(ns)) for g, ns in gated.items())
+        self._gated_bytes = tuple(
+            (g.encode(), tuple((n.encode(), n.encode().index(g.encode()), n) for n in ns))
+            for g, ns in gated.items()
+        )
+
+    def passes(self) -> int:
+        """Passes over a block that :meth:`lines` makes (one per gate, one per other needle)."""
+        return len(self._whole) + len(self._gated)
+
+    def found(self, message: str) -> list[str]:
+        """The needles ``message`` holds."""
+        out = [n for n in self._whole if n in message]
+        for gate, needles in self._gated:
+            if gate in message:
+                out += [n for n in needles if n in message]
+        return out
+
+    def lines(self, block: bytes) -> dict[int, list[str]]:
+        """Line end (the offset of its newline) -> the needles the line holds, for each line of
+        ``block`` (whole lines, each ending with a newline) that holds one."""
+        found: dict[int, list[str]] = {}
+        find, starts = block.find, block.startswith  # (bound once: a storm makes many calls)
+        for needle, text in self._whole_bytes:
+            pos = find(needle)
+            while pos >= 0:  # every block ends with a newline: the next search is further on
+                end = find(b"\n", pos)
+                held = found.get(end)
+                if held is None:
+                    found[end] = [text]
+                else:
+                    held.append(text)
+                pos = find(needle, end + 1)
+        for gate, checks in self._gated_bytes:
+            pos = find(gate)
+            while pos >= 0:
+                for needle, offset, text in checks:
+                    if pos >= offset and starts(needle, pos - offset):
+                        end = find(b"\n", pos)
+                        held = found.get(end)
+                        if held is None:
+                            found[end] = [text]
+                        elif text not in held:
+                            held.append(text)
+                pos = find(gate, pos + 1)
+        return found
+
+
 class RuleSet:
     """Built-in rules followed by site rules; the first matching rule of a line wins."""
 
@@ -369,7 +446,7 @@ class RuleSet:
             for name in rule.formats:
                 by_format.setdefault(name, []).append(i)
         self.by_format: dict[str, tuple[int, ...]] = {k: tuple(v) for k, v in by_format.items()}
-        self.all_needles: tuple[str, ...] = tuple(sorted(by_needle))
+        self.prefilter = Prefilter(by_needle)
 
     @classmethod
     def load(cls, site_folder: Optional[str] = None) -> RuleSet:
@@ -456,7 +533,7 @@ class Matcher:
     def __init__(self, ruleset: RuleSet, source: str) -> None:
         self.rules = ruleset.rules
         self.needles = ruleset.needles
-        self._all_needles = ruleset.all_needles
+        self._found = ruleset.prefilter.found
         self._by_needle = ruleset.by_needle
         self._always = ruleset.always
         self._by_format = ruleset.by_format
@@ -507,7 +584,7 @@ class Matcher:
         if len(message) > MAX_MESSAGE:
             message = message[:MAX_MESSAGE]
         try:
-            found = [n for n in self._all_needles if n in message] if needles is None else needles
+            found = self._found(message) if needles is None else needles
             if not found and not self._always:
                 return None  # the common case: literal checks only, no regular expression
             quoted = formats.classify(message)
