@@ -214,6 +214,11 @@ def cmd_config_check(args: argparse.Namespace) -> int:
     lines += reporters.unmet(setup.config.reporters)
     if lines:
         return common.config_failed(ConfigError(lines), 2)
+    from hma.commands import srun_decide
+
+    note = srun_decide.expansion_note(setup)
+    if note:
+        print(note, file=sys.stderr)
     used = ", ".join(setup.config.files) or "no file (all defaults)"
     print(f"configuration OK ({used})")
     return 0
@@ -580,12 +585,15 @@ def _srun(verbs: Verbs) -> None:
 
     p = verbs.plain(
         "srun",
-        usage="hma srun [--auto-resume=N] [--grace=S] [--] [srun options] command ...",
-        help="srun with --auto-resume=N: requeue the job after a hardware fault",
-        description="Run srun; with --auto-resume=N, requeue the batch job (at most N times) "
-        "when it failed because a node had a hardware fault, so it restarts from its last "
-        "checkpoint (docs/auto-resume.md). --grace=S: seconds to wait for the node's verdict "
-        "(default $HMA_AUTO_RESUME_GRACE or 60). Everything after these options goes to srun "
+        usage="hma srun [--auto-resume=N] [--grace=S] [--replace-wait=S] SRUN_ARGS ...",
+        help="srun with --auto-resume=N: resume the step after a hardware fault",
+        description="Run srun; with --auto-resume=N, when the step failed because a node had a "
+        "hardware fault, resume it at most N times from its last checkpoint: a job without GRES "
+        "(sbatch or salloc) gets the faulty nodes replaced inside its allocation and the same "
+        "srun runs again; a GRES batch job is requeued (docs/auto-resume.md). --grace=S: seconds "
+        "to wait for the node's verdict (default $HMA_AUTO_RESUME_GRACE or 60). "
+        "--replace-wait=S: seconds to wait for replacement nodes (default "
+        "$HMA_AUTO_RESUME_REPLACE_WAIT or 300). Everything after these options goes to srun "
         "verbatim; `hma srun -- --help` shows srun's own help.",
     )
     p.add_argument("srun_args", nargs=argparse.REMAINDER, metavar="SRUN_ARGS")

@@ -283,6 +283,8 @@ class SlurmCluster:
         placeholders: int = 0,
         held_jobs: int = 0,
         conf_lines: Sequence[str] = (),
+        expansion: bool = False,
+        gres: str = "",
     ) -> None:
         self.nodes = (
             [f"node{i + 1}" for i in range(nodes)] if isinstance(nodes, int) else list(nodes)
@@ -299,10 +301,13 @@ class SlurmCluster:
         self.conf = self.base / "etc" / "slurm.conf"
         self.env = dict(os.environ, SLURM_CONF=str(self.conf))
         self.started = False
-        self.conf_files = conf_files or {}  # more files next to slurm.conf (topology.conf)
+        self.conf_files = dict(conf_files or {})  # more files next to slurm.conf (topology.conf)
         # ``Key=value`` lines that replace the harness's own line of that key (or are added):
         # docs/slurm.md's blocks (tests/integration/test_slurm_conf_modes.py)
         self.conf_lines = list(conf_lines)
+        # SchedulerParameters=permit_job_expansion (hma srun's in-place replacement)
+        self.expansion = expansion
+        self.gres = gres  # "NAME:COUNT": every node has that generic resource (no device file)
         self.version = version  # "22.05": the host's Slurm; "24.11": slurmchroot's
         if version not in slurmchroot.VERSIONS:
             raise ValueError(f"Slurm {version!r}: not one of {slurmchroot.VERSIONS}")
@@ -402,11 +407,18 @@ class SlurmCluster:
             "SlurmdDebug=info",
             f"RebootProgram={self.base}/etc/reboot",
         ]
+        gres = f" Gres={self.gres}" if self.gres else ""
         for node, port in zip(self.nodes, ports[1:]):
             lines.append(
                 f"NodeName={node} NodeHostname=localhost NodeAddr=127.0.0.1 Port={port} "
-                "CPUs=1 RealMemory=100 State=UNKNOWN"
+                f"CPUs=1 RealMemory=100 State=UNKNOWN{gres}"
             )
+        if self.gres:
+            name, _, count = self.gres.partition(":")
+            lines.append(f"GresTypes={name}")
+            self.conf_files.setdefault("gres.conf", f"Name={name} Count={count or 1}\n")
+        if self.expansion:
+            lines.append("SchedulerParameters=permit_job_expansion")
         lines += self.scale_conf()
         lines.append(
             f"PartitionName={self.partition} Nodes={','.join(self.partition_nodes())} Default=YES "

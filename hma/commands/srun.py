@@ -1,21 +1,13 @@
 """``hma srun [--auto-resume=N] [srun options] command`` and ``hma job-env``.
 
 ``hma srun`` runs srun with the same arguments. On a non-zero exit it decides whether hardware
-failed: a node of the job drained, failed or down with an hma-owned reason (``HMA: ...``) or a
-HyperPod ``Action:*`` reason, or carrying hma's ``unhealthy`` label. The agents may need a moment
-to mark a node after the step dies, so it polls for up to ``--grace`` seconds. Then:
-
-============================================  ===============================================
-no faulty node                                exit with srun's code (a script bug never loops)
-faulty nodes, all out of service, attempts    record nodes + attempt in the job's Comment,
-left                                          log, ``scontrol requeue`` (which ends us)
-faulty nodes, attempts used up                exit with srun's code: "giving up"
-a faulty node still schedulable (policy       exit with srun's code: never requeue onto it
-none, breaker held)
-============================================  ===============================================
-
-Every decision goes to stderr and journald. The mechanism, the marker token and Slurm's ~2 minute
-requeue delay are described in docs/auto-resume.md.
+failed (``hma.commands.srun_decide``: the agents may need a moment to mark a node after the step
+dies, so it polls for up to ``--grace`` seconds). A hardware failure with attempts left is resumed:
+a job without GRES is mended in place (``hma.commands.srun_inplace``: the faulty nodes swapped for
+healthy ones inside the allocation, the same srun run again, the job id kept; ``sbatch`` and
+``salloc`` alike), a GRES batch job is requeued (which ends us). Every decision goes to stderr and
+journald. The mechanism, the marker token and Slurm's ~2 minute requeue delay are described in
+docs/auto-resume.md.
 """
 
 from __future__ import annotations
@@ -29,23 +21,29 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping, Optional, Sequence
 
 from hma.adapters import strict
 from hma.adapters.text import printable
 from hma.cluster.slurm.client import SlurmClient
-from hma.cluster.slurm.parse import ADDRESS, NAME, SlurmError
-from hma.commands import common
-from hma.contracts import label
+from hma.cluster.slurm.parse import ADDRESS, NAME, Allocation, SlurmError
+from hma.commands import common, srun_inplace
+from hma.commands.srun_decide import (
+    Decision,
+    decide,
+    expansion_allowed,
+    job_gres,
+    mechanism,
+    watch,
+)
 from hma.contracts.alert import Alert
-from hma.contracts.cluster import NodeState
+from hma.contracts.cluster import JobInfo
 from hma.contracts.model import Action, Severity
 from hma.contracts.reporter import Reporter
 from hma.remediation.requeue import Marker, find_marker, with_marker
 
 GRACE_S = 60.0
-POLL_S = 1.0
 REQUEUE_WAIT_S = 60.0  # how long we wait to be killed by our own requeue
 PROG = "hma srun"
 
@@ -60,6 +58,7 @@ class Options:
 
     attempts: Optional[int]  # None: plain srun, no auto-resume
     grace: float = GRACE_S
+    replace_wait: float = srun_inplace.REPLACE_WAIT_S
     srun_args: list[str] = field(default_factory=list)
 
 
@@ -76,34 +75,42 @@ def _positive_int(text: str) -> int:
 MAX_GRACE_S = 86400.0
 
 
-def _seconds(text: str) -> float:
+def _seconds(name: str, text: str) -> float:
     try:  # a plain ASCII decimal: no inf, nan, exponent or non-ASCII digits
         return strict.parse_decimal(text, low=0.0, high=MAX_GRACE_S)
     except strict.ParseError:
         raise UsageError(
-            f"--grace: {text!r} is not a number of seconds >= 0 (at most {MAX_GRACE_S:g})"
+            f"{name}: {text!r} is not a number of seconds >= 0 (at most {MAX_GRACE_S:g})"
         ) from None
 
 
-OWN = {"--auto-resume": _positive_int, "--grace": _seconds}
+# Our options: the attribute of Options each sets, and the environment variable giving its
+# default (a site can set it in the job's environment).
+OWN = {
+    "--auto-resume": ("attempts", ""),
+    "--grace": ("grace", "HMA_AUTO_RESUME_GRACE"),
+    "--replace-wait": ("replace_wait", "HMA_AUTO_RESUME_REPLACE_WAIT"),
+}
+GRACE_ENV = OWN["--grace"][1]
 
 
-GRACE_ENV = (
-    "HMA_AUTO_RESUME_GRACE"  # default of --grace (a site can set it in the job's environment)
-)
+def _set(opts: Options, name: str, value: str) -> None:
+    attr = OWN[name][0]
+    setattr(opts, attr, _positive_int(value) if attr == "attempts" else _seconds(name, value))
 
 
 def parse_args(argv: Sequence[str], env: Optional[Mapping[str, str]] = None) -> Options:
     """Our own options before the first srun option; everything after is srun's, verbatim.
 
-    ``--auto-resume=N`` / ``--auto-resume N`` and ``--grace=S`` / ``--grace S`` are ours; ``--``
-    ends them explicitly. ``--grace`` defaults to $HMA_AUTO_RESUME_GRACE, else 60 s. Raises
-    ``UsageError``.
+    ``--auto-resume=N``, ``--grace=S`` and ``--replace-wait=S`` (each also as two words) are
+    ours; ``--`` ends them explicitly. ``--grace`` defaults to $HMA_AUTO_RESUME_GRACE, else 60 s;
+    ``--replace-wait`` to $HMA_AUTO_RESUME_REPLACE_WAIT, else 300 s. Raises ``UsageError``.
     """
     env = os.environ if env is None else env
     opts = Options(None)
-    if env.get(GRACE_ENV):
-        opts.grace = _seconds(env[GRACE_ENV])
+    for name, (_attr, var) in OWN.items():
+        if var and env.get(var):
+            _set(opts, name, env[var])
     i = 0
     while i < len(argv):
         arg = argv[i]
@@ -118,134 +125,12 @@ def parse_args(argv: Sequence[str], env: Optional[Mapping[str, str]] = None) -> 
                 raise UsageError(f"{name} needs a value")
             i += 1
             value = argv[i]
-        if name == "--auto-resume":
-            opts.attempts = _positive_int(value)
-        else:
-            opts.grace = _seconds(value)
+        _set(opts, name, value)
         i += 1
     opts.srun_args = list(argv[i:])
     if not opts.srun_args:
         raise UsageError("no command given (usage: hma srun [--auto-resume=N] [srun options] cmd)")
     return opts
-
-
-# --- the decision ---------------------------------------------------------------------------------
-
-
-def fault_of(node: NodeState) -> str:
-    """Why ``node`` counts as failed hardware ("" when it does not)."""
-    if node.out_of_service and (node.owned or node.reason.startswith("Action:")):
-        return f"{node.label_text}, reason {node.reason!r}"
-    lab = _label(node)
-    if lab is not None and lab.state == "unhealthy":
-        held = f", held: {lab.held}" if lab.held else ""
-        return f"{node.label_text}, hma label {lab.code} {lab.component}{held}".replace(" ,", ",")
-    return ""
-
-
-def _label(node: NodeState) -> Optional[label.Label]:
-    """The hma label of the node: in the first of its fields (Extra, then Comment) with one."""
-    return next((lab for lab in (label.find(text) for _name, text in node.texts) if lab), None)
-
-
-def _held(node: NodeState) -> bool:
-    lab = _label(node)
-    return lab is not None and bool(lab.held)
-
-
-def settled(nodes: Sequence[NodeState]) -> bool:
-    """Nothing more to wait for: a faulty node exists and each one is out of service or held."""
-    faulty = [n for n in nodes if fault_of(n)]
-    return bool(faulty) and all(n.out_of_service or _held(n) for n in faulty)
-
-
-@dataclass(frozen=True)
-class Decision:
-    """What ``hma srun`` does after srun failed."""
-
-    kind: str  # not_hardware, requeue, give_up, unsafe, unknown
-    message: str
-    faulty: tuple[str, ...] = ()
-
-
-def decide(
-    rc: int,
-    nodes: Sequence[NodeState],
-    attempt: int,
-    attempts: int,
-    waited: float,
-    error: str = "",
-) -> Decision:
-    """The decision table (pure): srun's exit code, the job's nodes, attempts used / allowed."""
-    faulty = [(n.name, fault_of(n)) for n in nodes]
-    faulty = [(name, why) for name, why in faulty if why]
-    names = tuple(name for name, _why in faulty)
-    if not nodes and error:
-        return Decision(
-            "unknown",
-            f"srun exited {rc}; cannot read the job's node states ({error}): no requeue",
-        )
-    if not faulty:
-        return Decision(
-            "not_hardware",
-            f"srun exited {rc}; no node of the job is marked faulty (waited {waited:.0f} s): "
-            "not a hardware failure, no requeue",
-        )
-    what = "; ".join(f"{name} ({why})" for name, why in faulty)
-    open_nodes = [n.name for n in nodes if n.name in names and not n.out_of_service]
-    if open_nodes:
-        return Decision(
-            "unsafe",
-            f"srun exited {rc}; hardware fault on {what}, but {','.join(open_nodes)} is still "
-            "schedulable (not drained, e.g. policy none or circuit breaker): not requeueing onto "
-            "it",
-            names,
-        )
-    if attempt >= attempts:
-        return Decision(
-            "give_up",
-            f"srun exited {rc}; hardware fault on {what}; giving up: {attempt} of {attempts} "
-            "auto-resume attempt(s) used",
-            names,
-        )
-    return Decision(
-        "requeue",
-        f"srun exited {rc}; hardware fault on {what}; requeueing the job (attempt {attempt + 1} "
-        f"of {attempts}) so that it restarts from its checkpoint on healthy nodes",
-        names,
-    )
-
-
-def watch(
-    client: SlurmClient,
-    names: Sequence[str],
-    grace: float,
-    poll: float = POLL_S,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
-) -> tuple[list[NodeState], float, str]:
-    """Poll the job's nodes until the picture is settled or ``grace`` passed.
-
-    Returns the last node states read, the seconds waited and the last read error.
-    """
-    start = clock()
-    nodes: list[NodeState] = []
-    error = ""
-    if not names:  # an empty name list would read every node of the cluster
-        return nodes, 0.0, "the job has no nodes"
-    while True:
-        try:
-            nodes = client.nodes(names)
-            error = ""
-        except SlurmError as exc:
-            error = str(exc)
-        if nodes and settled(nodes):
-            break
-        waited = clock() - start
-        if waited >= grace:
-            break
-        sleep(min(poll, max(0.0, grace - waited)))
-    return nodes, clock() - start, error
 
 
 # --- reporting ------------------------------------------------------------------------------------
@@ -283,10 +168,13 @@ class Log:
 # --- running --------------------------------------------------------------------------------------
 
 
-def run_srun(argv: Sequence[str], srun: Sequence[str] = ("srun",)) -> int:
-    """Run srun with ``argv``; SIGINT/SIGTERM/SIGHUP are passed on. Returns its exit status."""
+def run_srun(
+    argv: Sequence[str], srun: Sequence[str] = ("srun",), env: Optional[Mapping[str, str]] = None
+) -> int:
+    """Run srun with ``argv`` (in ``env``, else ours); SIGINT/SIGTERM/SIGHUP are passed on.
+    Returns its exit status."""
     try:
-        child = subprocess.Popen([*srun, *argv])
+        child = subprocess.Popen([*srun, *argv], env=None if env is None else dict(env))
     except OSError as exc:
         print(f"{PROG}: cannot run {srun[0]}: {exc}", file=sys.stderr)
         return 127
@@ -313,6 +201,74 @@ def _attempt(env: Mapping[str, str]) -> int:
         return 0
 
 
+@dataclass
+class Run:
+    """One ``hma srun --auto-resume`` in its job: what it knows between attempts."""
+
+    client: SlurmClient
+    log: Log
+    opts: Options
+    job: JobInfo
+    alloc: Allocation
+    expansion: Optional[bool]  # permit_job_expansion set (None: unknown)
+    gres: str  # the generic resources it holds ("" when none)
+    names: list[str]  # the job's nodes now
+    env: dict[str, str] = field(default_factory=dict)  # srun's (node list fresh after a mend)
+    restarts: int = 0  # SLURM_RESTART_COUNT
+    replaced: int = 0  # in-place resumes done by this process (a floor if the Comment is lost)
+
+    @property
+    def job_id(self) -> str:
+        """The job's id."""
+        return self.job.id
+
+    def marker(self) -> Marker:
+        """The job's marker, fresh from its Comment (the user may have changed the comment)."""
+        try:
+            self.job = self.client.job_info(self.job_id)
+        except SlurmError:
+            pass
+        found = find_marker(self.job.note)
+        return found or Marker(self.opts.attempts or 1)
+
+    def record(self, marker: Marker) -> None:
+        """Write ``marker`` into the job's Comment, keeping the user's text."""
+        try:
+            self.client.update_job(self.job_id, Comment=with_marker(self.job.note, marker))
+        except SlurmError as exc:
+            self.log(f"cannot record {marker.token()} in job {self.job_id}'s Comment: {exc}")
+
+
+def _start(client: SlurmClient, log: Log, opts: Options, env: Mapping[str, str]) -> Run | int:
+    """Read and mark the job; an exit code when it cannot be."""
+    job_id = env.get("SLURM_JOB_ID", "")
+    if not job_id:
+        print(
+            f"{PROG}: --auto-resume needs a Slurm allocation (SLURM_JOB_ID is not set): run it in "
+            "an sbatch script or an salloc allocation",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        job = client.job_info(job_id)
+        alloc = client.allocation(job_id)
+        names = client.hostnames(alloc.nodes)
+    except SlurmError as exc:
+        print(f"{PROG}: cannot read job {job_id}: {exc}", file=sys.stderr)
+        return 2
+    gres = job_gres(client, alloc, names)
+    run = Run(client, log, opts, job, alloc, expansion_allowed(client), gres, names, dict(env))
+    run.restarts = _attempt(env)
+    how, why = mechanism(job, gres, run.expansion)
+    if how == "none":
+        log(f"job {job_id}: auto-resume cannot resume this job: {why}", Severity.WARNING)
+    old = find_marker(job.note)
+    marker = Marker(opts.attempts or 1, *(old.attempt, old.nodes, old.replaced) if old else ())
+    if old != marker:  # the agents learn from it that this job auto-resumes (replace, not reboot)
+        run.record(marker)
+    return run
+
+
 def main(
     argv: Sequence[str],
     client: SlurmClient,
@@ -329,93 +285,74 @@ def main(
         return 2
     if opts.attempts is None:
         return run_srun(opts.srun_args, srun)
-    job_id = env.get("SLURM_JOB_ID", "")
-    if not job_id:
-        print(
-            f"{PROG}: --auto-resume needs a Slurm allocation (SLURM_JOB_ID is not set): run it in "
-            "an sbatch script",
-            file=sys.stderr,
-        )
-        return 2
-    try:
-        job = client.job_info(job_id)
-    except SlurmError as exc:
-        print(f"{PROG}: cannot read job {job_id}: {exc}", file=sys.stderr)
-        return 2
-    if not job.batch:
-        print(
-            f"{PROG}: job {job_id} is an interactive allocation (salloc); only batch jobs can be "
-            "requeued: submit the script with sbatch --requeue",
-            file=sys.stderr,
-        )
-        return 2
-    if not job.requeue:
-        print(
-            f"{PROG}: job {job_id} cannot be requeued (submitted with --no-requeue or "
-            "JobRequeue=0): submit it with sbatch --requeue",
-            file=sys.stderr,
-        )
-        return 2
-    attempt = _attempt(env)
-    old = find_marker(job.note)
-    marker = Marker(opts.attempts, old.attempt if old else 0, old.nodes if old else ())
-    if old != marker:
-        try:  # the agents learn from it that this job auto-resumes (replace, not reboot)
-            client.update_job(job_id, Comment=with_marker(job.note, marker))
-        except SlurmError as exc:
-            log(f"cannot mark job {job_id} in its Comment: {exc}", Severity.WARNING, job=job_id)
-    try:
-        names = client.hostnames(job.nodes)
-    except SlurmError as exc:
-        print(f"{PROG}: cannot expand the job's node list {job.nodes!r}: {exc}", file=sys.stderr)
-        return 2
-    rc = run_srun(opts.srun_args, srun)
-    if rc == 0:
-        return 0
-    nodes, waited, error = watch(client, names, opts.grace)
-    decision = decide(rc, nodes, attempt, opts.attempts, waited, error)
-    details = {
-        "job": job_id,
-        "decision": decision.kind,
-        "exit_code": rc,
-        "attempt": attempt,
-        "attempts": opts.attempts,
-        "faulty_nodes": list(decision.faulty),
-        "nodes": names,
-    }
-    if decision.kind != "requeue":
-        severity = Severity.OK if decision.kind == "not_hardware" else Severity.WARNING
-        log(f"job {job_id}: {decision.message}; exit {rc}", severity, **details)
-        return rc
-    return _requeue(client, log, job_id, opts.attempts, attempt, decision, rc, details)
+    run = _start(client, log, opts, env)
+    if isinstance(run, int):
+        return run
+    while True:
+        rc = run_srun(opts.srun_args, srun, run.env)
+        if rc == 0:
+            return 0
+        nodes, waited, error = watch(client, run.names, opts.grace)
+        marker = run.marker()
+        used = run.restarts + max(marker.replaced, run.replaced)
+        decision = decide(rc, nodes, used, opts.attempts, waited, error)
+        details = {
+            "job": run.job_id,
+            "decision": decision.kind,
+            "exit_code": rc,
+            "attempt": used,
+            "attempts": opts.attempts,
+            "faulty_nodes": list(decision.faulty),
+            "nodes": run.names,
+        }
+        host = run.alloc.batch_host if run.alloc.batch_host in decision.faulty else ""
+        how, why = mechanism(run.job, run.gres, run.expansion, host)
+        if decision.kind != "resume" or how == "none":
+            severity = Severity.OK if decision.kind == "not_hardware" else Severity.WARNING
+            text = decision.message if decision.kind != "resume" else f"{decision.message}; {why}"
+            log(f"job {run.job_id}: {text}; exit {rc}", severity, **details)
+            return rc
+        details["mechanism"] = how
+        log(f"job {run.job_id}: {decision.message}; {why}", Severity.WARNING, **details)
+        if how == "requeue":
+            run.record(replace(marker, attempt=run.restarts + 1, nodes=decision.faulty))
+            return _requeue(run, rc, details)
+        if not _replace(run, marker, decision, rc, details):
+            return rc
 
 
-def _requeue(
-    client: SlurmClient,
-    log: Log,
-    job_id: str,
-    attempts: int,
-    attempt: int,
-    decision: Decision,
-    rc: int,
-    details: dict[str, Any],
-) -> int:
-    try:  # fresh: the user may have changed the comment meanwhile
-        comment = client.job_info(job_id).note
-        marker = Marker(attempts, attempt + 1, decision.faulty)
-        client.update_job(job_id, Comment=with_marker(comment, marker))
-    except SlurmError as exc:
-        log(f"cannot record the attempt in job {job_id}'s Comment: {exc}", Severity.WARNING)
-    log(f"job {job_id}: {decision.message}", Severity.WARNING, **details)
+def _replace(run: Run, marker: Marker, decision: Decision, rc: int, details: dict) -> bool:
+    """Mend the job in place; whether the step can run again (else it was logged why not)."""
+    run.replaced = max(marker.replaced, run.replaced) + 1  # recorded first: Slurm refuses job
+    run.record(replace(marker, replaced=run.replaced, nodes=decision.faulty))  # updates a while
+    mended = srun_inplace.mend(run.client, run.alloc, decision.faulty, run.opts.replace_wait)
+    if not mended.ok:  # after a merge
+        run.log(f"job {run.job_id}: {mended.message}; exit {rc}", Severity.WARNING, **details)
+        return False
     try:
-        client.requeue(job_id)
+        run.alloc = run.client.allocation(run.job_id)
     except SlurmError as exc:
-        log(f"job {job_id}: requeue failed ({exc}); exit {rc}", Severity.WARNING, **details)
+        run.log(f"job {run.job_id}: cannot read the mended job: {exc}; exit {rc}", **details)
+        return False
+    run.names = list(mended.hosts)
+    run.env = srun_inplace.fresh_env(run.env, mended.hosts, run.alloc.nodes)
+    run.log(f"job {run.job_id}: {mended.message}; running the step again", **details)
+    return True
+
+
+def _requeue(run: Run, rc: int, details: dict[str, Any]) -> int:
+    """``scontrol requeue`` the job (the marker is recorded); ends us, or returns ``rc``."""
+    try:
+        run.client.requeue(run.job_id)
+    except SlurmError as exc:
+        run.log(f"job {run.job_id}: requeue failed ({exc}); exit {rc}", Severity.WARNING, **details)
         return rc
     deadline = time.monotonic() + REQUEUE_WAIT_S
     while time.monotonic() < deadline:  # Slurm ends this job step (and us) any moment now
         time.sleep(0.5)
-    log(f"job {job_id}: requeued but this process was not ended; exit {rc}", Severity.WARNING)
+    run.log(
+        f"job {run.job_id}: requeued but this process was not ended; exit {rc}", Severity.WARNING
+    )
     return rc
 
 

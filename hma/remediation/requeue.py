@@ -3,11 +3,13 @@
 ``hma srun --auto-resume=N`` puts one token in the job's note (``Job.note``, the job's free-text
 field; the rest of the note is the user's and is never touched)::
 
-    hma-resume=<N>,a=<attempt>,n=<node>+<node>
+    hma-resume=<N>,a=<attempt>,n=<node>+<node>,r=<replaced>
 
 ``N`` is the attempts allowed, ``a`` the requeues hma srun did (0 before the first), ``n`` the
-faulty nodes of the last requeue. The remediation engine calls ``AutoResume.observe`` with the jobs
-on its node at every facts refresh; two things follow (docs/auto-resume.md):
+faulty nodes of the last resume, ``r`` (absent when 0) the resumes done in place, the faulty nodes
+swapped inside the allocation (they do not count as restarts). The remediation engine calls
+``AutoResume.observe`` with the jobs on its node at every facts refresh; two things follow
+(docs/auto-resume.md):
 
 * a node whose fault hit a job running with auto-resume gets ``replace``, not ``reboot``
   (``planner.recovery_action``), as managed clusters do: the job restarts elsewhere at once
@@ -39,13 +41,16 @@ class Marker:
 
     attempts: int  # N of --auto-resume=N
     attempt: int = 0  # requeues done by hma srun so far
-    nodes: tuple[str, ...] = ()  # faulty nodes of the last requeue
+    nodes: tuple[str, ...] = ()  # faulty nodes of the last resume
+    replaced: int = 0  # resumes done in place (the faulty nodes swapped in the allocation)
 
     def token(self) -> str:
         """The token text (no spaces)."""
         text = f"{MARKER}{self.attempts},a={self.attempt}"
         if self.nodes:
             text += ",n=" + "+".join(n for n in self.nodes if n)
+        if self.replaced:
+            text += f",r={self.replaced}"
         return text
 
 
@@ -58,12 +63,13 @@ def parse_marker(token: str) -> Optional[Marker]:
     try:
         attempts = int(head)
         attempt = int(values.get("a", "0") or 0)
+        replaced = int(values.get("r", "0") or 0)
     except ValueError:
         return None
-    if attempts < 1 or attempt < 0:
+    if attempts < 1 or attempt < 0 or replaced < 0:
         return None
     nodes = tuple(n for n in values.get("n", "").split("+") if n)
-    return Marker(attempts, attempt, nodes)
+    return Marker(attempts, attempt, nodes, replaced)
 
 
 def find_marker(note: str) -> Optional[Marker]:

@@ -13,6 +13,8 @@ import uuid
 from pathlib import Path
 from typing import Optional
 
+from hma.remediation.engine import Remediator
+from tests.integration.remediation_helpers import fault, verdict, wait, write_config
 from tests.slurmcluster import SlurmCluster
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,6 +87,7 @@ class Work:
             f"EXAMPLES={EXAMPLES}",
             "HMA_EXAMPLE_TRAINER=1",
             "HMA_AUTO_RESUME_GRACE=5",
+            "HMA_AUTO_RESUME_REPLACE_WAIT=30",
         ]
 
     def sbatch(self, *args: str) -> str:
@@ -150,3 +153,59 @@ def job(cluster: SlurmCluster, job_id: str) -> dict:
 def hosts(cluster: SlurmCluster, nodelist: str) -> list[str]:
     """A node list expression expanded."""
     return cluster.scontrol("show", "hostnames", nodelist).split()
+
+
+def show_job(cluster: SlurmCluster, job_id: str) -> dict[str, str]:
+    """``scontrol -o show job`` as key=value (free-text fields may be cut: not used here)."""
+    proc = cluster.run("scontrol", "-o", "show", "job", job_id)
+    return dict(p.split("=", 1) for p in proc.stdout.split() if "=" in p)
+
+
+def inject(
+    cluster: SlurmCluster,
+    work: Work,
+    rem: Remediator,
+    node: str,
+    job_id: str,
+    step_dies_first: bool = False,
+) -> None:
+    """The agent drains ``node`` with its reason and the rank there dies, in either order
+    (``step_dies_first``: hma srun must wait, within its grace period, for the agent's drain)."""
+    wait(lambda: job_id in rem.facts().job_ids, 20, f"job {job_id} in {node}'s facts")
+    if step_dies_first:
+        died = work.output().count("simulated Xid 79")
+        (work.ckpt / f"FAULT-{node}").write_text("Xid 79\n")
+        wait(lambda: work.output().count("simulated Xid 79") > died, 20, f"rank on {node} dead")
+    rem.update(verdict(fault()), "boot-1")
+    wait(lambda: "DRAIN" in cluster.state(node), 20, f"{node} drained")
+    (work.ckpt / f"FAULT-{node}").write_text("Xid 79\n")
+
+
+def finished(cluster: SlurmCluster, job_id: str) -> dict[str, str]:
+    """Wait for the job's end; its ``scontrol show job`` fields (read before MinJobAge)."""
+    last: dict[str, str] = {}
+
+    def ended() -> bool:
+        nonlocal last
+        fields = show_job(cluster, job_id)
+        if fields:
+            last = fields
+        return fields.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED") or (
+            not fields and bool(last)
+        )
+
+    wait(ended, 90, f"job {job_id} finished")
+    return last
+
+
+def config_check(cluster: SlurmCluster, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """``hma config check`` with the Slurm options of ``cluster``."""
+    cfg = write_config(tmp_path / "hma.toml", cluster, cluster.nodes[0])
+    return subprocess.run(
+        [sys.executable, "-m", "hma", "--config", str(cfg), "config", "check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=ROOT,
+    )

@@ -24,18 +24,20 @@ from tests.integration.autoresume_helpers import (
     ROOT,
     USER,
     Work,
+    config_check,
     ensure_user,
+    finished,
     hosts,
+    inject,
     job,
     python_for,
     remove_user,
+    show_job,
 )
 from tests.integration.remediation_helpers import (
     SLURM_VERSIONS,
-    fault,
     make,
     slurm_cluster,
-    verdict,
     wait,
 )
 from tests.slurmcluster import SlurmCluster, available
@@ -91,12 +93,6 @@ def agents(cluster: SlurmCluster, tmp_path: Path, work: Work) -> Iterator[dict[s
             rem.close()
 
 
-def show_job(cluster: SlurmCluster, job_id: str) -> dict[str, str]:
-    """``scontrol -o show job`` as key=value (free-text fields may be cut: not used here)."""
-    proc = cluster.run("scontrol", "-o", "show", "job", job_id)
-    return dict(p.split("=", 1) for p in proc.stdout.split() if "=" in p)
-
-
 def running(cluster: SlurmCluster, work: Work, job_id: str, restarts: int) -> list[str]:
     """Wait until the trainer runs on both nodes after ``restarts`` requeues; those nodes."""
 
@@ -110,43 +106,6 @@ def running(cluster: SlurmCluster, work: Work, job_id: str, restarts: int) -> li
     nodes = sorted(started())
     assert hosts(cluster, info["nodes"]) == nodes
     return nodes
-
-
-def inject(
-    cluster: SlurmCluster,
-    work: Work,
-    rem: Remediator,
-    node: str,
-    job_id: str,
-    step_dies_first: bool = False,
-) -> None:
-    """The agent drains ``node`` with its reason and the rank there dies, in either order
-    (``step_dies_first``: hma srun must wait, within its grace period, for the agent's drain)."""
-    wait(lambda: job_id in rem.facts().job_ids, 20, f"job {job_id} in {node}'s facts")
-    if step_dies_first:
-        died = work.output().count("simulated Xid 79")
-        (work.ckpt / f"FAULT-{node}").write_text("Xid 79\n")
-        wait(lambda: work.output().count("simulated Xid 79") > died, 20, f"rank on {node} dead")
-    rem.update(verdict(fault()), "boot-1")
-    wait(lambda: "DRAIN" in cluster.state(node), 20, f"{node} drained")
-    (work.ckpt / f"FAULT-{node}").write_text("Xid 79\n")
-
-
-def finished(cluster: SlurmCluster, job_id: str) -> dict[str, str]:
-    """Wait for the job's end; its ``scontrol show job`` fields (read before MinJobAge)."""
-    last: dict[str, str] = {}
-
-    def ended() -> bool:
-        nonlocal last
-        fields = show_job(cluster, job_id)
-        if fields:
-            last = fields
-        return fields.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED") or (
-            not fields and bool(last)
-        )
-
-    wait(ended, 90, f"job {job_id} finished")
-    return last
 
 
 def test_hardware_fault_requeues_without_the_node_and_resumes(
@@ -167,7 +126,8 @@ def test_hardware_fault_requeues_without_the_node_and_resumes(
     fields = finished(cluster, job_id)
     assert fields.get("JobState") in (None, "COMPLETED"), fields
     out = work.output()
-    assert f"hardware fault on {bad}" in out and "requeueing the job (attempt 1 of 1)" in out
+    assert f"hardware fault on {bad}" in out and "resuming (attempt 1 of 1)" in out
+    assert "requeueing the job so that it restarts from its checkpoint" in out
     assert json.loads((work.ckpt / "final.json").read_text()) == {"step": 40}
     resumed = [h for h in work.history() if h["restart"] == "1"]
     assert len(resumed) == 2 and {h["node"] for h in resumed} == set(second)
@@ -189,7 +149,7 @@ def test_script_failure_is_not_requeued(cluster: SlurmCluster, work: Work) -> No
     out = work.output()
     assert out.count("started") == 2
     assert "srun exited 3; no node of the job is marked faulty" in out
-    assert "not a hardware failure, no requeue; exit 3" in out
+    assert "not a hardware failure, not resumed; exit 3" in out
     assert fields["ExitCode"] == "3:0" and fields["Restarts"] == "0"
 
 
@@ -238,3 +198,11 @@ def test_job_env_matches_scontrol_show_job(cluster: SlurmCluster, work: Work) ->
         }
         assert (work.base / f"sh-{node}").read_text().split() == [str(rank), "3", expected[0], addr]
     cluster.run("scancel", job_id)
+
+
+def test_config_check_warns_without_permit_job_expansion(
+    cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    proc = config_check(cluster, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "warning: slurm: SchedulerParameters lacks permit_job_expansion" in proc.stderr

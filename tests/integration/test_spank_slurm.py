@@ -30,11 +30,12 @@ from tests.integration.autoresume_helpers import (
     USER,
     Work,
     ensure_user,
+    finished,
+    inject,
     python_for,
     remove_user,
 )
 from tests.integration.remediation_helpers import SLURM_VERSIONS, make, wait
-from tests.integration.test_autoresume_slurm import finished, inject
 from tests.slurmcluster import SlurmCluster, available
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -224,7 +225,7 @@ def test_srun_flag_failure_on_healthy_nodes_is_not_resumed(
     out = work.output()
     assert out.count("started") == 2, out
     assert "srun exited 3; no node of the job is marked faulty" in out
-    assert "not a hardware failure, no requeue; exit 3" in out
+    assert "not a hardware failure, not resumed; exit 3" in out
     assert fields["ExitCode"] == "3:0" and fields["Restarts"] == "0"
 
 

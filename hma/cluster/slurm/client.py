@@ -4,6 +4,7 @@ slurmctld chosen (docs/scale.md)."""
 from __future__ import annotations
 
 import os
+import re
 import socket
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
@@ -12,11 +13,16 @@ from hma.adapters.command import CommandResult, CommandRunner
 from hma.cluster.slurm.parse import (
     HELD_STATES,
     LIVE_JOB_STATES,
+    Allocation,
     SlurmError,
+    alloc_format,
+    gres_format,
     job_format,
     new_nonce,
     node_format,
+    parse_alloc,
     parse_listpids,
+    parse_node_gres,
     parse_sinfo,
     parse_spool,
     parse_squeue,
@@ -37,6 +43,7 @@ class SlurmClient:
     scontrol: Sequence[str] = ("scontrol",)
     sinfo: Sequence[str] = ("sinfo",)
     squeue: Sequence[str] = ("squeue",)
+    salloc: Sequence[str] = ("salloc",)  # from_options: next to scontrol
     conf: Optional[str] = None
     timeout: float = 20.0
     path: str = ""
@@ -52,6 +59,10 @@ class SlurmClient:
             scontrol=list(sl["scontrol"]),
             sinfo=list(sl["sinfo"]),
             squeue=list(sl["squeue"]),
+            salloc=[
+                *sl["scontrol"][:-1],
+                os.path.join(os.path.dirname(sl["scontrol"][-1]), "salloc"),
+            ],
             conf=sl["conf"],
             timeout=float(sl["timeout"]),
             path=str(sl["path"] or ""),
@@ -154,14 +165,22 @@ class SlurmClient:
     def spool(self, node: str) -> str:
         """SlurmdSpoolDir of ``node`` (``spool_dir``, else ``scontrol show config`` once)."""
         if self.spool_dir is None:
-            self.spool_dir = ""
-            result = self._call([*self.scontrol, "show", "config"])
-            for line in result.stdout.splitlines() if result.ok else ():
-                key, _, value = line.partition("=")
-                if key.strip() == "SlurmdSpoolDir":
-                    self.spool_dir = value.strip()
+            self.spool_dir = self.config_value("SlurmdSpoolDir") or ""
         host = socket.gethostname().split(".")[0]
         return self.spool_dir.replace("%n", node).replace("%h", host)
+
+    def config_value(self, key: str) -> Optional[str]:
+        """One ``scontrol show config`` value (``""``: not set, ``(null)``); None when the
+        configuration cannot be read."""
+        result = self._call([*self.scontrol, "show", "config"])
+        if not result.ok:
+            return None
+        for line in result.stdout.splitlines():
+            name, _, value = line.partition("=")
+            if name.strip() == key:
+                value = value.strip()
+                return "" if value == "(null)" else value
+        return ""
 
     def jobs(self, node: str) -> list[Job]:
         """Jobs with steps on ``node`` (``steps``: no controller query). User and note (the job's
@@ -202,6 +221,24 @@ class SlurmClient:
         for job in self.job_infos([job_id]):
             return job
         raise SlurmError(f"job {job_id} not found")
+
+    def allocation(self, job_id: str) -> Allocation:
+        """A running job's allocation (partition, constraint, GRES, nodes): one single-job
+        query; ``SlurmError`` when Slurm no longer knows the job."""
+        nonce = new_nonce()
+        result = self._run([*self.squeue, "-h", "-j", str(job_id), "-O", alloc_format(nonce)])
+        for alloc in parse_alloc(result.stdout, nonce):
+            if alloc.id == str(job_id):
+                return alloc
+        raise SlurmError(f"job {job_id} not found")
+
+    def node_gres(self, names: Sequence[str]) -> dict[str, str]:
+        """Node name -> its configured generic resources ("" when none), for ``names`` only."""
+        if not names:
+            return {}
+        nonce = new_nonce()
+        argv = [*self.sinfo, "-h", "-N", "-n", ",".join(names), "-O", gres_format(nonce)]
+        return parse_node_gres(self._run(argv).stdout, nonce)
 
     def hostnames(self, nodelist: str) -> list[str]:
         """``scontrol show hostnames``: a node list expression expanded, in order."""
@@ -245,9 +282,35 @@ class SlurmClient:
         argv += [f"{key}={value}" for key, value in fields.items()]
         self._run(argv)
 
+    def expand(self, alloc: Allocation, count: int, wait_s: float) -> str:
+        """A new allocation of ``count`` whole nodes that may be merged into ``alloc``'s job
+        (``salloc --dependency=expand:<job> --no-shell``, same partition and constraint), given
+        up after ``wait_s`` seconds (``--immediate``); its job id. ``SlurmError`` with salloc's
+        words when none comes (docs/auto-resume.md)."""
+        argv = [*self.salloc, f"-N{count}", "--exclusive", f"--dependency=expand:{alloc.id}"]
+        argv += [
+            "--no-shell",
+            f"--immediate={max(1, int(wait_s))}",
+            f"--job-name=hma-replace-{alloc.id}",
+        ]
+        argv += [f"--partition={alloc.partition}"] if alloc.partition else []
+        argv += [f"--constraint={alloc.features}"] if alloc.features else []
+        env = {k: v for k, v in self.env().items() if not k.startswith(("SLURM_", "SALLOC_"))}
+        env.update(
+            {k: v for k, v in self.env().items() if k in ("SLURM_CONF", "SLURM_TIME_FORMAT")}
+        )
+        result = self.runner.run(argv, wait_s + self.timeout, env=env)
+        granted = _GRANTED.search(result.stderr + result.stdout)
+        if result.ok and granted:
+            return granted.group(1)
+        raise SlurmError(_describe(result))
+
     def requeue(self, job_id: str) -> None:
         """``scontrol requeue <job>`` (run inside the job, this ends the caller)."""
         self._run([*self.scontrol, "requeue", str(job_id)])
+
+
+_GRANTED = re.compile(r"Granted job allocation (\d+)")
 
 
 def _describe(result: CommandResult) -> str:

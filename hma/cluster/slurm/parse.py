@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 import secrets
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 from hma.contracts.cluster import (
@@ -257,3 +257,81 @@ def parse_spool(names: Sequence[str], node: str) -> dict[str, tuple[str, ...]]:
 LIVE_JOB_STATES = frozenset(
     {"RUNNING", "COMPLETING", "SUSPENDED", "CONFIGURING", "STOPPED", "SIGNALING", "RESIZING"}
 )
+
+
+# squeue -O fields of one job's allocation, for in-place replacement (``hma srun``): where a
+# replacement must come from (partition, constraint) and whether the job holds generic resources
+# (GRES jobs cannot be resized: docs/auto-resume.md).
+ALLOC_FIELDS = (
+    "JobID",
+    "Partition",
+    "Feature",
+    "tres-per-node",
+    "tres-per-job",
+    "tres-per-task",
+    "NodeList",
+    "NumNodes",
+    "BatchHost",
+)
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """A running job's allocation as ``hma srun`` needs it to mend it in place."""
+
+    id: str
+    partition: str
+    features: str  # the job's --constraint ("" when none)
+    gres: str  # its generic resources per node/job/task, ";"-joined ("" when none)
+    nodes: str  # node list expression
+    num_nodes: int
+    batch_host: str = ""  # the node running the batch script ("" for salloc)
+
+
+def alloc_format(nonce: str) -> str:
+    """The ``squeue -O`` argument of ``ALLOC_FIELDS`` whose fields end with ``SEP + nonce``."""
+    return _format(ALLOC_FIELDS, nonce)
+
+
+_CONSTRAINT = re.compile(r"[^\n\r\x00]*")
+
+
+def parse_alloc(text: str, nonce: str = "") -> list[Allocation]:
+    """Allocations from ``squeue -h -j ID -O alloc_format(nonce)``; a field that does not check
+    out is a ``SlurmError``. A TRES field counts as GRES when it names ``gres``."""
+    out = []
+    for parts in _records(text, "squeue", nonce, len(ALLOC_FIELDS)):
+        job_id, part, feature, per_node, per_job, per_task, nodes, count, host = parts
+        tres = [_text(t.strip()) for t in (per_node, per_job, per_task)]
+        out.append(
+            Allocation(
+                id=_fixed(job_id, _JOB_ID, "squeue", "job id"),
+                partition=_text(_fixed(part, _PARTITION, "squeue", "partition")),
+                features=_text(_fixed(feature, _CONSTRAINT, "squeue", "constraint")),
+                gres=";".join(t for t in tres if "gres" in t.lower()),
+                nodes=_text(_fixed(nodes, _NODELIST, "squeue", "node list")),
+                num_nodes=int(_fixed(count, _COUNT, "squeue", "node count")),
+                batch_host=_host(host, "squeue", "batch host"),
+            )
+        )
+    return out
+
+
+GRES_FIELDS = ("NodeList", "Gres")
+
+
+def gres_format(nonce: str) -> str:
+    """The ``sinfo -O`` argument of ``GRES_FIELDS`` whose fields end with ``SEP + nonce``."""
+    return _format(GRES_FIELDS, nonce)
+
+
+_GRES = re.compile(r"[A-Za-z0-9_.:()/,=+-]*")
+
+
+def parse_node_gres(text: str, nonce: str = "") -> dict[str, str]:
+    """Node name -> its configured generic resources ("" when none), from ``sinfo -h -N -n NODES
+    -O gres_format(nonce)``; a field that does not check out is a ``SlurmError``."""
+    out = {}
+    for name, gres in _records(text, "sinfo", nonce, len(GRES_FIELDS)):
+        out[_fixed(name, NAME, "sinfo", "node name")] = _text(_fixed(gres, _GRES, "sinfo", "gres"))
+    return out
