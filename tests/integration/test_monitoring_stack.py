@@ -266,7 +266,7 @@ def cluster() -> Iterator[SlurmCluster]:
     why = available()
     if why:
         pytest.skip(f"Slurm: {why}")
-    with SlurmCluster(2) as c:
+    with SlurmCluster(2, expansion=True) as c:  # as docs/slurm.md sets it: config check is silent
         yield c
 
 
