@@ -39,7 +39,8 @@ def touch(path: str) -> float:
     """Add a new empty request file to the folder ``path``; its mtime. Raises ``OSError``."""
     name = f"{os.getuid()}.{os.getpid()}.{time.time_ns()}"
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-    dir_fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    # O_PATH: the folder (mode 1733) is not readable by users, only searchable
+    dir_fd = os.open(path, getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
         fd = os.open(name, flags, 0o600, dir_fd=dir_fd)
     finally:

@@ -9,6 +9,7 @@ the decision reads the node states. Bounded in time; the output goes to the job'
 from __future__ import annotations
 
 import math
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -17,7 +18,6 @@ from typing import Optional, Sequence
 from hma.adapters.text import printable
 
 CHECK_WAIT_S = 120.0  # the default --check-wait: the agent's rate limit and a run of every probe
-HMA = (sys.executable, "-m", "hma")  # the hma the checks run: ours (the same install on every node)
 OUTPUT_CAP = 65536  # characters of the checks' output kept for the job's log (the last ones)
 START_S = 30.0  # what srun may take beyond the checks' own wait (start, step set-up)
 
@@ -49,14 +49,22 @@ def argv(job_id: str, nodes: Sequence[str], wait: float, hma: Sequence[str]) -> 
     ]
 
 
+def program() -> list[str]:
+    """The hma the checks run: ``hma`` on the job's PATH (the packages' /usr/bin/hma), else
+    ours (this Python, ``-m hma``: the same install on every node)."""
+    found = shutil.which("hma")
+    return [found] if found else [sys.executable, "-m", "hma"]
+
+
 def run(
     job_id: str,
     nodes: Sequence[str],
     wait: float,
     srun: Sequence[str] = ("srun",),
-    hma: Sequence[str] = HMA,
+    hma: Optional[Sequence[str]] = None,
 ) -> Checked:
     """Run the checks on ``nodes`` (their output to our stderr); what came of them."""
+    hma = program() if hma is None else hma
     where = ",".join(nodes)
     cmd = [*srun, *argv(job_id, nodes, wait, hma)[1:]]
     try:

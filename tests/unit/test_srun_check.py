@@ -73,7 +73,7 @@ def test_the_check_line() -> None:
 
 def test_a_fault_only_the_checks_find_is_resumed(tmp_path: Path) -> None:
     rc, err, calls = run(tmp_path, check_rc=2, fault_found=True)
-    assert calls[1] == srun_check.argv("1", ["node1", "node2"], 7, srun_check.HMA)[1:]
+    assert calls[1] == srun_check.argv("1", ["node1", "node2"], 7, srun_check.program())[1:]
     assert "running the hardware checks on node1,node2" in err
     assert "hardware checks found faults on node1,node2; deciding on what the agents marked" in err
     assert "hardware fault on node1" in err and "resuming (attempt 1 of 1)" in err
