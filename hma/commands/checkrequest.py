@@ -23,16 +23,18 @@ POLL_S = 0.5
 PROG = "hma check --request"
 
 
-def folder(config: Optional[str]) -> tuple[str, str]:
-    """The agent's run folder and request folder, from the configuration (defaults when it
-    cannot be read)."""
+def folder(config: Optional[str]) -> tuple[str, str, Optional[str]]:
+    """The agent's run folder, request folder and boot id (``[paths] procfs``'s), from the
+    configuration (defaults when it cannot be read)."""
+    from hma.commands import common
+
     raw, _files, _errors = files.read_raw(files.config_path(config))
     run_dir = files.agent_path(raw, "run_dir")[0]
     agent = raw.get("agent")
     path = agent.get("check_requests") if isinstance(agent, dict) else None
     if not isinstance(path, str) or not path.startswith("/"):
         path = os.path.join(run_dir, "check-requests")
-    return run_dir, path
+    return run_dir, path, common.boot_id_in(raw)
 
 
 def touch(path: str) -> float:
@@ -89,7 +91,7 @@ def exit_code(verdict: Any) -> int:
 
 def main(config: Optional[str], wait: float) -> int:
     """Request a check and wait up to ``wait`` seconds for its verdict; the exit code."""
-    run_dir, path = folder(config)
+    run_dir, path, boot = folder(config)
     try:
         asked = touch(path)
     except OSError as exc:
@@ -103,7 +105,7 @@ def main(config: Optional[str], wait: float) -> int:
     deadline = time.monotonic() + wait
     problem = ""
     while True:
-        doc, problem = statusfile.read(run_dir)
+        doc, problem = statusfile.read(run_dir, boot_id=boot)
         block = answer(doc, asked) if doc is not None and not problem else None
         if doc is not None and block is not None:
             print(render(doc, block))

@@ -200,7 +200,7 @@ def test_the_verdict_of_a_run_after_the_request_decides_the_exit(
     checkreq.ensure(str(tmp_path / "run" / "check-requests"))
     reads = []
 
-    def read(_run_dir: Any) -> tuple[dict[str, Any], str]:
+    def read(_run_dir: Any, **_kw: Any) -> tuple[dict[str, Any], str]:
         reads.append(1)
         at = 0.0 if len(reads) < 3 else time.time() + 1  # an older run first: not the answer
         block = {"at": at, "done": at + 1, "verdict": "critical"}
