@@ -1,6 +1,6 @@
-"""``hma srun --auto-resume`` runs the hardware checks on the failed step's nodes before it decides,
-on a real Slurm 22.05 (4 loopback nodes, ``permit_job_expansion``) with a real ``hma run`` agent
-per node.
+"""``hma srun --auto-resume`` runs the hardware checks on the failed step's nodes before it
+decides, on a real Slurm 22.05 and 24.11 (4 loopback nodes, ``permit_job_expansion``) with a real
+``hma run`` agent per node.
 
 Each agent has one executable probe standing for the EFA mesh check, with an hour's interval:
 after its first run only a requested check runs it again. A fault it finds once the job runs
@@ -33,7 +33,7 @@ from tests.integration.autoresume_helpers import (
     remove_user,
 )
 from tests.integration.autoresume_helpers import job as job_info
-from tests.integration.remediation_helpers import wait, write_config
+from tests.integration.remediation_helpers import SLURM_VERSIONS, wait, write_config
 from tests.integration.test_autoresume_inplace_slurm import (
     TRAIN,
     drained_for_replacement,
@@ -49,16 +49,15 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="agents and executable probes need root"),
 ]
 
-VERSION = "22.05"
 
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[SlurmCluster]:
-    why = available(VERSION)
+@pytest.fixture(scope="module", params=SLURM_VERSIONS, ids=lambda v: f"slurm{v}")
+def cluster(request: pytest.FixtureRequest) -> Iterator[SlurmCluster]:
+    version = request.param
+    why = available(version)
     if why:
-        pytest.skip(f"Slurm {VERSION}: {why}")
+        pytest.skip(f"Slurm {version}: {why}")
     created = ensure_user(USER)
-    c = SlurmCluster(4, version=VERSION, expansion=True)
+    c = SlurmCluster(4, version=version, expansion=True)
     c.start()
     try:
         yield c
