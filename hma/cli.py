@@ -123,6 +123,15 @@ def cmd_check(args: argparse.Namespace) -> int:
         from hma.adapters import logs
 
         logs.configure("debug")
+    if args.request or args.wait is not None:
+        from hma.commands import checkrequest
+
+        if args.probes or args.json:
+            print("hma check: --request runs every probe and prints text", file=sys.stderr)
+            return 2
+        return checkrequest.main(
+            args.config, checkrequest.WAIT_S if args.wait is None else args.wait
+        )
     return check_main(args.config, args.probes, args.json)
 
 
@@ -162,7 +171,30 @@ def _check(verbs: Verbs) -> None:
         help="on stderr: every file each probe read and command it ran, the thresholds it "
         "compared (its options) and why it decided (each finding with its evidence)",
     )
+    p.add_argument(
+        "--request",
+        action="store_true",
+        help="ask the running agent to run every probe now (through its verdict and "
+        "remediation), wait for the verdict and exit by it; any user may (rate-limited)",
+    )
+    p.add_argument(
+        "--wait",
+        type=_wait_seconds,
+        metavar="S",
+        help="with --request: seconds to wait for the verdict (default 180; exit 3 after)",
+    )
     p.set_defaults(func=cmd_check, help_text="")
+
+
+def _wait_seconds(text: str) -> float:
+    import argparse
+
+    from hma.adapters import strict
+
+    try:
+        return strict.parse_decimal(text, low=0.0, high=86400.0)
+    except strict.ParseError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds (0-86400)") from None
 
 
 def cmd_status(args: argparse.Namespace) -> int:

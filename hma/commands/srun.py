@@ -28,7 +28,7 @@ from hma.adapters import strict
 from hma.adapters.text import printable
 from hma.cluster.slurm.client import SlurmClient
 from hma.cluster.slurm.parse import ADDRESS, NAME, Allocation, SlurmError
-from hma.commands import common, srun_inplace
+from hma.commands import common, srun_check, srun_inplace
 from hma.commands.srun_decide import (
     Decision,
     decide,
@@ -59,6 +59,7 @@ class Options:
     attempts: Optional[int]  # None: plain srun, no auto-resume
     grace: float = GRACE_S
     replace_wait: float = srun_inplace.REPLACE_WAIT_S
+    check_wait: float = srun_check.CHECK_WAIT_S  # 0: no hardware checks after a failed step
     srun_args: list[str] = field(default_factory=list)
 
 
@@ -90,6 +91,7 @@ OWN = {
     "--auto-resume": ("attempts", ""),
     "--grace": ("grace", "HMA_AUTO_RESUME_GRACE"),
     "--replace-wait": ("replace_wait", "HMA_AUTO_RESUME_REPLACE_WAIT"),
+    "--check-wait": ("check_wait", "HMA_AUTO_RESUME_CHECK_WAIT"),
 }
 GRACE_ENV = OWN["--grace"][1]
 
@@ -102,9 +104,10 @@ def _set(opts: Options, name: str, value: str) -> None:
 def parse_args(argv: Sequence[str], env: Optional[Mapping[str, str]] = None) -> Options:
     """Our own options before the first srun option; everything after is srun's, verbatim.
 
-    ``--auto-resume=N``, ``--grace=S`` and ``--replace-wait=S`` (each also as two words) are
-    ours; ``--`` ends them explicitly. ``--grace`` defaults to $HMA_AUTO_RESUME_GRACE, else 60 s;
-    ``--replace-wait`` to $HMA_AUTO_RESUME_REPLACE_WAIT, else 300 s. Raises ``UsageError``.
+    ``--auto-resume=N``, ``--grace=S``, ``--replace-wait=S`` and ``--check-wait=S`` (each also as
+    two words) are ours; ``--`` ends them explicitly. ``--grace`` defaults to
+    $HMA_AUTO_RESUME_GRACE, else 60 s; ``--replace-wait`` to $HMA_AUTO_RESUME_REPLACE_WAIT, else
+    300 s; ``--check-wait`` to $HMA_AUTO_RESUME_CHECK_WAIT, else 120 s. Raises ``UsageError``.
     """
     env = os.environ if env is None else env
     opts = Options(None)
@@ -292,6 +295,7 @@ def main(
         rc = run_srun(opts.srun_args, srun, run.env)
         if rc == 0:
             return 0
+        checked = _check(run, rc, srun)
         nodes, waited, error = watch(client, run.names, opts.grace)
         marker = run.marker()
         used = run.restarts + max(marker.replaced, run.replaced)
@@ -304,6 +308,7 @@ def main(
             "attempts": opts.attempts,
             "faulty_nodes": list(decision.faulty),
             "nodes": run.names,
+            "checks": checked,
         }
         host = run.alloc.batch_host if run.alloc.batch_host in decision.faulty else ""
         how, why = mechanism(run.job, run.gres, run.expansion, host)
@@ -319,6 +324,19 @@ def main(
             return _requeue(run, rc, details)
         if not _replace(run, marker, decision, rc, details):
             return rc
+
+
+def _check(run: Run, rc: int, srun: Sequence[str]) -> str:
+    """The hardware checks on the failed step's nodes (hma.commands.srun_check), logged; what
+    came of them ("" when ``--check-wait=0``). The decision then reads what the agents marked."""
+    if run.opts.check_wait <= 0:
+        return ""
+    run.log(
+        f"job {run.job_id}: srun exited {rc}; running the hardware checks on {','.join(run.names)}"
+    )
+    checked = srun_check.run(run.job_id, run.names, run.opts.check_wait, srun)
+    run.log(f"job {run.job_id}: {checked.message}; deciding on what the agents marked")
+    return checked.message
 
 
 def _replace(run: Run, marker: Marker, decision: Decision, rc: int, details: dict) -> bool:

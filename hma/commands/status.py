@@ -177,6 +177,7 @@ def render(
     lines.append(head)
     lines += ["  " + ", ".join(_about(doc, checked, now))]
     lines += _maintenance_lines(doc.get("maintenance"))
+    lines += _requested_lines(doc.get("requested"), now)
     lines.append("")
 
     probes = sorted(doc.get("probes") or [], key=lambda p: str(p.get("name")))
@@ -276,6 +277,16 @@ def _source_lines(sources: Any, now: float, terminal: Optional[int]) -> list[str
         )
         lines.append(fit(row.rstrip(), terminal))
     return [*lines, ""]
+
+
+def _requested_lines(block: Any, now: float) -> list[str]:
+    """The last requested check (``hma check --request``): when, and its verdict."""
+    if not isinstance(block, Mapping):
+        return []
+    if block.get("done") is None:
+        return [f"  requested check: running since {_when(block.get('at'), now)}"]
+    verdict = _clean(str(block.get("verdict")).upper())
+    return [f"  requested check: {verdict}, every probe run at {_when(block.get('at'), now)}"]
 
 
 def _maintenance_lines(doc: Any) -> list[str]:

@@ -31,6 +31,19 @@ CORE_SECTIONS: dict[str, dict[str, Option]] = {
     "agent": {
         "state_dir": Option("path", STATE_DIR, "Folder of the SQLite state database."),
         "run_dir": Option("path", RUN_DIR, "Folder of status.json (read by `hma status`)."),
+        "check_requests": Option(
+            "path",
+            None,
+            "Folder where users ask for a check now (`hma check --request`); unset: "
+            "<run_dir>/check-requests.",
+        ),
+        "check_request_interval": Option(
+            "float",
+            60.0,
+            "Seconds between two requested checks at least (a flood of requests costs one run).",
+            minimum=1,
+            maximum=86400,
+        ),
         "probes_dir": Option(
             "path", PROBES_DIR, "Executable probes (Nagios plugin protocol), root-owned."
         ),

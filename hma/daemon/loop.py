@@ -28,7 +28,7 @@ from hma.config.files import empty_files
 from hma.config.schema import ConfigError
 from hma.contracts.alert import Alert
 from hma.contracts.model import Finding, ProbeRun, Severity
-from hma.daemon import lock
+from hma.daemon import checkreq, lock
 from hma.daemon.effects import Effects, quietly
 from hma.daemon.housekeeping import HEARTBEAT_S, Housekeeping
 from hma.daemon.operator import OperatorRequests
@@ -43,6 +43,7 @@ from hma.reporters import status, statusfile
 from hma.topology import domain
 
 log = logging.getLogger("hma")
+CHECK_POLL_S = 1.0  # how often the loop looks at the folder of requested checks
 
 
 # --- the loop's input messages: one type per kind, dispatched on type by Daemon._handle ---------
@@ -177,6 +178,7 @@ class Daemon:
             lambda run: self.inputs.put(RunReport(run)),
             self._found,
         )
+        self.checks: Optional[checkreq.CheckRequests] = None  # made by _configure
         self.requests = OperatorRequests(self.store, self.pipeline, self.clock, self.effects)
         self.housekeeping = Housekeeping(
             self.store,
@@ -225,6 +227,9 @@ class Daemon:
         self.effects.start_reporters(self.setup)
         self.effects.start_remediator(self.setup, self.topology()["domain"])
         self.sources.start(self.setup, self.boot_id)
+        self.checks = checkreq.configure(
+            self.setup.config.section("agent"), self.checks, self.pipeline
+        )
 
     def _teardown(self) -> None:
         self.sources.stop()
@@ -283,6 +288,7 @@ class Daemon:
             timeout = min(
                 due, self.housekeeping.wait(mono, self.model), self.status.writer.wait(mono)
             )
+            timeout = min(timeout, CHECK_POLL_S) if self.checks is not None else timeout
             try:
                 message: Optional[Message] = self.inputs.get(timeout=timeout)
             except queue.Empty:
@@ -304,11 +310,17 @@ class Daemon:
         if self.housekeeping.status_due(mono):
             self.effects.write_status()
         self.housekeeping.prune_and_ping(now, mono)
+        if self.checks is not None and self.checks.poll(now):  # a user asked: every probe now
+            for name in self.checks.start(self.scheduler.probes, now):
+                self.scheduler.run_now(name)
+            self.effects.write_status()
 
     def _handle(self, message: Message) -> None:
         if isinstance(message, ProbeDone):
             if self._probe_done(message.state, message.run):
                 self._observe(message.run)
+                if self.checks and self.checks.ran(message.state.name, message.run, self.clock()):
+                    self.effects.write_status()  # the requested check's verdict
         elif isinstance(message, RunReport):
             self._observe(message.run)
         elif isinstance(message, EventFound):
@@ -393,6 +405,7 @@ class Daemon:
             remediation=remediation,
             maintenance=window.to_json(now) if window is not None else None,
             sources=tuple(s.to_json() for s in self.sources.states()),
+            requested=self.checks.to_json() if self.checks is not None else None,
         )
 
     def topology(self, summaries: Optional[Mapping[str, Any]] = None) -> dict[str, str]:

@@ -67,6 +67,7 @@ class Snapshot:
     remediation: Mapping[str, Any]
     maintenance: Optional[Mapping[str, Any]] = None
     sources: tuple[Mapping[str, Any], ...] = ()  # the event sources' states, by name
+    requested: Optional[Mapping[str, Any]] = None  # the last requested check (hma.daemon.checkreq)
 
 
 def document(snapshot: Snapshot, heartbeat_s: float, writer: str = "") -> dict[str, Any]:
@@ -93,6 +94,7 @@ def document(snapshot: Snapshot, heartbeat_s: float, writer: str = "") -> dict[s
         "faults": list(snapshot.faults),
         "remediation": snapshot.remediation,
         **({"maintenance": snapshot.maintenance} if snapshot.maintenance is not None else {}),
+        **({"requested": snapshot.requested} if snapshot.requested is not None else {}),
     }
 
 

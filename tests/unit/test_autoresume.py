@@ -245,6 +245,7 @@ def run_main(
     log = ar.Log(None, err)
     old = sys.stderr
     sys.stderr = err
+    env = {"HMA_AUTO_RESUME_CHECK_WAIT": "0", **env}  # the checks: test_srun_check.py
     try:
         rc = ar.main(
             list(argv) or ["--auto-resume=1", "--grace=0", "-N2", "train"],
@@ -624,6 +625,7 @@ def run_inplace(
     old = sys.stderr
     sys.stderr = err
     env = {"SLURM_JOB_ID": "1", "SLURM_JOB_NODELIST": "node[1-2]", "PATH": "/usr/bin:/bin"}
+    env["HMA_AUTO_RESUME_CHECK_WAIT"] = "0"  # the checks: test_srun_check.py
     try:
         rc = ar.main(
             list(argv) or ["--auto-resume=1", "--grace=0", "--replace-wait=5", "-N2", "train"],
