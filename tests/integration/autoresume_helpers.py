@@ -11,11 +11,13 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
+
+import pytest
 
 from hma.remediation.engine import Remediator
 from tests.integration.remediation_helpers import fault, verdict, wait, write_config
-from tests.slurmcluster import SlurmCluster
+from tests.slurmcluster import SlurmCluster, available
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "docs" / "examples"
@@ -35,6 +37,19 @@ def ensure_user(name: str = USER) -> bool:
 def remove_user(name: str = USER) -> None:
     """Remove a user created by ``ensure_user``."""
     subprocess.run(["userdel", name], check=False, timeout=30)
+
+
+@pytest.fixture(scope="session")
+def user() -> Iterator[str]:
+    """An ordinary user for the jobs (root hides permission errors)."""
+    if available():
+        pytest.skip(str(available()))
+    created = ensure_user(USER)
+    try:
+        yield USER
+    finally:
+        if created:
+            remove_user(USER)
 
 
 def python_for(name: str, cluster: Optional[SlurmCluster] = None) -> Optional[str]:

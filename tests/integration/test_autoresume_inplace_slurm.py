@@ -22,37 +22,23 @@ import pytest
 from hma.contracts import label as label_mod
 from hma.remediation.engine import Remediator
 from hma.remediation.requeue import find_marker
-from tests.integration.autoresume_helpers import (
+from tests.integration.autoresume_helpers import (  # noqa: F401 (the user fixture)
     EXAMPLES,
     ROOT,
     USER,
     Work,
     config_check,
-    ensure_user,
     finished,
     hosts,
     inject,
     job,
     python_for,
-    remove_user,
+    user,
 )
 from tests.integration.remediation_helpers import SLURM_VERSIONS, make, wait
 from tests.slurmcluster import SlurmCluster, available
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]
-
-
-@pytest.fixture(scope="module")
-def user() -> Iterator[str]:
-    """An ordinary user for the jobs (root hides permission errors)."""
-    if available():
-        pytest.skip(str(available()))
-    created = ensure_user(USER)
-    try:
-        yield USER
-    finally:
-        if created:
-            remove_user(USER)
 
 
 CLUSTERS = [(v, g) for g in ("", "fpga:1") for v in SLURM_VERSIONS]

@@ -20,19 +20,18 @@ import pytest
 from hma.contracts import label as label_mod
 from hma.remediation.engine import Remediator
 from hma.remediation.requeue import find_marker
-from tests.integration.autoresume_helpers import (
+from tests.integration.autoresume_helpers import (  # noqa: F401 (the user fixture)
     ROOT,
     USER,
     Work,
     config_check,
-    ensure_user,
     finished,
     hosts,
     inject,
     job,
     python_for,
-    remove_user,
     show_job,
+    user,
 )
 from tests.integration.remediation_helpers import (
     SLURM_VERSIONS,
@@ -40,22 +39,9 @@ from tests.integration.remediation_helpers import (
     slurm_cluster,
     wait,
 )
-from tests.slurmcluster import SlurmCluster, available
+from tests.slurmcluster import SlurmCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
-
-
-@pytest.fixture(scope="session")
-def user() -> Iterator[str]:
-    """An ordinary user for the jobs (root hides permission errors)."""
-    if available():
-        pytest.skip(str(available()))
-    created = ensure_user(USER)
-    try:
-        yield USER
-    finally:
-        if created:
-            remove_user(USER)
 
 
 @pytest.fixture(scope="module", params=SLURM_VERSIONS, ids=lambda v: f"slurm{v}")

@@ -24,16 +24,15 @@ import pytest
 from hma.remediation.engine import Remediator
 from tests import spankplugin
 from tests.install import chroots
-from tests.integration.autoresume_helpers import (
+from tests.integration.autoresume_helpers import (  # noqa: F401 (the user fixture)
     EXAMPLES,
     ROOT,
     USER,
     Work,
-    ensure_user,
     finished,
     inject,
     python_for,
-    remove_user,
+    user,
 )
 from tests.integration.remediation_helpers import SLURM_VERSIONS, make, wait
 from tests.slurmcluster import SlurmCluster, available
@@ -72,19 +71,6 @@ def headers(cluster: SlurmCluster) -> str:
         except OSError:
             shutil.rmtree(staged, ignore_errors=True)
     return str(include)
-
-
-@pytest.fixture(scope="session")
-def user() -> Iterator[str]:
-    """An ordinary user for the jobs (root hides permission errors)."""
-    if available():
-        pytest.skip(str(available()))
-    created = ensure_user(USER)
-    try:
-        yield USER
-    finally:
-        if created:
-            remove_user(USER)
 
 
 class Plug:
