@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import math
 import shutil
-import subprocess
 import sys
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
+from hma.adapters.command import CommandRunner
 from hma.adapters.text import printable
 
 CHECK_WAIT_S = 120.0  # the default --check-wait: the agent's rate limit and a run of every probe
-OUTPUT_CAP = 65536  # characters of the checks' output kept for the job's log (the last ones)
+OUTPUT_CAP = 65536  # bytes of each of the checks' stdout and stderr kept for the job's log
 START_S = 30.0  # what srun may take beyond the checks' own wait (start, step set-up)
 
 
@@ -67,28 +67,19 @@ def run(
     hma = program() if hma is None else hma
     where = ",".join(nodes)
     cmd = [*srun, *argv(job_id, nodes, wait, hma)[1:]]
-    try:
-        done = subprocess.run(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            timeout=wait + 2 * START_S,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        return Checked(None, f"the hardware checks on {where} did not end in time")
-    except OSError as exc:
-        return Checked(None, f"cannot run the hardware checks on {where}: {exc}")
-    out = done.stdout.decode("utf-8", "replace")[-OUTPUT_CAP:]  # the checks' verdicts, to the
-    sys.stderr.write(printable(out, newlines=True))  # job's log
+    done = CommandRunner(OUTPUT_CAP).run(cmd, wait + 2 * START_S)
+    if done.error:
+        return Checked(None, f"cannot run the hardware checks on {where}: {done.error}")
+    sys.stderr.write(printable(done.stdout + done.stderr, newlines=True))  # to the job's log
     sys.stderr.flush()
-    if done.returncode == 0:
+    if done.timed_out:
+        return Checked(None, f"the hardware checks on {where} did not end in time")
+    if done.rc == 0:
         return Checked(0, f"hardware checks passed on {where}")
-    if done.returncode in (1, 2):
-        return Checked(done.returncode, f"hardware checks found faults on {where}")
+    if done.rc in (1, 2):
+        return Checked(done.rc, f"hardware checks found faults on {where}")
     return Checked(
-        done.returncode,
+        done.rc,
         f"the hardware checks on {where} could not run or give a verdict everywhere (exit "
-        f"{done.returncode}: no agent, no answer in time, or the step was refused)",
+        f"{done.rc}: no agent, no answer in time, or the step was refused)",
     )
