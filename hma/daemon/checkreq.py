@@ -22,6 +22,7 @@ from hma.health.pipeline import Pipeline
 log = logging.getLogger("hma")
 
 TIMEOUT_S = 900.0  # a requested run that has not finished by then is given up (unknown)
+FUTURE_S = 60.0  # a request file dated further ahead was dated by its maker (touch -d): deleted
 MODE = 0o1733  # sticky, writable and searchable by all, listable by the owner only
 
 
@@ -134,7 +135,9 @@ class CheckRequests:
             for name in os.listdir(fd):
                 try:
                     info = os.stat(name, dir_fd=fd, follow_symlinks=False)
-                    if info.st_mtime <= now:
+                    if info.st_mtime > now + FUTURE_S:  # its maker set it ahead: no request
+                        os.unlink(name, dir_fd=fd)
+                    elif info.st_mtime <= now:
                         os.unlink(name, dir_fd=fd)
                         found = True
                     else:

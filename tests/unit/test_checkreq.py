@@ -253,3 +253,15 @@ def test_hma_status_shows_the_requested_check() -> None:
     assert "requested check: CRITICAL\\x1b, every probe run at" in status.render(doc, now=200.0)
     doc["requested"] = {"at": 100.0, "done": None, "verdict": None}
     assert "requested check: running since" in status.render(doc, now=200.0)
+
+
+def test_a_request_file_dated_ahead_is_deleted_and_asks_nothing(tmp_path: Path) -> None:
+    """A user can set a file's mtime (``touch -d 2099-01-01``): such a file would be waited for
+    at every tick and never answered; it is deleted and is no request."""
+    ch = channel(tmp_path)
+    ahead = Path(ch.path) / "forged"
+    ahead.touch()
+    far = time.time() + 86400 * 365
+    os.utime(ahead, (far, far))
+    assert not ch.poll(time.time() + 1)
+    assert not ahead.exists() and not ch.poll(time.time() + 2)
