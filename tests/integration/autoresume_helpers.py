@@ -10,13 +10,14 @@ import shutil
 import subprocess
 import sys
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Optional
 
 import pytest
 
 from hma.remediation.engine import Remediator
-from tests.integration.remediation_helpers import fault, verdict, wait, write_config
+from tests.integration.remediation_helpers import fault, make, verdict, wait, write_config
 from tests.slurmcluster import SlurmCluster, available
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -78,7 +79,7 @@ class Work:
 
     def __init__(self, cluster: SlurmCluster, name: str, python: str) -> None:
         self.cluster = cluster
-        self.user = name
+        self.user, self.python = name, python
         self.base = Path(f"/tmp/hma-ar-{uuid.uuid4().hex[:8]}")
         self.bin = self.base / "bin"
         self.ckpt = self.base / "ckpt"
@@ -224,3 +225,35 @@ def config_check(cluster: SlurmCluster, tmp_path: Path) -> subprocess.CompletedP
         check=False,
         cwd=ROOT,
     )
+
+
+@contextmanager
+def job_work(cluster: SlurmCluster, user: str) -> Iterator[Work]:
+    """A work folder for ``user``'s jobs on a reset ``cluster`` (skipped where the user cannot
+    read the tree or run a Python >= 3.9); the user's jobs cancelled and the folder removed
+    after."""
+    if not os.access(ROOT, os.R_OK):
+        pytest.skip("the source tree must be readable by the job user")
+    python = python_for(user, cluster)
+    if python is None:
+        pytest.skip(f"no Python >= 3.9 that {user} can run")
+    cluster.reset()
+    w = Work(cluster, user, python)
+    try:
+        yield w
+    finally:
+        cluster.run("scancel", "-u", user)
+        w.remove()
+
+
+@contextmanager
+def node_agents(cluster: SlurmCluster, tmp: Path) -> Iterator[dict[str, Remediator]]:
+    """One Remediator ("the agent") per node of ``cluster``, closed after (no circuit breaker:
+    a test may fault two nodes)."""
+    recovery = {"max_drained_percent": 100.0}
+    rems = {n: make(tmp, cluster, n, recovery, {"facts_interval": 0.5})[0] for n in cluster.nodes}
+    try:
+        yield rems
+    finally:
+        for rem in rems.values():
+            rem.close()

@@ -12,7 +12,6 @@ and the trainer resumes from its checkpoint. A GRES batch job is requeued instea
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 from typing import Iterator
@@ -32,10 +31,12 @@ from tests.integration.autoresume_helpers import (  # noqa: F401 (the user fixtu
     hosts,
     inject,
     job,
+    job_work,
+    node_agents,
     python_for,
     user,
 )
-from tests.integration.remediation_helpers import SLURM_VERSIONS, make, wait
+from tests.integration.remediation_helpers import SLURM_VERSIONS, wait
 from tests.slurmcluster import SlurmCluster, available
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]
@@ -71,32 +72,15 @@ def plain(cluster: SlurmCluster) -> SlurmCluster:
 
 @pytest.fixture
 def work(cluster: SlurmCluster, user: str) -> Iterator[Work]:
-    if not os.access(ROOT, os.R_OK):
-        pytest.skip("the source tree must be readable by the job user")
-    python = python_for(user, cluster)
-    if python is None:
-        pytest.skip(f"no Python >= 3.9 that {user} can run")
-    cluster.reset()
-    w = Work(cluster, user, python)
-    try:
+    with job_work(cluster, user) as w:
         yield w
-    finally:
-        cluster.run("scancel", "-u", user)
-        w.remove()
 
 
 @pytest.fixture
 def agents(cluster: SlurmCluster, tmp_path: Path, work: Work) -> Iterator[dict[str, Remediator]]:
     """One Remediator ("the agent") per node."""
-    recovery = {"max_drained_percent": 100.0}
-    rems = {
-        n: make(tmp_path, cluster, n, recovery, {"facts_interval": 0.5})[0] for n in cluster.nodes
-    }
-    try:
+    with node_agents(cluster, tmp_path) as rems:
         yield rems
-    finally:
-        for rem in rems.values():
-            rem.close()
 
 
 def starts(work: Work) -> list[dict[str, str]]:

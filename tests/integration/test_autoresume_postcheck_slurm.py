@@ -29,7 +29,7 @@ from tests.integration.autoresume_helpers import (
     USER,
     Work,
     ensure_user,
-    python_for,
+    job_work,
     remove_user,
 )
 from tests.integration.autoresume_helpers import job as job_info
@@ -69,24 +69,14 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[SlurmCluster]:
 
 @pytest.fixture
 def work(cluster: SlurmCluster) -> Iterator[Work]:
-    if not os.access(ROOT, os.R_OK):
-        pytest.skip("the source tree must be readable by the job user")
-    python = python_for(USER, cluster)
-    if python is None:
-        pytest.skip(f"no Python >= 3.9 that {USER} can run")
-    cluster.reset()
-    w = Work(cluster, USER, python)
-    # hma check in a job step asks the agent of the node it runs on (one host, 4 agents)
-    (w.bin / "hma").write_text(
-        "#!/bin/sh\n"
-        f'[ "$1" = check ] && export HMA_CONFIG="{w.base}/agent-$SLURMD_NODENAME.toml"\n'
-        f'PYTHONPATH={ROOT} exec {python} -m hma "$@"\n'
-    )
-    try:
+    with job_work(cluster, USER) as w:
+        # hma check in a job step asks the agent of the node it runs on (one host, 4 agents)
+        (w.bin / "hma").write_text(
+            "#!/bin/sh\n"
+            f'[ "$1" = check ] && export HMA_CONFIG="{w.base}/agent-$SLURMD_NODENAME.toml"\n'
+            f'PYTHONPATH={ROOT} exec {w.python} -m hma "$@"\n'
+        )
         yield w
-    finally:
-        cluster.run("scancel", "-u", USER)
-        w.remove()
 
 
 class Agents:

@@ -11,7 +11,6 @@ test does not wait Slurm's 2 minute requeue delay.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Iterator
 
@@ -29,13 +28,14 @@ from tests.integration.autoresume_helpers import (  # noqa: F401 (the user fixtu
     hosts,
     inject,
     job,
+    job_work,
+    node_agents,
     python_for,
     show_job,
     user,
 )
 from tests.integration.remediation_helpers import (
     SLURM_VERSIONS,
-    make,
     slurm_cluster,
     wait,
 )
@@ -51,32 +51,15 @@ def cluster(request: pytest.FixtureRequest, user: str) -> Iterator[SlurmCluster]
 
 @pytest.fixture
 def work(cluster: SlurmCluster, user: str) -> Iterator[Work]:
-    if not os.access(ROOT, os.R_OK):
-        pytest.skip("the source tree must be readable by the job user")
-    python = python_for(user, cluster)
-    if python is None:
-        pytest.skip(f"no Python >= 3.9 that {user} can run")
-    cluster.reset()
-    w = Work(cluster, user, python)
-    try:
+    with job_work(cluster, user) as w:
         yield w
-    finally:
-        cluster.run("scancel", "-u", user)
-        w.remove()
 
 
 @pytest.fixture
 def agents(cluster: SlurmCluster, tmp_path: Path, work: Work) -> Iterator[dict[str, Remediator]]:
     """One Remediator ("the agent") per node."""
-    recovery = {"max_drained_percent": 100.0}  # two faults in one test: no circuit breaker
-    rems = {
-        n: make(tmp_path, cluster, n, recovery, {"facts_interval": 0.5})[0] for n in cluster.nodes
-    }
-    try:
+    with node_agents(cluster, tmp_path) as rems:
         yield rems
-    finally:
-        for rem in rems.values():
-            rem.close()
 
 
 def running(cluster: SlurmCluster, work: Work, job_id: str, restarts: int) -> list[str]:

@@ -31,10 +31,12 @@ from tests.integration.autoresume_helpers import (  # noqa: F401 (the user fixtu
     Work,
     finished,
     inject,
+    job_work,
+    node_agents,
     python_for,
     user,
 )
-from tests.integration.remediation_helpers import SLURM_VERSIONS, make, wait
+from tests.integration.remediation_helpers import SLURM_VERSIONS, wait
 from tests.slurmcluster import SlurmCluster, available
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -120,21 +122,11 @@ def plugged(request: pytest.FixtureRequest, user: str) -> Iterator[tuple[SlurmCl
 @pytest.fixture
 def work(plugged: tuple[SlurmCluster, Plug], user: str) -> Iterator[Work]:
     cluster, plug = plugged
-    if not os.access(ROOT, os.R_OK):
-        pytest.skip("the source tree must be readable by the job user")
-    python = python_for(user, cluster)
-    if python is None:
-        pytest.skip(f"no Python >= 3.9 that {user} can run")
-    cluster.reset()
-    w = Work(cluster, user, python)
-    shutil.copyfile(w.bin / "hma", plug.hma)  # the hma that plugstack.conf names
-    plug.hma.chmod(0o755)
-    plug.point_at(str(plug.hma))
-    try:
+    with job_work(cluster, user) as w:
+        shutil.copyfile(w.bin / "hma", plug.hma)  # the hma that plugstack.conf names
+        plug.hma.chmod(0o755)
+        plug.point_at(str(plug.hma))
         yield w
-    finally:
-        cluster.run("scancel", "-u", user)
-        w.remove()
 
 
 @pytest.fixture
@@ -142,16 +134,8 @@ def agents(
     plugged: tuple[SlurmCluster, Plug], tmp_path: Path, work: Work
 ) -> Iterator[dict[str, Remediator]]:
     """One Remediator ("the agent") per node."""
-    cluster = plugged[0]
-    recovery = {"max_drained_percent": 100.0}
-    rems = {
-        n: make(tmp_path, cluster, n, recovery, {"facts_interval": 0.5})[0] for n in cluster.nodes
-    }
-    try:
+    with node_agents(plugged[0], tmp_path) as rems:
         yield rems
-    finally:
-        for rem in rems.values():
-            rem.close()
 
 
 def batch(work: Work, *srun_args: str) -> str:
