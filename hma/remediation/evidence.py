@@ -2,7 +2,7 @@
 reboots, resets or replaces its node (a reboot clears the GPU's state, a replace wipes the disks).
 
 A bundle is a folder ``<evidence_dir>/<unix time in ms>-<kind>-<node>/`` holding, each bounded
-in time (``evidence_timeout`` per command) and size (``evidence_piece_bytes`` per piece):
+in time (``evidence_timeout`` for the whole bundle) and size (``evidence_piece_bytes`` per piece):
 
 - ``nvidia-bug-report.log.gz``: ``nvidia-bug-report.sh --output-file ...`` where the program
   exists (``evidence_bug_report``);
@@ -121,34 +121,49 @@ def _gather(
     how: tuple[tuple[str, ...], dict[str, str]],
 ) -> None:
     """Write the pieces (each bounded) and the manifest into ``path``; OSError on a failed
-    write. ``how``: the remote prefix and the environment of the commands."""
+    write. ``how``: the remote prefix and the environment of the commands. The commands share
+    ``timeout``: the quick ones (the node's record, the kernel log) first, then the bug report
+    with what is left, so a slow bug report never starves them and the repair waits at most
+    ``timeout``."""
     remote, env = how
+    deadline = time.monotonic() + settings.timeout
     manifest: dict[str, Any] = {"node": node, "time": time.time(), "pieces": {}}
     pieces = manifest["pieces"]
+    for name, argv in (
+        ("node-record.txt", [*settings.node_record, node] if settings.node_record else []),
+        ("kernel.log", [*remote, *settings.kernel_log] if settings.kernel_log else []),
+    ):
+        if not argv:
+            continue
+        text, why = _run(argv, deadline, settings, env)
+        (path / name).write_text(text, encoding="utf-8")
+        pieces[name] = {"argv": argv, "error": why}
     if settings.bug_report and (remote or shutil.which(settings.bug_report[0])):
         out = path / BUG_REPORT
         argv = [*remote, *settings.bug_report, "--output-file", str(out)]
-        _, why = hooks.output_of(argv, settings.timeout, settings.piece_bytes, env)
+        _, why = _run(argv, deadline, settings, env)
         got = [p for p in path.iterdir() if p.name.startswith(BUG_REPORT)]
         for piece in got:
             if piece.stat().st_size > settings.piece_bytes:
                 piece.unlink()
                 why = why or f"larger than {settings.piece_bytes} bytes: removed"
         pieces[BUG_REPORT + ".gz"] = {"argv": argv, "error": why}
-    for name, argv in (
-        ("kernel.log", [*remote, *settings.kernel_log] if settings.kernel_log else []),
-        ("node-record.txt", [*settings.node_record, node] if settings.node_record else []),
-    ):
-        if not argv:
-            continue
-        text, why = hooks.output_of(argv, settings.timeout, settings.piece_bytes, env)
-        (path / name).write_text(text, encoding="utf-8")
-        pieces[name] = {"argv": argv, "error": why}
     if state is not None:
         doc = {**state, "status_json": _status(settings.status_file, settings.piece_bytes)}
         (path / "hma.json").write_text(json.dumps(doc, indent=1, default=str), "utf-8")
         pieces["hma.json"] = {"error": ""}
     (path / "MANIFEST.json").write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+
+
+def _run(
+    argv: list[str], deadline: float, settings: Settings, env: Mapping[str, str]
+) -> tuple[str, str]:
+    """(output, why not whole) of one command of the bundle, within what is left of its
+    ``timeout`` (nothing run when none is left)."""
+    left = deadline - time.monotonic()
+    if left < 0.05:
+        return "", f"not run: the bundle's {settings.timeout:g} s were spent"
+    return hooks.output_of(argv, left, settings.piece_bytes, env)
 
 
 def _status(path: str, limit: int) -> Any:

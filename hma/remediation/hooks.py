@@ -89,7 +89,7 @@ def output_of(
     backend adds to the environment."""
     result = CommandRunner(output_cap=cap).run(list(argv), timeout, env={**os.environ, **env})
     if result.timed_out:
-        why = f"timed out after {timeout:g} s"
+        why = f"timed out after {timeout:.1f} s"
     elif result.error:
         why = result.error
     elif result.rc != 0:

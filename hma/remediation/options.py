@@ -122,7 +122,11 @@ RECOVERY: dict[str, Option] = {
         "int", 512 * 1024**2, "No bundle when the disk has less free than this.", minimum=0
     ),
     "evidence_timeout": Option(
-        "float", 300.0, "Seconds each command of a bundle may run.", check=positive
+        "float",
+        300.0,
+        "Seconds a whole bundle may take; its commands share them (the node's record and the"
+        " kernel log first, the bug report with what is left). The repair waits at most this.",
+        check=positive,
     ),
     "evidence_bug_report": Option(
         "strlist",

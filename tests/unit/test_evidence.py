@@ -80,13 +80,32 @@ def test_a_bundle_holds_every_piece(tmp_path: Path) -> None:
 def test_bounded_in_time_and_size(tmp_path: Path) -> None:
     slow = program(tmp_path, "slow", "import time; time.sleep(30)")
     big = program(tmp_path, "big", "sys.stdout.write('x' * 200000)")
-    s = settings(tmp_path, kernel_log=(big,), node_record=(slow,), timeout=0.5, bug_report=())
+    s = settings(tmp_path, node_record=(big,), kernel_log=(slow,), timeout=0.5, bug_report=())
     bundle = Path(evidence.bundle("n1", s.folder, s))
     manifest = json.loads((bundle / "MANIFEST.json").read_text())
-    assert (bundle / "kernel.log").stat().st_size <= s.piece_bytes
-    assert manifest["pieces"]["kernel.log"]["error"].startswith("output cut at")
-    assert manifest["pieces"]["node-record.txt"]["error"] == "timed out after 0.5 s"
+    assert (bundle / "node-record.txt").stat().st_size <= s.piece_bytes
+    assert manifest["pieces"]["node-record.txt"]["error"].startswith("output cut at")
+    assert manifest["pieces"]["kernel.log"]["error"].startswith("timed out after 0.")
     assert "nvidia-bug-report.log.gz" not in manifest["pieces"]
+
+
+def test_the_commands_share_one_timeout(tmp_path: Path) -> None:
+    # a bug report that never ends gets what the quick pieces left, and the bundle is bounded
+    # by one timeout, not one per command
+    slow = program(tmp_path, "slow-bug-report", "import time; time.sleep(30)")
+    s = settings(tmp_path, bug_report=(slow,), timeout=1.0)
+    bundle = Path(evidence.bundle("n1", s.folder, s))
+    manifest = json.loads((bundle / "MANIFEST.json").read_text())
+    assert "Xid 79" in (bundle / "kernel.log").read_text()
+    assert manifest["pieces"]["kernel.log"]["error"] == ""
+    assert manifest["pieces"]["nvidia-bug-report.log.gz"]["error"].startswith("timed out after")
+    # a node record that eats the whole time leaves nothing for the others, which are not run
+    hang = program(tmp_path, "hang", "import time; time.sleep(30)")
+    s = settings(tmp_path, node_record=(hang,), timeout=0.5)
+    manifest = json.loads((Path(evidence.bundle("n1", s.folder, s)) / "MANIFEST.json").read_text())
+    assert manifest["pieces"]["node-record.txt"]["error"] == "timed out after 0.5 s"
+    for piece in ("kernel.log", "nvidia-bug-report.log.gz"):
+        assert manifest["pieces"][piece]["error"] == "not run: the bundle's 0.5 s were spent"
 
 
 def test_a_missing_bug_report_is_left_out(tmp_path: Path) -> None:
