@@ -687,7 +687,15 @@ class SlurmCluster:
             self.run("scontrol", "update", f"NodeName={node}", "Extra=", "Comment=")
             if self.state(node) != "IDLE":
                 self.run("scontrol", "update", f"NodeName={node}", "State=RESUME")
-        self.wait_idle(self.nodes, 30.0)
+        try:
+            self.wait_idle(self.nodes, 30.0)
+        except TimeoutError:
+            # a slurmd continued after a SIGSTOP can stay NOT_RESPONDING for longer than that:
+            # started again, it registers at once
+            for node in [n for n in self.nodes if self.state(n) != "IDLE"]:
+                self.stop_node(node)
+                self.start_node(node)
+            self.wait_idle(self.nodes, 30.0)
 
     def submit(self, node: str, seconds: int = 300) -> str:
         """Start a job that sleeps on ``node``; returns its id once it runs."""

@@ -7,6 +7,7 @@ import logging
 import signal
 import sys
 import threading
+from dataclasses import replace
 from typing import Any
 
 from hma.adapters import logs
@@ -15,6 +16,7 @@ from hma.cluster.slurm.backend import SlurmBackend
 from hma.commands import common
 from hma.config.files import ConfigError
 from hma.detection.setup import Setup
+from hma.remediation import evidence
 from hma.remediation.options import Recovery
 from hma.reporters import start_reporters
 from hma.watch import decide
@@ -41,7 +43,17 @@ def build(setup: Setup) -> Watcher:
         rec.remediation_window,
     )
     reporters = start_reporters(setup.config.reporters, logging.getLogger("hma.watch").error)
-    return Watcher(Watch.of(setup.config.section("watch")), rec, limits, backend, reporters)
+    cfg = Watch.of(setup.config.section("watch"))
+    bundles = evidence.Settings.of(section, {"state_dir": cfg.state_dir, "run_dir": ""})
+    on = bundles.enabled and not rec.dry_run
+    return Watcher(
+        cfg,
+        rec,
+        limits,
+        backend,
+        reporters,
+        evidence=replace(bundles, status_file="") if on else None,
+    )
 
 
 def main(setup: Setup, once: bool, as_json: bool) -> int:

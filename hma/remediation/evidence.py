@@ -16,8 +16,10 @@ At most ``evidence_keep`` bundles and ``evidence_max_bytes`` in all are kept (th
 first). A disk with less than ``evidence_min_free_bytes`` free, or a write that fails (a full
 disk), leaves no bundle: logged, and the repair goes on without one. The bundle's path is
 ``HMA_EVIDENCE`` in a reboot or replace hook's environment (``hooks``), so that a replace hook
-can ship it off the node. ``bundle`` is callable from the controller's side too (a node that
-still answers): ``remote`` is the argv prefix that runs a command on the node (``ssh NODE``).
+can ship it off the node. ``bundle`` is callable from the controller's side too (``hma
+watch``, a node that still answers): ``remote`` is the argv prefix that runs a command on the
+node (``ssh NODE``); the kernel log is read through it, and such a bundle has no bug report
+(``nvidia-bug-report.sh`` writes its file on the node).
 Commands run through the hook runner (``hooks.output_of``: argv, timeout, output cap).
 """
 
@@ -48,7 +50,7 @@ class Settings:
 
     enabled: bool
     folder: str
-    status_file: str  # status.json, copied into hma.json (bounded)
+    status_file: str  # status.json, copied into hma.json (bounded); "" none (the controller)
     keep: int
     max_bytes: int
     piece_bytes: int
@@ -138,7 +140,7 @@ def _gather(
         text, why = _run(argv, deadline, settings, env)
         (path / name).write_text(text, encoding="utf-8")
         pieces[name] = {"argv": argv, "error": why}
-    if settings.bug_report and (remote or shutil.which(settings.bug_report[0])):
+    if settings.bug_report and not remote and shutil.which(settings.bug_report[0]):
         out = path / BUG_REPORT
         argv = [*remote, *settings.bug_report, "--output-file", str(out)]
         _, why = _run(argv, deadline, settings, env)
@@ -149,7 +151,9 @@ def _gather(
                 why = why or f"larger than {settings.piece_bytes} bytes: removed"
         pieces[BUG_REPORT + ".gz"] = {"argv": argv, "error": why}
     if state is not None:
-        doc = {**state, "status_json": _status(settings.status_file, settings.piece_bytes)}
+        doc = dict(state)
+        if settings.status_file:
+            doc["status_json"] = _status(settings.status_file, settings.piece_bytes)
         (path / "hma.json").write_text(json.dumps(doc, indent=1, default=str), "utf-8")
         pieces["hma.json"] = {"error": ""}
     (path / "MANIFEST.json").write_text(json.dumps(manifest, indent=1), encoding="utf-8")

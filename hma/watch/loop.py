@@ -18,6 +18,7 @@ from hma.contracts.alert import Alert
 from hma.contracts.model import Action as Recommended
 from hma.contracts.model import Severity
 from hma.contracts.reporter import Reporter
+from hma.remediation.evidence import Settings
 from hma.remediation.options import Recovery
 from hma.watch import act, claim, decide, state
 from hma.watch.options import Watch
@@ -43,8 +44,10 @@ class Watcher:
         backend: SlurmBackend,
         reporters: Sequence[Reporter] = (),
         clock: Callable[[], float] = time.time,
+        evidence: Optional[Settings] = None,
     ) -> None:
         self.cfg = cfg
+        self.evidence = evidence  # the bundles' settings; None: no bundles (dry run, off)
         self.rec = rec
         self.limits = limits
         self.backend = backend
@@ -131,8 +134,16 @@ class Watcher:
     def _carry_out(
         self, items: Sequence[decide.Decision], nodes: dict[str, Any], st: state.State
     ) -> None:
+        bundles = act.Bundles(
+            self.evidence, self.cfg.evidence_remote, self.cfg.interval, self.backend.env
+        )
         actor = act.Actor(
-            self.backend, self.rec, st, lambda: state.save(self.cfg.state_dir, st), self.clock
+            self.backend,
+            self.rec,
+            st,
+            lambda: state.save(self.cfg.state_dir, st),
+            self.clock,
+            bundles,
         )
         for item in items:
             if item.kind == "back" and item.node in st.actions and not item.held:

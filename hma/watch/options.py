@@ -49,6 +49,14 @@ WATCH: dict[str, Option] = {
         "The claim of the one acting watcher; on storage every controller shares (the "
         "StateSaveLocation's file system) where slurmctld has a backup. Unset: in state_dir.",
     ),
+    "evidence_remote": Option(
+        "strlist",
+        [],
+        "Argv prefix that runs a command on a node that still answers (the node's name is "
+        'appended), e.g. ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10"]: a node '
+        "stuck COMPLETING gets its kernel log in the evidence bundle. Empty: the bundle holds "
+        "what the controller knows (the node's record, the decision).",
+    ),
     "controller_names": Option(
         "strlist",
         None,
@@ -71,6 +79,7 @@ class Watch:
     state_dir: str
     claim_file: str
     controller_names: tuple[str, ...]
+    evidence_remote: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, section: Mapping[str, Any]) -> Watch:
@@ -87,4 +96,5 @@ class Watch:
             state_dir=state_dir,
             claim_file=str(section["claim_file"] or f"{state_dir}/claim.json"),
             controller_names=tuple(str(n) for n in section["controller_names"] or ()),
+            evidence_remote=tuple(str(a) for a in section["evidence_remote"] or ()),
         )

@@ -35,6 +35,7 @@ class Action:
     attempts: int = 0
     next_try: float = 0.0
     error: str = ""
+    evidence: str = ""  # the bundle gathered before it (HMA_EVIDENCE on every retry)
 
     @classmethod
     def from_json(cls, doc: Any) -> Optional[Action]:
@@ -49,6 +50,7 @@ class Action:
                 int(doc.get("attempts", 0)),
                 float(doc.get("next_try", 0.0)),
                 str(doc.get("error", "")),
+                str(doc.get("evidence", "")),
             )
         except (KeyError, TypeError, ValueError):
             return None

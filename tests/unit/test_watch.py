@@ -164,6 +164,7 @@ def test_prop_an_open_breaker_acts_on_nothing_and_a_closed_one_within_its_limit(
 def test_state_round_trip_and_a_damaged_file_moved_aside(tmp_path: Path) -> None:
     st_ = state.State()
     st_.actions["n1"] = state.Action("reboot", "id-1", decide.NOT_RESPONDING, NOW, "issued")
+    st_.actions["n1"].evidence = "/var/lib/hma/watch/evidence/1-reboot-n1"
     st_.seen["n1"] = {"not_responding": NOW}
     state.save(str(tmp_path), st_)
     back = state.load(str(tmp_path))
@@ -295,6 +296,66 @@ def test_a_failing_hook_is_kept_for_a_retry_with_the_same_id(tmp_path: Path) -> 
     )
     assert again.id == first.id and again.attempts == 2 and again.next_try == NOW + 4.0
     assert [c[0] for c in backend.calls] == ["label"]  # recorded once, for the first attempt
+
+
+def test_an_action_gets_an_evidence_bundle_and_its_retry_keeps_it(tmp_path: Path) -> None:
+    import sys
+
+    from hma.remediation import evidence
+    from hma.watch.act import Actor, Bundles
+
+    def program(name: str, body: str) -> str:
+        path = tmp_path / name
+        path.write_text(f"#!{sys.executable}\nimport os, sys\n{body}\n")
+        path.chmod(0o755)
+        return str(path)
+
+    # the hook records HMA_EVIDENCE and fails once; the "ssh" stand-in prints its argv
+    hook = program(
+        "hook",
+        "open(sys.argv[1], 'a').write(os.environ['HMA_EVIDENCE'] + '\\n')\n"
+        "sys.exit(0 if len(open(sys.argv[1]).read().split()) > 1 else 3)",
+    )
+    ssh = program("ssh", "print('ssh', *sys.argv[1:])")
+    settings = evidence.Settings(
+        True, str(tmp_path / "evidence"), "", 3, 1024**2, 65536, 0, 20.0,
+        (program("nvidia-bug-report.sh", "sys.exit(9)"),),
+        ("journalctl", "-k", "-b", "0"),
+        (program("scontrol", "print('NodeName=' + sys.argv[-1] + ' State=COMPLETING')"),),
+    )  # fmt: skip
+    rec = recovery(
+        tmp_path, f'reboot_command = ["{hook}", "{tmp_path / "seen"}"]\nretry_min = 1.0\n'
+    )
+    st_ = state.State()
+    bundles = Bundles(settings, (ssh, "-o", "BatchMode=yes"), 30.0, dict)
+    actor = Actor(FakeBackend(), rec, st_, lambda: None, lambda: NOW, bundles)  # type: ignore[arg-type]
+    stuck = decide.Decision("n1", "reboot", decide.COMPLETING, "COMPLETING for 2000 s")
+    first = actor.act(stuck, node("n1", "completing"))
+    assert first.state == "retry" and first.evidence
+    bundle = Path(first.evidence)
+    assert bundle.parent == tmp_path / "evidence" and bundle.name.endswith("-reboot-n1")
+    # the node still answers: its kernel log through the remote prefix; never its bug report
+    assert (bundle / "kernel.log").read_text() == "ssh -o BatchMode=yes n1 journalctl -k -b 0\n"
+    assert not (bundle / "nvidia-bug-report.log.gz").exists()
+    assert "State=COMPLETING" in (bundle / "node-record.txt").read_text()
+    doc = json.loads((bundle / "hma.json").read_text())
+    assert doc["decision"]["code"] == decide.COMPLETING and "status_json" not in doc
+    again = actor.act(replace(stuck, action=first, count=False), node("n1", "completing"))
+    assert again.state == "issued" and again.evidence == first.evidence
+    assert (tmp_path / "seen").read_text().split() == [first.evidence, first.evidence]
+    # a node that does not answer: what the controller knows, nothing run through the prefix
+    dead = decide.Decision("n2", "reboot", decide.NOT_RESPONDING, "not responding for 700 s")
+    other = Path(actor.act(dead, node("n2", "down", "NOT_RESPONDING")).evidence)
+    assert sorted(p.name for p in other.iterdir()) == [
+        "MANIFEST.json",
+        "hma.json",
+        "node-record.txt",
+    ]
+    # the pass's time for bundles spent: the action goes on without one
+    spent = Actor(
+        FakeBackend(), rec, st_, lambda: None, lambda: NOW, Bundles(settings, (), 0.0, dict)
+    )  # type: ignore[arg-type]
+    assert spent.act(replace(dead, node="n3"), node("n3", "down", "NOT_RESPONDING")).evidence == ""
 
 
 def test_a_crash_the_node_s_agent_read_on_its_next_boot_is_reported() -> None:
