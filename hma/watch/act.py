@@ -61,7 +61,7 @@ class Bundles:
         if self.settings is None:
             return ""
         left = self.deadline - time.monotonic()
-        if left < 1.0:
+        if left < 0.1:
             log.warning("no evidence bundle for %s: the pass's time for bundles is spent",
                         printable(node.name))  # fmt: skip
             return ""

@@ -26,7 +26,7 @@ FAST_SLURM = ("SlurmdTimeout=6", "MessageTimeout=3")
 HOOK = """#!{python}
 import fcntl, json, os, sys, time
 entry = {{k: os.environ.get(k, "") for k in ("HMA_NODE", "HMA_ACTION", "HMA_ACTION_ID",
-         "HMA_REASON", "HMA_SPARE")}}
+         "HMA_REASON", "HMA_SPARE", "HMA_EVIDENCE")}}
 with open({log!r}, "a") as fh:
     fcntl.flock(fh, fcntl.LOCK_EX)
     fh.write(json.dumps(dict(entry, phase="start")) + "\\n")
@@ -58,7 +58,12 @@ def fresh(cluster: SlurmCluster) -> Iterator[SlurmCluster]:
         pid = _pid(cluster, node)
         if pid is not None:
             os.kill(pid, signal.SIGCONT)
+    while WEDGED:  # and started again: continued, it may answer no ping for a long while
+        cluster.stop_node(WEDGED.pop())
     cluster.reset()
+
+
+WEDGED: set[str] = set()  # nodes whose slurmd a test stopped with SIGSTOP
 
 
 def _pid(cluster: SlurmCluster, node: str) -> Optional[int]:
@@ -72,9 +77,10 @@ def _pid(cluster: SlurmCluster, node: str) -> Optional[int]:
 
 
 def wedge(cluster: SlurmCluster, node: str) -> None:
-    """SIGSTOP the node's slurmd (continued by the ``fresh`` fixture)."""
+    """SIGSTOP the node's slurmd (continued and restarted by the ``fresh`` fixture)."""
     pid = _pid(cluster, node)
     assert pid is not None
+    WEDGED.add(node)
     os.kill(pid, signal.SIGSTOP)
 
 
@@ -102,6 +108,13 @@ class Watch:
                 "reboot_command": [str(hook)],
                 "replace_command": [str(hook)],
                 "command_timeout": 30.0,
+                # the evidence bundle's node record from the test cluster's own scontrol
+                "evidence_node_record": [
+                    *cluster.agent_slurm().get("scontrol", ["scontrol"]),
+                    "-o",
+                    "show",
+                    "node",
+                ],
                 **(recovery or {}),
             },
             "watch": {
@@ -181,6 +194,13 @@ def test_a_wedged_and_a_dead_node_are_rebooted_once_each(fresh: SlurmCluster, tm
     }
     extra = {n: fresh.show(n).get("Extra", "") for n in ("node2", "node4")}
     assert all("hmah=" in text and ":HMA_WATCH_NOT_RESPONDING" in text for text in extra.values())
+    # each hook was told the evidence bundle gathered on the controller: the node's record
+    for call in calls:
+        bundle = Path(call["HMA_EVIDENCE"])
+        assert bundle.parent == w.state / "evidence", call
+        assert f"NodeName={call['HMA_NODE']} " in (bundle / "node-record.txt").read_text()
+        decision = json.loads((bundle / "hma.json").read_text())["decision"]
+        assert (decision["node"], decision["kind"]) == (call["HMA_NODE"], "reboot")
 
 
 def test_forty_percent_stopped_is_held_by_the_breaker(fresh: SlurmCluster, tmp_path: Path):
