@@ -159,6 +159,15 @@ FORMATS: tuple[Format, ...] = (
         " name=, path=: the task's and the file's names)",
     ),
     _f(
+        "memory-failure-kill",
+        "Memory failure: ",
+        rf"^Memory failure: 0x{_HEX}: (?:Sending SIGBUS to|Killing|forcibly killing) "
+        rf"{COMM}:(?P<pid>\d+) (?:due to|because of) (?P<fields>.*)$",
+        'mm/memory-failure.c kill_proc(): "Memory failure: %#lx: Sending SIGBUS to %s:%d due to'
+        ' hardware memory corruption" (4.18: "... Killing %s:%d due to ..."), kill_procs():'
+        ' "%#lx: forcibly killing %s:%d because of failure to unmap corrupted page"',
+    ),
+    _f(
         "xid",
         "NVRM: Xid",
         r"^NVRM: Xid \([^)]{1,40}\)[^:]{0,40}?: \d{1,6}, pid=(?P<pid>'?<unknown>'?|\d+), "

@@ -31,8 +31,9 @@ class Record:
 
 
 # `[  170.053881] ` (`--show-delta`: `[ ts <delta>]`), with `dmesg -r`'s `<pri>` before it and
-# CONFIG_PRINTK_CALLER's `[  T292]` after it
-_DMESG_TS = re.compile(r"^(?:<\d{1,3}>)?\[\s*\d+\.\d+(?: <\s*\d+\.\d+>)?\](?:\[\s*[TC]\d+\])?\s?")
+# CONFIG_PRINTK_CALLER's `[  T292]` after it: joined as the console prints it, or after a blank as
+# util-linux dmesg (2.39+) prints the record's caller id (`[88690.479882] [ T593001] EDAC ...`)
+_DMESG_TS = re.compile(r"^(?:<\d{1,3}>)?\[\s*\d+\.\d+(?: <\s*\d+\.\d+>)?\](?: ?\[\s*[TC]\d+\])?\s?")
 _CTIME = re.compile(
     r"^\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} [ \d]?\d \d\d:\d\d:\d\d \d{4}\]\s?"
 )

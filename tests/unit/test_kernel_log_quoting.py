@@ -65,6 +65,10 @@ TEMPLATES: dict[str, str] = {
     "audit-apparmor": 'audit: type=1400 audit(1700000000.123:46): apparmor="DENIED"'
     ' operation="open" profile="p" name="{file}" pid=4242 comm="{comm}" requested_mask="r"'
     ' denied_mask="r" fsuid=1000 ouid=1000',
+    "memory-failure-kill": "Memory failure: 0x8c53ae: Sending SIGBUS to {comm}:4242 due to "
+    "hardware memory corruption",
+    "memory-failure-kill-old": "Memory failure: 0x8c53ae: Killing {comm}:4242 due to hardware "
+    "memory corruption",
     "xid": "NVRM: Xid (PCI:0000:3b:00): 13, pid=4242, name={comm}, Graphics SM Warp Exception on "
     "(GPC 0, TPC 0, SM 0): Out Of Range Address",
     "xid-154": "NVRM: Xid (PCI:0000:3b:00): 154, pid=4242, name={comm}, GPU recovery action "

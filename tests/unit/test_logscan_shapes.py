@@ -228,6 +228,10 @@ def test_journal_json_messages_in_bytes_and_broken_json() -> None:
         ("kern  :info  : nvme nvme0: x", "dmesg", "nvme nvme0: x"),  # dmesg -x -t
         ("<3>[   21.732871] rcu: INFO: x", "dmesg", "rcu: INFO: x"),  # dmesg -r
         ("[  200.105524][  T292] igb 0000:09:00.0: x", "dmesg", "igb 0000:09:00.0: x"),
+        # util-linux dmesg 2.39+ prints the caller id after the time stamp and a blank
+        ("[88690.479882] [ T593001] EDAC MC0: 1 UE x", "dmesg", "EDAC MC0: 1 UE x"),
+        ("[    4.1] [    C3] nvme nvme0: x", "dmesg", "nvme nvme0: x"),
+        ("[    4.1] [drm] x", "dmesg", "[drm] x"),  # a message that starts with brackets
         ("MESSAGE=NVRM: Xid (PCI:0000:01:00): 79", "export", None),  # journalctl -o export
         ("_TRANSPORT=kernel", "export", None),
     ],
