@@ -37,6 +37,9 @@ _DMESG_TS = re.compile(r"^(?:<\d{1,3}>)?\[\s*\d+\.\d+(?: <\s*\d+\.\d+>)?\](?: ?\
 _CTIME = re.compile(
     r"^\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} [ \d]?\d \d\d:\d\d:\d\d \d{4}\]\s?"
 )
+# `dmesg -H` / `dmesg -e` (util-linux's reltime): `[Jul14 10:10] ` when the minute changes, the
+# seconds since the line before in between (`[  +0.005106] `)
+_RELTIME = re.compile(r"^\[(?:\s*\+\d+\.\d{6}|[A-Z][a-z]{2} ?\d{1,2} \d\d:\d\d)\]\s?")
 # `dmesg --time-format iso`: comma, microseconds, `+hh:mm` (journalctl and rsyslog print a dot)
 _ISO_DMESG = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d,\d{6}[+-]\d\d:\d\d ")
 _PRI = r"(?:<\d{1,3}>)?"
@@ -149,7 +152,8 @@ def saved_line(line: str) -> tuple[str, Optional[str]]:
     user space may have written (its identifier field is not exactly ``kernel``).
 
     Kernel-only formats: ``kmsg`` (/dev/kmsg records), ``dmesg`` (``[  170.053881] ``, also
-    ``--show-delta``), ``ctime`` (``dmesg --ctime``), ``iso`` (``dmesg --time-format iso``);
+    ``--show-delta``), ``ctime`` (``dmesg --ctime``), ``reltime`` (``dmesg -H``/``-e``:
+    ``[Jul14 10:10] ``, ``[  +0.005106] ``), ``iso`` (``dmesg --time-format iso``);
     each also with ``dmesg --decode``'s ``kern  :warn  : `` in front. ``json`` (journalctl
     ``-o json``/``json-seq``): a kernel message only when ``_TRANSPORT`` is ``kernel``.
     ``export`` (``-o export``): a field line, which says nothing of its entry: never a message.
@@ -172,7 +176,7 @@ def saved_line(line: str) -> tuple[str, Optional[str]]:
         m = _DECODED.match(line)
         if m:
             line = line[m.end() :]
-            if not _DMESG_TS.match(line) and not _ISO_DMESG.match(line):
+            if not (_DMESG_TS.match(line) or _ISO_DMESG.match(line) or _RELTIME.match(line)):
                 return "dmesg", line  # `dmesg -x -t`
     m = _DMESG_TS.match(line)
     if m:
@@ -188,6 +192,9 @@ def saved_line(line: str) -> tuple[str, Optional[str]]:
     m = _CTIME.match(line) or _ISO_DMESG.match(line)
     if m:
         return ("ctime" if line[0] == "[" else "iso"), line[m.end() :]
+    m = _RELTIME.match(line)
+    if m:
+        return "reltime", line[m.end() :]
     for fmt, stamp in _STAMPED:
         m = stamp.match(line)
         if m:
