@@ -41,6 +41,17 @@ def test_corrected_errors_spread_out_are_no_storm() -> None:
     assert not any(feed_at([i * 7.0 for i in range(40)], corrected()))  # 9 per minute at most
 
 
+def test_sata_link_resets_are_a_storm_only_when_three_come_within_ten_minutes() -> None:
+    line = "ata3: hard resetting link"
+    got = feed_at([0.0, 5.0, 10.0], line)  # a link that keeps failing
+    assert [f is not None for f in got] == [False, False, True]
+    f = got[2]
+    assert f is not None and (f.code, f.component) == ("KERNEL_ATA_ERROR", "disk:ata3")
+    assert not any(feed_at([0.0, 400.0, 800.0, 1200.0], line))  # one now and then: routine
+    # a link reset behind a port multiplier counts for its port
+    assert feed_at([0.0, 1.0, 2.0], "ata1.15: hard resetting link")[2] is not None
+
+
 def test_without_times_the_count_alone_makes_the_storm() -> None:
     got = feed_at([None] * 10, corrected())
     assert [f is not None for f in got] == [False] * 9 + [True]
