@@ -23,6 +23,7 @@ from hma.adapters.text import printable
 from hma.contracts.catalogue import Catalogue
 from hma.contracts.model import Finding, Severity
 from hma.contracts.severity import worst
+from hma.probes.kernel_log import formats
 from hma.probes.kernel_log.lines import line_time, saved_line
 from hma.probes.kernel_log.rules import RuleSet
 
@@ -95,6 +96,12 @@ def _line_before(block: bytes, start: int) -> int:
     return block.rfind(b"\n", 0, start - 1) + 1
 
 
+# A record's continuation lines: at most this many after its first, which is in one of the
+# shapes that print a record's later lines indented (dmesg's; journalctl's short ones)
+CONTINUED = 4
+RECORD_SHAPES = frozenset(
+    {"dmesg", "ctime", "reltime", "iso", "syslog", "full", "unix", "monotonic"}
+)
 Key = tuple[str, str, Optional[Severity]]  # a fault: (component, code, severity)
 Each = Callable[[str, int, Finding], None]  # (file, line number, finding) of every matched line
 
@@ -162,6 +169,9 @@ class _Scan:
     ) -> None:
         line = block[start:end].decode("utf-8", "replace").rstrip("\r")
         fmt, message = saved_line(line)
+        if message is None and line[:1] in (" ", "\t"):
+            message = self._continued(block, start, line)
+            fmt = "continuation" if message is not None else fmt
         if message is None:  # written by user space: no kernel message
             self.export = self.export or fmt == "export"
             return
@@ -192,6 +202,31 @@ class _Scan:
         else:
             hit.count += 1
             hit.last, hit.last_file, hit.last_lineno = line[:1000], self.path, lineno
+
+    def _continued(self, block: bytes, start: int, line: str) -> Optional[str]:
+        """The text of ``line`` when it continues an NVIDIA driver record as dmesg and
+        journalctl print one with newlines inside (the lines after the first indented: ``NVRM:
+        The NVIDIA GPU ...``, then ``               NVRM: ... fallen off the bus ...``), else
+        None. Only the driver's own text: the record's first line is a kernel message of one of
+        those shapes that starts with ``NVRM: `` and quotes no user (``formats.classify``), and
+        every line from it on starts with ``NVRM: `` after its indent."""
+        text = line.strip()
+        if not text.startswith("NVRM: "):
+            return None
+        before = self._before(block, start, CONTINUED)
+        if len(before) < CONTINUED:
+            before = (self.tail + before)[-CONTINUED:]
+        for raw in reversed(before):
+            prev = raw.decode("utf-8", "replace").rstrip("\r")
+            if prev[:1] in (" ", "\t"):
+                if not prev.strip().startswith("NVRM: "):
+                    return None
+                continue
+            fmt, head = saved_line(prev)
+            if fmt not in RECORD_SHAPES or head is None or not head.startswith("NVRM: "):
+                return None
+            return text if formats.classify(head) is None else None
+        return None
 
     def _evidence(self, lineno: int, fmt: str) -> dict[str, Any]:
         """Where a matching line is: the details its finding carries beside the rule's."""

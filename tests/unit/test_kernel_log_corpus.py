@@ -104,7 +104,8 @@ def test_the_fault_a_match_names_is_its_findings(path: Path) -> None:
     # its finding: they must be the finding's own
     matcher = RULES.matcher("t")
     matched = 0
-    for line in path.read_text(encoding="utf-8").splitlines():
+    lines = path.read_text(encoding="utf-8").splitlines()
+    for line in lines:
         message = saved_line(line)[1]
         match = matcher.match(message) if message is not None else None
         if match is None:
@@ -117,4 +118,6 @@ def test_the_fault_a_match_names_is_its_findings(path: Path) -> None:
         )
         assert finding.details["file"] == "f"
         matched += 1
-    assert matched >= len(EXPECTED.get(path.name, {}))
+    # a record's indented line is read with its first line (logscan's context), not alone here
+    alone = [n for n in EXPECTED.get(path.name, {}) if lines[n - 1][:1] != " "]
+    assert matched >= len(alone)

@@ -210,6 +210,35 @@ def test_user_facility_and_three_line_fallen_off_the_bus(tmp_path: Path) -> None
 
 
 @pytest.mark.timeout(30)
+def test_fallen_off_the_bus_as_one_record_with_newlines_inside(tmp_path: Path) -> None:
+    # the driver prints the three lines with one nv_printf(): one record, whose newlines
+    # /dev/kmsg prints as \x0a (the PCI ID is left out by older drivers)
+    run = Running(tmp_path)
+    try:
+        run.write(
+            record(
+                1,
+                "NVRM: The NVIDIA GPU 0000:b3:00.0\\x0aNVRM: (PCI ID: 10de:26b5) installed in this"
+                " system has\\x0aNVRM: fallen off the bus and is not responding to commands.",
+            )
+        )
+        run.write(
+            record(
+                2,
+                "NVRM: The NVIDIA GPU 0000:c4:00.0\\x0aNVRM: installed in this system has\\x0a"
+                "NVRM: fallen off the bus and is not responding to commands.",
+            )
+        )
+        run.wait_for(lambda: len(run.findings) == 2, "two findings")
+    finally:
+        run.stop()
+    assert [(f.code, f.component) for f in run.findings] == [
+        ("GPU_FALLEN_OFF_BUS", "gpu:0000:b3:00"),
+        ("GPU_FALLEN_OFF_BUS", "gpu:0000:c4:00"),
+    ]
+
+
+@pytest.mark.timeout(30)
 def test_hma_inject_into_the_fifo_the_source_reads_raises_the_finding(tmp_path: Path) -> None:
     # `hma inject xid --kmsg <the source's FIFO>` writes what /dev/kmsg takes (`<4>NVRM: ...`);
     # on a path that is no kernel device the source numbers such a write after the last record

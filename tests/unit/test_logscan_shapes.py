@@ -232,6 +232,15 @@ def test_journal_json_messages_in_bytes_and_broken_json() -> None:
         ("[88690.479882] [ T593001] EDAC MC0: 1 UE x", "dmesg", "EDAC MC0: 1 UE x"),
         ("[    4.1] [    C3] nvme nvme0: x", "dmesg", "nvme nvme0: x"),
         ("[    4.1] [drm] x", "dmesg", "[drm] x"),  # a message that starts with brackets
+        # dmesg -H / -e: the minute's stamp, then the seconds since the line before
+        (
+            "[Jul14 10:10] NVRM: Xid (PCI:0000:01:00): 79, x",
+            "reltime",
+            "NVRM: Xid (PCI:0000:01:00): 79, x",
+        ),
+        ("[  +0.005115] ena 0000:00:03.0 eth0: x", "reltime", "ena 0000:00:03.0 eth0: x"),
+        ("kern  :err   : [  +0.000004] nvme nvme0: x", "reltime", "nvme nvme0: x"),
+        ("[+0.5] x", "plain", "[+0.5] x"),  # not six digits: no dmesg stamp
         ("MESSAGE=NVRM: Xid (PCI:0000:01:00): 79", "export", None),  # journalctl -o export
         ("_TRANSPORT=kernel", "export", None),
     ],
@@ -247,3 +256,39 @@ def test_export_format_files_are_reported_unread(tmp_path: Path) -> None:
     )
     hits, errors = logscan.scan([str(path)], RULES)
     assert hits == [] and len(errors) == 1 and "-o export" in errors[0]
+
+
+THE_GPU = "NVRM: The NVIDIA GPU 0000:b3:00.0"
+FALLEN = "NVRM: fallen off the bus and is not responding to commands."
+
+
+@pytest.mark.parametrize(
+    ("head", "found"),
+    [
+        (f"[ 1843.308145] {THE_GPU}", True),  # dmesg indents a record's later lines
+        (f"Jun 11 09:13:00 gb200-n1 kernel: {THE_GPU}", True),  # so does journalctl -o short
+        (f"[Jun11 09:13] {THE_GPU}", True),  # dmesg -H
+        # the first line is no NVIDIA driver record of the kernel's: its indented lines are not
+        (f"Jun 11 09:13:00 gb200-n1 NVRM[7]: {THE_GPU}", False),  # user space (logger -t)
+        ("[ 1843.308145] python3[42]: segfault at 0 ip 1 sp 2 error 4 in x[1+2]", False),
+        # a record that quotes a user (the Xid line's name=) carries no driver text after it
+        ("[ 1843.308145] NVRM: Xid (PCI:0000:b3:00): 13, pid=42, name=" + THE_GPU, False),
+    ],
+)
+def test_indented_lines_of_an_nvidia_driver_record(tmp_path: Path, head: str, found: bool) -> None:
+    pad = " " * 15
+    path = tmp_path / "dmesg.log"
+    path.write_text(
+        f"{head}\n{pad}NVRM: (PCI ID: 10de:26b5) installed in this system has\n{pad}{FALLEN}\n"
+    )
+    hits, errors = logscan.scan([str(path)], RULES)
+    assert errors == []
+    got = [(h.finding.code, h.finding.component) for h in hits if "FALLEN" in h.finding.code]
+    assert got == ([("GPU_FALLEN_OFF_BUS", "gpu:0000:b3:00")] if found else []), got
+
+
+def test_an_indented_line_after_other_text_is_not_the_drivers(tmp_path: Path) -> None:
+    path = tmp_path / "dmesg.log"
+    pad = " " * 15
+    path.write_text(f"[ 1.0] {THE_GPU}\n{pad}python says: hello\n{pad}{FALLEN}\n")
+    assert logscan.scan([str(path)], RULES)[0] == []
